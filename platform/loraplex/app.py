@@ -1,0 +1,22 @@
+"""build_app(args): the entry point `serve_config.yaml` names (`loraplex.app:build_app`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+from ray.serve import Application
+
+from loraplex.config import PlatformConfig
+from loraplex.engine.deployment import engine_deployment
+from loraplex.ingress.deployment import ingress_deployment
+
+
+def build_app(args: Optional[dict[str, Any]] = None) -> Application:
+    config = PlatformConfig.from_args(args)
+    # Replicas run in other working directories: pin a relative model dir to where we started.
+    config = config.model_copy(update={"engine": config.engine.resolved(Path.cwd())})
+    engine = engine_deployment(config.engine_deployment).bind(
+        config.engine, config.engine_deployment.ready_probe_max_age_s
+    )
+    return ingress_deployment(config.ingress).bind(engine, config)

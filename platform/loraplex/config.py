@@ -1,0 +1,143 @@
+"""PlatformConfig: everything `serve_config.yaml`'s `args:` can set, validated in one place."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+class EngineConfig(BaseModel):
+    """vLLM engine settings for every Engine replica. Unknown keys are refused so typos surface."""
+
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
+    model: str = Field(
+        "models/SmolLM2-135M-Instruct",
+        description="HF model id or local model dir. A relative dir is resolved against the "
+        "directory `serve run` was started in.",
+    )
+    served_model_name: Optional[str] = Field(
+        None, description="Model id clients send and /v1/models lists; defaults to the dir name."
+    )
+    max_model_len: Optional[int] = Field(
+        2048, gt=0, description="Longest prompt + completion, in tokens."
+    )
+    max_num_seqs: int = Field(32, gt=0, description="Most requests batched at once per replica.")
+    max_num_batched_tokens: Optional[int] = Field(
+        None, gt=0, description="Token budget of one scheduler step (chunked prefill)."
+    )
+    enable_lora: bool = Field(True, description="Serve per-tenant LoRA adapters.")
+    max_loras: int = Field(4, gt=0, description="Adapters resident in one batch (GPU slots).")
+    max_cpu_loras: Optional[int] = Field(
+        16, gt=0, description="Adapters kept in host memory per replica; LRU beyond this."
+    )
+    max_lora_rank: int = Field(16, gt=0, description="Highest adapter rank accepted.")
+    dtype: str = Field("auto", description="Weight/activation dtype (auto, bfloat16, float16).")
+    gpu_memory_utilization: float = Field(
+        0.9,
+        gt=0,
+        le=1,
+        description="Share of accelerator memory for weights + KV cache. On the CPU backend "
+        "this is a share of host RAM: keep it near 0.25 on a 24 GiB machine.",
+    )
+    tensor_parallel_size: int = Field(1, gt=0, description="GPUs one replica shards over.")
+    enable_prefix_caching: bool = Field(True, description="Reuse KV blocks of shared prefixes.")
+    enable_chunked_prefill: bool = Field(True, description="Mix prefill chunks with decodes.")
+    seed: int = Field(0, description="Sampling seed for reproducible runs.")
+    engine_kwargs: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Any other vllm AsyncEngineArgs field, passed through unchanged.",
+    )
+
+    @property
+    def model_id(self) -> str:
+        return self.served_model_name or Path(self.model).name
+
+    def resolved(self, base_dir: Path) -> "EngineConfig":
+        """Make a relative local model dir absolute: replicas run with another cwd."""
+        path = Path(self.model)
+        if not path.is_absolute() and (base_dir / path).exists():
+            return self.model_copy(update={"model": str((base_dir / path).resolve())})
+        return self
+
+    def engine_args(self) -> dict[str, Any]:
+        args = {
+            "model": self.model,
+            "served_model_name": [self.model_id],
+            "max_model_len": self.max_model_len,
+            "max_num_seqs": self.max_num_seqs,
+            "max_num_batched_tokens": self.max_num_batched_tokens,
+            "enable_lora": self.enable_lora,
+            "dtype": self.dtype,
+            "gpu_memory_utilization": self.gpu_memory_utilization,
+            "tensor_parallel_size": self.tensor_parallel_size,
+            "enable_prefix_caching": self.enable_prefix_caching,
+            "enable_chunked_prefill": self.enable_chunked_prefill,
+            "seed": self.seed,
+        }
+        if self.enable_lora:
+            args.update(
+                max_loras=self.max_loras,
+                max_cpu_loras=self.max_cpu_loras,
+                max_lora_rank=self.max_lora_rank,
+            )
+        args = {k: v for k, v in args.items() if v is not None}
+        return {**args, **self.engine_kwargs}
+
+
+class EngineDeploymentConfig(BaseModel):
+    """How many Engine replicas run and what each reserves from Ray."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    num_replicas: int = Field(1, gt=0, description="Engine replicas (each a full vLLM engine).")
+    num_cpus: float = Field(1.0, ge=0, description="Logical CPUs Ray reserves per replica.")
+    num_gpus: float = Field(
+        0.0, ge=0, description="GPUs per replica; set it to tensor_parallel_size on GPU nodes."
+    )
+    max_ongoing_requests: int = Field(
+        64, gt=0, description="Requests Serve sends one replica at once before queueing."
+    )
+    health_check_period_s: float = Field(
+        10.0, gt=0, description="How often Serve probes each replica with a 1-token generation."
+    )
+    health_check_timeout_s: float = Field(
+        60.0, gt=0, description="A probe slower than this marks the replica unhealthy."
+    )
+    ready_probe_max_age_s: float = Field(
+        30.0, gt=0, description="/readyz accepts a replica whose last real generation is this fresh."
+    )
+
+
+class IngressDeploymentConfig(BaseModel):
+    """The HTTP front door: OpenAI, tenant and admin routes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    num_replicas: int = Field(1, gt=0, description="Ingress replicas.")
+    num_cpus: float = Field(0.5, ge=0, description="Logical CPUs Ray reserves per replica.")
+    max_ongoing_requests: int = Field(256, gt=0, description="Concurrent HTTP requests per replica.")
+    max_request_body_bytes: int = Field(
+        1 << 20, gt=0, description="Bigger JSON bodies on /v1 generation routes get 413."
+    )
+
+
+class PlatformConfig(BaseModel):
+    """The `args:` block of serve_config.yaml."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    engine: EngineConfig = Field(default_factory=EngineConfig)
+    engine_deployment: EngineDeploymentConfig = Field(default_factory=EngineDeploymentConfig)
+    ingress: IngressDeploymentConfig = Field(default_factory=IngressDeploymentConfig)
+
+    @field_validator("engine", mode="before")
+    @classmethod
+    def _allow_none(cls, value: Any) -> Any:
+        return {} if value is None else value
+
+    @classmethod
+    def from_args(cls, args: Optional[dict[str, Any]]) -> "PlatformConfig":
+        return cls.model_validate(args or {})

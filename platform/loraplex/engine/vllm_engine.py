@@ -1,0 +1,134 @@
+"""VLLMEngine: one vLLM AsyncLLM plus vLLM's own OpenAI serving layer, in one process.
+
+Like Ray Serve LLM's VLLMEngine, we build vLLM's OpenAI serving objects with `init_app_state`
+next to the engine, so chat templates, request validation, sampling-parameter mapping and SSE
+framing are vLLM's, not ours. What we add: per-request token counts (see usage_tracking) and
+a 1-token readiness probe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from typing import Any, AsyncIterator, Union
+
+from starlette.datastructures import State
+from vllm import SamplingParams
+from vllm.engine.arg_utils import AsyncEngineArgs
+from vllm.entrypoints.launchers.cli_args import make_arg_parser
+from vllm.entrypoints.openai.api_server import init_app_state
+from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+from vllm.entrypoints.openai.completion.protocol import CompletionRequest
+from vllm.entrypoints.serve.engine.protocol import ErrorResponse
+from vllm.exceptions import VLLMClientError
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+from loraplex.config import EngineConfig
+from loraplex.engine.protocol import EngineError, RequestUsage
+from loraplex.engine.usage_tracking import UsageTrackingAsyncLLM, current_usage
+
+logger = logging.getLogger(__name__)
+
+EngineItem = Union[str, dict, EngineError, RequestUsage]
+
+
+class VLLMEngine:
+    def __init__(self, config: EngineConfig, replica_id: str = ""):
+        self.config = config
+        self.replica_id = replica_id
+        self.llm: UsageTrackingAsyncLLM | None = None
+        self.last_probe_ok: float = 0.0
+
+    async def start(self) -> None:
+        engine_args = AsyncEngineArgs(**self.config.engine_args())
+        self.llm = UsageTrackingAsyncLLM.from_engine_args(engine_args)
+        state = State()
+        await init_app_state(
+            self.llm,
+            state=state,
+            args=self._frontend_args(engine_args),
+            supported_tasks=await self.llm.get_supported_tasks(),
+        )
+        self.models = state.openai_serving_models
+        self.chat_serving = state.openai_serving_chat
+        self.completion_serving = state.openai_serving_completion
+        await self.probe()
+
+    def _frontend_args(self, engine_args: AsyncEngineArgs):
+        # init_app_state reads the CLI namespace of `vllm serve`; start from its defaults so
+        # every frontend option exists, then lay our engine args over them.
+        args = make_arg_parser(FlexibleArgumentParser()).parse_args([])
+        for key, value in vars(engine_args).items():
+            setattr(args, key, value)
+        args.served_model_name = [self.config.model_id]
+        # Cached prompt tokens in `usage.prompt_tokens_details`, as OpenAI reports them.
+        args.enable_prompt_tokens_details = True
+        return args
+
+    async def chat(self, request: ChatCompletionRequest) -> AsyncIterator[EngineItem]:
+        async for item in self._serve(self.chat_serving, self.chat_serving.create_chat_completion, request):
+            yield item
+
+    async def completions(self, request: CompletionRequest) -> AsyncIterator[EngineItem]:
+        async for item in self._serve(
+            self.completion_serving, self.completion_serving.create_completion, request
+        ):
+            yield item
+
+    async def _serve(self, serving, create, request) -> AsyncIterator[EngineItem]:
+        """Yield SSE strings (stream) or one response dict, then the request's RequestUsage."""
+        usage = RequestUsage(replica_id=self.replica_id)
+        current_usage.set(usage)
+        try:
+            result = await create(request, raw_request=None)
+        except (ValueError, VLLMClientError) as exc:
+            result = serving.create_error_response(exc)
+        if isinstance(result, ErrorResponse):
+            yield EngineError(
+                status=result.error.code,
+                message=result.error.message,
+                type=result.error.type,
+                param=result.error.param,
+            )
+            return
+        try:
+            if isinstance(result, AsyncIterator):
+                async for chunk in result:
+                    yield chunk
+            else:
+                yield result.model_dump(mode="json")
+        finally:
+            if usage.finish_reason is None:
+                # The client went away (cancel or close). Abort now rather than when the
+                # abandoned generators are garbage-collected: the engine must stop at once.
+                await self.llm.abort(usage.engine_request_ids)
+                logger.info("aborted after %s completion tokens", usage.completion_tokens)
+            elif usage.completion_tokens:
+                self.last_probe_ok = time.time()  # real traffic proves the engine generates
+        yield usage
+
+    async def list_models(self) -> dict[str, Any]:
+        return (await self.models.show_available_models()).model_dump(mode="json")
+
+    def num_unfinished_requests(self) -> int:
+        return self.llm.get_num_unfinished_requests()
+
+    async def probe(self, timeout_s: float = 60.0) -> float:
+        """Generate one real token; raise if the engine cannot. Returns the probe's seconds."""
+        started = time.monotonic()
+        params = SamplingParams(max_tokens=1, temperature=0.0)
+        request_id = f"probe-{uuid.uuid4().hex}"
+
+        async def one_token() -> None:
+            async for _ in self.llm.generate({"prompt_token_ids": [1]}, params, request_id):
+                pass
+
+        await asyncio.wait_for(one_token(), timeout_s)
+        self.last_probe_ok = time.time()
+        return time.monotonic() - started
+
+    async def shutdown(self) -> None:
+        if self.llm is not None:
+            self.llm.shutdown()

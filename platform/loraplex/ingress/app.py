@@ -1,0 +1,42 @@
+"""The ingress's Starlette app: every route, plus OpenAI-style bodies for every error."""
+
+from __future__ import annotations
+
+import logging
+
+from ray.exceptions import TaskCancelledError
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+
+from loraplex.config import PlatformConfig
+from loraplex.ingress.errors import APIError, error_response
+from loraplex.ingress.health_routes import HealthRoutes, ReplicaHealth
+from loraplex.ingress.openai_routes import OpenAIRoutes
+
+logger = logging.getLogger(__name__)
+
+
+def build_ingress_app(engine, config: PlatformConfig, replica_health: ReplicaHealth | None = None) -> Starlette:
+    routes = [
+        *OpenAIRoutes(engine, config.ingress.max_request_body_bytes).routes(),
+        *HealthRoutes(engine, replica_health).routes(),
+    ]
+
+    async def on_api_error(request: Request, exc: APIError):
+        return exc.response()
+
+    async def on_http_error(request: Request, exc: HTTPException):
+        return error_response(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}")
+
+    async def on_unexpected(request: Request, exc: Exception):
+        # Ray Serve raises TaskCancelledError from receive() when the client has gone away:
+        # nobody is left to answer, so it is not worth a stack trace.
+        if not isinstance(exc, TaskCancelledError):
+            logger.exception("unhandled error on %s %s", request.method, request.url.path)
+        return error_response(500, f"Internal error: {type(exc).__name__}. The server keeps serving; retry or report it.")
+
+    return Starlette(
+        routes=routes,
+        exception_handlers={APIError: on_api_error, HTTPException: on_http_error, Exception: on_unexpected},
+    )

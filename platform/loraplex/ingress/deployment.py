@@ -1,0 +1,37 @@
+"""Ingress: the Ray Serve deployment that serves the Starlette app."""
+
+from __future__ import annotations
+
+import asyncio
+
+from ray import serve
+
+from loraplex.config import IngressDeploymentConfig, PlatformConfig
+from loraplex.ingress.app import build_ingress_app
+from loraplex.ingress.engine_client import ServeEngineClient
+
+
+class Ingress:
+    def __init__(self, engine_handle, config: PlatformConfig):
+        self.engine = ServeEngineClient(engine_handle)
+        self.config = config
+        self.app_name = serve.get_replica_context().app_name
+
+    def __serve_build_asgi_app__(self):
+        return build_ingress_app(self.engine, self.config, self.engine_replica_health)
+
+    async def engine_replica_health(self) -> tuple[int, int]:
+        # serve.status() blocks on the controller; keep it off the event loop.
+        status = (await asyncio.to_thread(serve.status)).applications[self.app_name].deployments["Engine"]
+        counts = status.replica_states
+        return counts.get("RUNNING", 0), sum(counts.values())
+
+
+def ingress_deployment(config: IngressDeploymentConfig):
+    return serve.deployment(
+        serve.ingress()(Ingress),
+        name="Ingress",
+        num_replicas=config.num_replicas,
+        max_ongoing_requests=config.max_ongoing_requests,
+        ray_actor_options={"num_cpus": config.num_cpus},
+    )

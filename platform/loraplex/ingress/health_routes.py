@@ -1,0 +1,51 @@
+"""GET /healthz (process alive) and GET /readyz (a real 1-token generation on the engines)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Awaitable, Callable, Optional
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from loraplex.ingress.errors import error_response
+
+logger = logging.getLogger(__name__)
+
+# Returns (healthy replicas, total replicas) of the Engine deployment. Serve marks a replica
+# healthy only while its check_health, itself a fresh 1-token generation, keeps passing.
+ReplicaHealth = Callable[[], Awaitable[tuple[int, int]]]
+
+
+class HealthRoutes:
+    def __init__(self, engine, replica_health: Optional[ReplicaHealth] = None, timeout_s: float = 30.0):
+        self.engine = engine
+        self.replica_health = replica_health
+        self.timeout_s = timeout_s
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/healthz", self.healthz, methods=["GET"]),
+            Route("/readyz", self.readyz, methods=["GET"]),
+        ]
+
+    async def healthz(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(self, request: Request) -> Response:
+        unready = {"Retry-After": "5"}
+        try:
+            probe = await asyncio.wait_for(self.engine.call("ready"), self.timeout_s)
+        except Exception as exc:  # any failure to generate means not ready
+            logger.warning("readiness probe failed: %r", exc)
+            return error_response(503, f"No engine replica could generate a token: {exc!r}", headers=unready)
+        body = {"status": "ready", "probe": probe}
+        if self.replica_health is not None:
+            healthy, total = await self.replica_health()
+            body.update(healthy_replicas=healthy, replicas=total)
+            if healthy < total or total == 0:
+                body["status"] = "degraded"
+                return JSONResponse(body, status_code=503, headers=unready)
+        return JSONResponse(body)

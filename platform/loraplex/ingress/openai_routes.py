@@ -1,0 +1,111 @@
+"""POST /v1/chat/completions, POST /v1/completions, GET /v1/models.
+
+Requests are parsed and validated with vLLM's own OpenAI protocol models; the Engine replica runs
+vLLM's serving layer and streams back SSE strings exactly as vLLM's server would send them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any, AsyncIterator
+
+from pydantic import BaseModel, ValidationError
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+from vllm.entrypoints.openai.completion.protocol import CompletionRequest
+
+from loraplex.engine.protocol import EngineError, RequestUsage
+from loraplex.ingress.errors import APIError
+
+logger = logging.getLogger(__name__)
+
+
+async def read_json(request: Request, max_bytes: int) -> dict[str, Any]:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+        raise APIError(413, f"Request body is over {max_bytes} bytes; send a shorter prompt.")
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > max_bytes:
+            raise APIError(413, f"Request body is over {max_bytes} bytes; send a shorter prompt.")
+    try:
+        data = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise APIError(400, f"Request body is not valid JSON ({exc}); send a JSON object.")
+    if not isinstance(data, dict):
+        raise APIError(400, "Request body must be a JSON object.")
+    return data
+
+
+def parse(model: type[BaseModel], data: dict[str, Any]) -> BaseModel:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        param = ".".join(str(p) for p in first.get("loc", ())) or None
+        message = first.get("msg", str(exc))
+        raise APIError(400, f"{param}: {message}" if param else message, param=param)
+
+
+class OpenAIRoutes:
+    def __init__(self, engine, max_body_bytes: int):
+        self.engine = engine
+        self.max_body_bytes = max_body_bytes
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
+            Route("/v1/completions", self.completions, methods=["POST"]),
+            Route("/v1/models", self.models, methods=["GET"]),
+        ]
+
+    async def chat_completions(self, request: Request) -> Response:
+        data = await read_json(request, self.max_body_bytes)
+        return await self.generate("chat", parse(ChatCompletionRequest, data))
+
+    async def completions(self, request: Request) -> Response:
+        data = await read_json(request, self.max_body_bytes)
+        return await self.generate("completions", parse(CompletionRequest, data))
+
+    async def models(self, request: Request) -> Response:
+        return JSONResponse(await self.engine.call("list_models"))
+
+    async def generate(self, method: str, oai_request) -> Response:
+        items = self.engine.stream(method, oai_request)
+        try:
+            first = await anext(items)
+        except StopAsyncIteration:
+            raise APIError(503, "The engine ended the request without a reply; retry it.")
+        if isinstance(first, EngineError):
+            await items.aclose()
+            raise APIError(first.status, first.message, param=first.param)
+        if oai_request.stream:
+            return StreamingResponse(
+                self._sse(first, items),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+            )
+        async for item in items:
+            self._on_usage(item)
+        return JSONResponse(first)
+
+    async def _sse(self, first: str, items: AsyncIterator) -> AsyncIterator[str]:
+        try:
+            yield first
+            async for item in items:
+                if isinstance(item, RequestUsage):
+                    self._on_usage(item)
+                else:
+                    yield item
+        finally:
+            # On client disconnect Starlette cancels us here; closing the engine stream
+            # cancels the engine request.
+            await items.aclose()
+
+    def _on_usage(self, item: Any) -> None:
+        if isinstance(item, RequestUsage):
+            logger.debug("usage %s", item.as_dict())

@@ -1,0 +1,80 @@
+"""One Ray Serve deployment of LoRAPlex with the real vLLM engine, shared by every integration test."""
+
+import socket
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from model_dir import MODEL_NAME, default_model_dir  # noqa: E402
+
+APP = "loraplex"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_ready(base_url: str, timeout_s: float = 600) -> None:
+    deadline = time.time() + timeout_s
+    last = None
+    while time.time() < deadline:
+        try:
+            last = httpx.get(f"{base_url}/readyz", timeout=30)
+            if last.status_code == 200:
+                return
+        except httpx.HTTPError as exc:
+            last = exc
+        time.sleep(2)
+    raise TimeoutError(f"LoRAPlex not ready after {timeout_s}s: {last!r}")
+
+
+@pytest.fixture(scope="session")
+def serve_app():
+    import ray
+    from ray import serve
+
+    from loraplex.app import build_app
+
+    # 2 cores: give Ray more logical CPUs than that so engine + ingress + helpers all schedule.
+    ray.init(num_cpus=8, object_store_memory=256 * 1024**2, include_dashboard=False, logging_level="WARNING")
+    port = free_port()
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    args = {
+        "engine": {
+            "model": str(default_model_dir()),
+            "max_model_len": 2048,
+            "max_num_seqs": 16,
+            "gpu_memory_utilization": 0.25,
+            "dtype": "bfloat16",
+        },
+        "engine_deployment": {"health_check_period_s": 5},
+    }
+    serve.run(build_app(args), name=APP, route_prefix="/", blocking=False)
+    base_url = f"http://127.0.0.1:{port}"
+    wait_ready(base_url)
+    yield base_url
+    serve.shutdown()
+    ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def base_url(serve_app) -> str:
+    return serve_app
+
+
+@pytest.fixture(scope="session")
+def engine_handle(serve_app):
+    from ray import serve
+
+    return serve.get_deployment_handle("Engine", app_name=APP)
+
+
+@pytest.fixture(scope="session")
+def model_name() -> str:
+    return MODEL_NAME

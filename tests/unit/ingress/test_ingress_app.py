@@ -1,0 +1,160 @@
+import asyncio
+import json
+
+import pytest
+from starlette.testclient import TestClient
+
+from fake_engine import FakeEngineClient
+from loraplex.config import PlatformConfig
+from loraplex.engine.protocol import EngineError, RequestUsage
+from loraplex.ingress.app import build_ingress_app
+from loraplex.ingress.openai_routes import OpenAIRoutes
+
+MODEL = "SmolLM2-135M-Instruct"
+CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+SSE = ['data: {"choices":[{"delta":{"content":"Pa"}}]}\n\n', 'data: {"choices":[{"delta":{"content":"ris"}}]}\n\n', "data: [DONE]\n\n"]
+RESPONSE = {"object": "chat.completion", "choices": [{"message": {"content": "Paris"}}], "usage": {"prompt_tokens": 3}}
+
+
+def script(method, request):
+    if request.model != MODEL:
+        yield EngineError(404, f"The model `{request.model}` does not exist.", "NotFoundError", "model")
+        return
+    if request.stream:
+        yield from SSE
+    else:
+        yield RESPONSE
+    yield RequestUsage(prompt_tokens=3, completion_tokens=2, finish_reason="stop")
+
+
+@pytest.fixture
+def engine():
+    return FakeEngineClient(
+        script,
+        calls={"list_models": {"object": "list", "data": [{"id": MODEL}]}, "ready": {"replica_id": "r1", "probe_seconds": 0.01}},
+    )
+
+
+def make_client(engine, replica_health=None, **ingress):
+    config = PlatformConfig.from_args({"ingress": ingress} if ingress else None)
+    return TestClient(build_ingress_app(engine, config, replica_health), raise_server_exceptions=False)
+
+
+def assert_openai_error(response, status):
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert error["code"] == status and error["message"] and error["type"]
+    return error
+
+
+def test_non_stream_returns_engine_response_and_hides_usage_item(engine):
+    response = make_client(engine).post("/v1/chat/completions", json=CHAT)
+    assert response.status_code == 200
+    assert response.json() == RESPONSE
+    assert engine.finished == 1
+
+
+def test_stream_passes_sse_through_exactly(engine):
+    response = make_client(engine).post("/v1/chat/completions", json={**CHAT, "stream": True})
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/event-stream")
+    assert response.text == "".join(SSE)
+
+
+def test_completions_route(engine):
+    response = make_client(engine).post("/v1/completions", json={"model": MODEL, "prompt": "x", "max_tokens": 2})
+    assert response.status_code == 200
+    assert engine.requests[-1][0] == "completions"
+
+
+def test_engine_refusal_becomes_openai_error_with_its_status(engine):
+    error = assert_openai_error(make_client(engine).post("/v1/chat/completions", json={**CHAT, "model": "nope"}), 404)
+    assert error["param"] == "model" and error["type"] == "not_found_error"
+
+
+def test_engine_refusal_on_stream_is_a_plain_error_not_sse(engine):
+    response = make_client(engine).post("/v1/chat/completions", json={**CHAT, "model": "nope", "stream": True})
+    assert_openai_error(response, 404)
+
+
+@pytest.mark.parametrize(
+    "body, status, needle",
+    [
+        (b"{not json", 400, "not valid JSON"),
+        (b"[1, 2]", 400, "JSON object"),
+        (json.dumps({"model": MODEL}).encode(), 400, "messages"),
+        (json.dumps({**CHAT, "messages": "hi"}).encode(), 400, "messages"),
+        (json.dumps({**CHAT, "temperature": "hot"}).encode(), 400, "temperature"),
+        (b"\xff\xfe\x00", 400, "JSON"),
+    ],
+)
+def test_bad_bodies_get_400_and_server_keeps_serving(engine, body, status, needle):
+    client = make_client(engine)
+    error = assert_openai_error(client.post("/v1/chat/completions", content=body), status)
+    assert needle in error["message"]
+    assert client.post("/v1/chat/completions", json=CHAT).status_code == 200
+
+
+def test_oversized_body_gets_413(engine):
+    client = make_client(engine, max_request_body_bytes=1000)
+    big = {**CHAT, "messages": [{"role": "user", "content": "x" * 5000}]}
+    assert_openai_error(client.post("/v1/chat/completions", json=big), 413)
+    assert client.post("/v1/chat/completions", json=CHAT).status_code == 200
+
+
+def test_unknown_route_and_wrong_method_use_openai_error_body(engine):
+    client = make_client(engine)
+    assert_openai_error(client.get("/v1/nope"), 404)
+    assert_openai_error(client.get("/v1/chat/completions"), 405)
+
+
+def test_engine_failure_is_a_500_body_and_server_keeps_serving(engine):
+    def broken(method, request):
+        raise RuntimeError("replica died")
+        yield  # pragma: no cover
+
+    client = make_client(FakeEngineClient(broken))
+    assert_openai_error(client.post("/v1/chat/completions", json=CHAT), 500)
+    assert client.get("/healthz").status_code == 200
+
+
+def test_models_lists_engine_models(engine):
+    assert make_client(engine).get("/v1/models").json()["data"][0]["id"] == MODEL
+
+
+def test_readyz_ready_when_probe_generates(engine):
+    async def all_healthy():
+        return 2, 2
+
+    body = make_client(engine, all_healthy).get("/readyz").json()
+    assert body["status"] == "ready" and body["healthy_replicas"] == 2
+
+
+def test_readyz_503_when_probe_fails():
+    engine = FakeEngineClient(script, calls={"ready": RuntimeError("engine dead")})
+    response = make_client(engine).get("/readyz")
+    assert_openai_error(response, 503)
+    assert response.headers["retry-after"]
+
+
+def test_readyz_503_when_a_replica_is_unhealthy(engine):
+    async def one_of_two():
+        return 1, 2
+
+    response = make_client(engine, one_of_two).get("/readyz")
+    assert response.status_code == 503 and response.json()["status"] == "degraded"
+
+
+def test_closing_a_stream_early_closes_the_engine_stream(engine):
+    """What Starlette does on client disconnect: the SSE generator is closed mid-stream."""
+
+    async def run():
+        routes = OpenAIRoutes(engine, 1 << 20)
+        items = engine.stream("chat", type("R", (), {"model": MODEL, "stream": True})())
+        first = await anext(items)
+        sse = routes._sse(first, items)
+        assert await anext(sse) == SSE[0]
+        await sse.aclose()
+
+    asyncio.run(run())
+    assert engine.closed_early == 1 and engine.finished == 0

@@ -1,0 +1,75 @@
+from pathlib import Path
+
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from loraplex.config import EngineConfig, PlatformConfig
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("name", ["serve_config.yaml", "serve_config.gpu.yaml"])
+def test_shipped_serve_configs_parse(name):
+    config = yaml.safe_load((ROOT / name).read_text())
+    app = config["applications"][0]
+    assert app["import_path"] == "loraplex.app:build_app"
+    platform = PlatformConfig.from_args(app["args"])
+    args = platform.engine.engine_args()
+    assert args["enable_lora"] and args["enable_prefix_caching"] and args["enable_chunked_prefill"]
+    assert args["served_model_name"] == ["SmolLM2-135M-Instruct"]
+
+
+def test_gpu_profile_reserves_one_gpu_per_tensor_parallel_rank():
+    config = yaml.safe_load((ROOT / "serve_config.gpu.yaml").read_text())
+    platform = PlatformConfig.from_args(config["applications"][0]["args"])
+    assert platform.engine_deployment.num_gpus == platform.engine.tensor_parallel_size
+
+
+def test_engine_args_pass_through_and_lora_knobs():
+    engine = EngineConfig(
+        model="some/model",
+        max_loras=2,
+        max_cpu_loras=8,
+        max_lora_rank=32,
+        engine_kwargs={"enforce_eager": True},
+    )
+    args = engine.engine_args()
+    assert args["max_loras"] == 2 and args["max_cpu_loras"] == 8 and args["max_lora_rank"] == 32
+    assert args["enforce_eager"] is True
+    assert engine.model_id == "model"
+
+
+def test_lora_knobs_absent_when_lora_disabled():
+    args = EngineConfig(enable_lora=False).engine_args()
+    assert "max_loras" not in args and args["enable_lora"] is False
+
+
+def test_served_model_name_overrides_dir_name():
+    assert EngineConfig(model="/m/x", served_model_name="base").model_id == "base"
+
+
+def test_unknown_keys_are_refused_so_typos_surface():
+    with pytest.raises(ValidationError, match="max_lora"):
+        PlatformConfig.from_args({"engine": {"max_lora": 3}})
+
+
+def test_bad_values_are_refused():
+    with pytest.raises(ValidationError):
+        PlatformConfig.from_args({"engine": {"gpu_memory_utilization": 1.5}})
+    with pytest.raises(ValidationError):
+        PlatformConfig.from_args({"engine_deployment": {"num_replicas": 0}})
+
+
+def test_relative_model_dir_resolves_against_start_dir(tmp_path):
+    (tmp_path / "models" / "m").mkdir(parents=True)
+    resolved = EngineConfig(model="models/m").resolved(tmp_path)
+    assert resolved.model == str(tmp_path / "models" / "m")
+    # An HF id (no such dir) is left alone.
+    assert EngineConfig(model="org/model").resolved(tmp_path).model == "org/model"
+
+
+def test_empty_args_give_the_cpu_defaults():
+    platform = PlatformConfig.from_args(None)
+    assert platform.engine.model == "models/SmolLM2-135M-Instruct"
+    assert platform.engine_deployment.num_replicas == 1
