@@ -1,0 +1,35 @@
+"""TenantAffinityPolicy: rank_tenant_affinity plus the router's memory of who holds what."""
+from collections.abc import Iterable, Sequence
+
+from loraplex.routing.bounded_load import DEFAULT_LOAD_FACTOR, rank_tenant_affinity
+from loraplex.routing.held_keys import HeldKeys
+from loraplex.routing.policy import RoutingPolicy
+from loraplex.routing.snapshot import ReplicaSnapshot, RouteRequest
+
+
+class TenantAffinityPolicy(RoutingPolicy):
+    name = "tenant_affinity"
+
+    def __init__(self, c: float = DEFAULT_LOAD_FACTOR, min_bound: int = 0,
+                 keys_per_replica: int | None = None):
+        self.c = c
+        self.min_bound = min_bound
+        self.held = HeldKeys(keys_per_replica)
+
+    def rank(self, request: RouteRequest, replicas: Sequence[ReplicaSnapshot]) -> list[str]:
+        loads = {r.replica_id: r.load for r in replicas}
+        tracked = self.held.holders(request.key)
+        # A fresh engine report counts too: the router may not have routed that key there.
+        holders = {r.replica_id for r in replicas
+                   if r.replica_id in tracked
+                   or (r.held_keys is not None and request.key in r.held_keys)}
+        return rank_tenant_affinity(request.key, loads, holders, self.c, self.min_bound)
+
+    def on_routed(self, request: RouteRequest, replica_id: str) -> None:
+        self.held.add(replica_id, request.key)
+
+    def on_replica_removed(self, replica_id: str) -> None:
+        self.held.remove_replica(replica_id)
+
+    def on_stats(self, replica_id: str, held_keys: Iterable[str]) -> None:
+        self.held.replace(replica_id, held_keys)
