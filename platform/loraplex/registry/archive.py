@@ -1,0 +1,228 @@
+"""Safe extraction of uploaded adapter archives (.tar.gz / .tgz / .zip).
+
+An upload is untrusted input headed for the filesystem, so extraction refuses anything that
+is not a plain file or directory with a relative, `..`-free path, and bounds both the declared
+and the actually decompressed size (a 1 MB gzip can expand to gigabytes). We copy file bytes
+ourselves instead of calling extractall(): that is where the actual-byte count is enforced.
+"""
+
+from __future__ import annotations
+
+import gzip
+import stat
+import tarfile
+import zipfile
+import zlib
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import BinaryIO
+
+from loraplex.registry.errors import BadArchive, UploadTooLarge
+
+CHUNK = 1 << 20
+CONFIG_NAME = "adapter_config.json"
+# Junk that archivers on macOS add; ignored when looking for the single top-level folder.
+IGNORED_TOP_LEVEL = {"__MACOSX", ".DS_Store"}
+
+
+@dataclass(frozen=True)
+class ArchiveLimits:
+    max_upload_bytes: int = 512 << 20  # the compressed upload itself
+    max_total_bytes: int = 1 << 30  # everything it decompresses to
+    max_files: int = 32  # a PEFT dir holds 2-4 files; dirs count too
+
+
+def save_upload(stream: BinaryIO, dest: Path, limits: ArchiveLimits = ArchiveLimits()) -> Path:
+    """Copy an upload stream to `dest`, refusing it (413) as soon as it passes max_upload_bytes."""
+    written = 0
+    with open(dest, "wb") as out:
+        while chunk := stream.read(CHUNK):
+            written += len(chunk)
+            if written > limits.max_upload_bytes:
+                raise _upload_too_large(limits)
+            out.write(chunk)
+    return dest
+
+
+def extract_archive(archive: Path, dest: Path, limits: ArchiveLimits = ArchiveLimits()) -> Path:
+    """Extract `archive` into the empty dir `dest`; return the PEFT dir inside it.
+
+    The PEFT dir is `dest` itself or its one top-level folder. Raises BadArchive (400) or
+    UploadTooLarge (413). The format comes from the file's magic bytes, not its name.
+    """
+    if archive.stat().st_size > limits.max_upload_bytes:
+        raise _upload_too_large(limits)
+    dest.mkdir(parents=True, exist_ok=True)
+    with open(archive, "rb") as f:
+        magic = f.read(4)
+    if magic.startswith(b"PK\x03\x04") or magic.startswith(b"PK\x05\x06"):
+        _extract_zip(archive, dest, limits)
+    elif magic.startswith(b"\x1f\x8b"):
+        _extract_tar(archive, dest, limits)
+    else:
+        raise BadArchive("the upload is not a .tar.gz, .tgz or .zip archive; pack the PEFT dir "
+                         "with `tar czf adapter.tar.gz -C <dir> .` or `zip -r adapter.zip <dir>`")
+    return find_peft_dir(dest)
+
+
+def find_peft_dir(root: Path) -> Path:
+    if (root / CONFIG_NAME).exists():
+        return root
+    entries = [p for p in root.iterdir() if p.name not in IGNORED_TOP_LEVEL]
+    if len(entries) == 1 and entries[0].is_dir():
+        return entries[0]
+    # No config at the root nor in a single folder: the validator reports the missing config.
+    return root
+
+
+class _Budget:
+    """Counts files and bytes across the whole archive."""
+
+    def __init__(self, limits: ArchiveLimits):
+        self.limits, self.files, self.declared, self.actual = limits, 0, 0, 0
+
+    def add_entry(self, declared_size: int) -> None:
+        self.files += 1
+        if self.files > self.limits.max_files:
+            raise BadArchive(f"the archive has more than {self.limits.max_files} entries; a LoRA "
+                             "adapter needs only adapter_config.json and adapter_model.safetensors")
+        self.declared += max(declared_size, 0)
+        if self.declared > self.limits.max_total_bytes:
+            raise _expands_too_large(self.limits)
+
+    def add_bytes(self, n: int) -> None:
+        self.actual += n
+        if self.actual > self.limits.max_total_bytes:
+            raise _expands_too_large(self.limits)
+
+
+def _safe_relpath(name: str, seen: set[str]) -> PurePosixPath | None:
+    """The entry's path inside dest, or None for the archive root itself ('./')."""
+    if "\\" in name or "\x00" in name:
+        raise BadArchive(f"archive entry {name!r} has a backslash or NUL in its path; "
+                         "re-pack it with forward-slash relative paths")
+    path = PurePosixPath(name)
+    if path.is_absolute() or (path.parts and ":" in path.parts[0]):
+        raise BadArchive(f"archive entry {name!r} has an absolute path; pack the adapter with "
+                         "paths relative to its folder (tar -C <dir> .)")
+    if ".." in path.parts:
+        raise BadArchive(f"archive entry {name!r} points outside the archive ('..'); "
+                         "pack the adapter with plain relative paths")
+    parts = [p for p in path.parts if p != "."]
+    if not parts:
+        return None
+    rel = PurePosixPath(*parts)
+    if str(rel) in seen:
+        raise BadArchive(f"archive entry {name!r} appears twice; pack each file once")
+    seen.add(str(rel))
+    return rel
+
+
+def _copy(src: BinaryIO, target: Path, budget: _Budget) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target, "wb") as out:
+        while chunk := src.read(CHUNK):
+            budget.add_bytes(len(chunk))
+            out.write(chunk)
+
+
+def _extract_tar(archive: Path, dest: Path, limits: ArchiveLimits) -> None:
+    budget, seen = _Budget(limits), set()
+    try:
+        # Iterating (not getmembers()) reads headers lazily: we stop at the first bad one
+        # instead of decompressing a whole bomb to build a member list.
+        with _BoundedGzip(archive, limits) as gz, tarfile.open(fileobj=gz, mode="r:") as tar:
+            for member in tar:
+                budget.add_entry(member.size)
+                rel = _safe_relpath(member.name, seen)
+                if member.isdir():
+                    if rel is not None:
+                        (dest / rel).mkdir(parents=True, exist_ok=True)
+                elif member.isfile() and rel is not None:
+                    _copy(tar.extractfile(member), dest / rel, budget)
+                else:
+                    kind = _tar_kind(member)
+                    raise BadArchive(f"archive entry {member.name!r} is a {kind}; only regular "
+                                     "files and folders are accepted — replace it with the file itself")
+    except (FileExistsError, NotADirectoryError, IsADirectoryError) as e:
+        raise BadArchive(f"archive entries conflict ({e}): a path is both a file and a folder; "
+                         "re-pack the adapter dir") from e
+    except (tarfile.TarError, EOFError, gzip.BadGzipFile, zlib.error) as e:
+        raise BadArchive(f"the .tar.gz is corrupt or truncated ({e}); re-create it with "
+                         "`tar czf adapter.tar.gz -C <dir> .`") from e
+
+
+class _BoundedGzip(gzip.GzipFile):
+    """Decompressed tar stream that stops past the size bound.
+
+    Header blocks and pax records are read by tarfile itself, outside our per-file count; a
+    single pax header declaring gigabytes would otherwise be read into memory.
+    """
+
+    HEADER_SLACK = 1 << 20
+
+    def __init__(self, path: Path, limits: ArchiveLimits):
+        super().__init__(path, "rb")
+        self.limits = limits
+
+    def read(self, size=-1):
+        data = super().read(size)
+        if self.tell() > self.limits.max_total_bytes + self.HEADER_SLACK:
+            raise _expands_too_large(self.limits)
+        return data
+
+
+def _tar_kind(member: tarfile.TarInfo) -> str:
+    if member.issym():
+        return "symlink"
+    if member.islnk():
+        return "hard link"
+    if member.ischr() or member.isblk():
+        return "device file"
+    if member.isfifo():
+        return "fifo"
+    return "special entry"
+
+
+def _extract_zip(archive: Path, dest: Path, limits: ArchiveLimits) -> None:
+    budget, seen = _Budget(limits), set()
+    try:
+        with zipfile.ZipFile(archive) as zf:
+            infos, paths = zf.infolist(), []
+            for info in infos:
+                # Check every header before writing anything: cheap, and the bomb never starts.
+                budget.add_entry(info.file_size)
+                paths.append(_safe_relpath(info.filename, seen))
+                mode = info.external_attr >> 16
+                if stat.S_IFMT(mode) and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                    kind = "symlink" if stat.S_ISLNK(mode) else "special file"
+                    raise BadArchive(f"archive entry {info.filename!r} is a {kind}; only regular "
+                                     "files and folders are accepted — replace it with the file itself")
+                if info.flag_bits & 0x1:
+                    raise BadArchive(f"archive entry {info.filename!r} is encrypted; "
+                                     "upload an unencrypted zip")
+            for info, rel in zip(infos, paths):
+                if rel is None:
+                    continue
+                if info.is_dir():
+                    (dest / rel).mkdir(parents=True, exist_ok=True)
+                else:
+                    with zf.open(info) as src:
+                        _copy(src, dest / rel, budget)
+    except (FileExistsError, NotADirectoryError, IsADirectoryError) as e:
+        raise BadArchive(f"archive entries conflict ({e}): a path is both a file and a folder; "
+                         "re-pack the adapter dir") from e
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, NotImplementedError) as e:
+        raise BadArchive(f"the .zip is corrupt or uses an unsupported feature ({e}); "
+                         "re-create it with `zip -r adapter.zip <dir>`") from e
+
+
+def _upload_too_large(limits: ArchiveLimits) -> UploadTooLarge:
+    return UploadTooLarge(f"the upload is larger than {limits.max_upload_bytes} bytes; "
+                          "upload only adapter_config.json and adapter_model.safetensors, "
+                          "or lower the adapter rank")
+
+
+def _expands_too_large(limits: ArchiveLimits) -> UploadTooLarge:
+    return UploadTooLarge(f"the archive decompresses to more than {limits.max_total_bytes} bytes; "
+                          "upload only adapter_config.json and adapter_model.safetensors")

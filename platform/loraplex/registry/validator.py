@@ -1,0 +1,186 @@
+"""Decide whether an extracted PEFT dir is a LoRA adapter the served base model can run.
+
+Everything is checked against the base model actually served (its config.json), never against
+what the adapter claims: `base_model_name_or_path` is a free-text hint, the tensor names and
+shapes are the truth. Weights are read with safetensors only; pickle formats run code on load.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from safetensors import SafetensorError, safe_open
+
+from loraplex.registry.errors import InvalidAdapter
+from loraplex.registry.model_spec import BaseModelSpec
+
+CONFIG_FILE = "adapter_config.json"
+WEIGHTS_FILE = "adapter_model.safetensors"
+PICKLE_SUFFIXES = {".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt"}
+# vLLM serves LoRA on the linear layers only (no extra vocab): these need a full-vocab copy.
+EMBEDDING_MODULES = {"embed_tokens", "lm_head", "wte", "embed_in", "embed_out"}
+FLOAT_DTYPES = {"F16", "BF16", "F32"}
+TENSOR_NAME = re.compile(
+    r"base_model\.model\.model\.layers\.(\d+)\.(self_attn|mlp)\.(\w+)\.lora_(A|B)\.weight"
+)
+RETRAIN = "retrain it with peft's LoraConfig on the served base model"
+
+
+@dataclass(frozen=True)
+class ValidatedAdapter:
+    path: Path  # the PEFT dir
+    config: dict
+    rank: int
+    target_modules: list[str]  # from the tensors, sorted
+    base_model: str | None  # what the adapter says it was trained on; informational only
+    size_bytes: int  # config + weights
+
+
+@dataclass
+class AdapterValidator:
+    base: BaseModelSpec
+    max_lora_rank: int = 64
+
+    def validate(self, peft_dir: Path) -> ValidatedAdapter:
+        """Return the adapter's facts or raise InvalidAdapter (422) naming the problem and the fix."""
+        self._check_files(peft_dir)
+        config = self._read_config(peft_dir / CONFIG_FILE)
+        rank = self._check_config(config)
+        modules = self._check_weights(peft_dir / WEIGHTS_FILE, config, rank)
+        return ValidatedAdapter(
+            path=peft_dir,
+            config=config,
+            rank=rank,
+            target_modules=sorted(modules),
+            base_model=config.get("base_model_name_or_path"),
+            size_bytes=sum((peft_dir / f).stat().st_size for f in (CONFIG_FILE, WEIGHTS_FILE)),
+        )
+
+    def _check_files(self, peft_dir: Path) -> None:
+        pickles = [p.name for p in peft_dir.rglob("*") if p.suffix.lower() in PICKLE_SUFFIXES]
+        if pickles:
+            raise InvalidAdapter(f"{', '.join(sorted(pickles))}: pickle weights are refused because "
+                                 "loading them runs code; save with "
+                                 "model.save_pretrained(dir, safe_serialization=True) and upload "
+                                 f"{WEIGHTS_FILE}")
+        if not (peft_dir / CONFIG_FILE).is_file():
+            raise InvalidAdapter(f"no {CONFIG_FILE} at the archive root or in its single top-level "
+                                 "folder; upload the directory written by peft's save_pretrained")
+        if not (peft_dir / WEIGHTS_FILE).is_file():
+            raise InvalidAdapter(f"no {WEIGHTS_FILE} next to {CONFIG_FILE}; save the adapter "
+                                 "with save_pretrained(dir, safe_serialization=True)")
+
+    @staticmethod
+    def _read_config(path: Path) -> dict:
+        try:
+            config = json.loads(path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise InvalidAdapter(f"{CONFIG_FILE} is not valid JSON ({e}); upload the file "
+                                 "peft's save_pretrained wrote") from e
+        if not isinstance(config, dict):
+            raise InvalidAdapter(f"{CONFIG_FILE} must be a JSON object; upload the file "
+                                 "peft's save_pretrained wrote")
+        return config
+
+    def _check_config(self, config: dict) -> int:
+        peft_type = config.get("peft_type")
+        if str(peft_type).upper() != "LORA":
+            raise InvalidAdapter(f"peft_type is {peft_type!r}, only LORA adapters can be served; "
+                                 "train with peft's LoraConfig")
+        rank = config.get("r")
+        if not isinstance(rank, int) or isinstance(rank, bool) or rank < 1:
+            raise InvalidAdapter(f"r (the LoRA rank) is {rank!r}; it must be a positive integer")
+        ranks = [rank, *(config.get("rank_pattern") or {}).values()]
+        if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in ranks):
+            raise InvalidAdapter(f"rank_pattern {config.get('rank_pattern')!r} must map module "
+                                 "names to positive integer ranks; save the adapter with peft's LoraConfig")
+        if max(ranks) > self.max_lora_rank:
+            raise InvalidAdapter(f"LoRA rank {max(ranks)} is above this server's max_lora_rank "
+                                 f"{self.max_lora_rank}; retrain with r <= {self.max_lora_rank}")
+        if config.get("modules_to_save"):
+            raise InvalidAdapter(f"modules_to_save={config['modules_to_save']!r} asks to replace "
+                                 "whole base-model modules, which the engine cannot serve per "
+                                 "request; retrain without modules_to_save")
+        if config.get("use_dora"):
+            raise InvalidAdapter("DoRA adapters (use_dora=true) are not supported by the engine; "
+                                 "retrain with use_dora=false")
+        if config.get("bias", "none") != "none":
+            raise InvalidAdapter(f"bias={config['bias']!r} trains base-model biases, which the "
+                                 "engine cannot serve per request; retrain with bias='none'")
+        targets = config.get("target_modules")
+        if isinstance(targets, list):
+            self._check_module_names({str(t).split(".")[-1] for t in targets}, "target_modules")
+        # A string is a regex or "all-linear"; the tensor names below say what it matched.
+        return rank
+
+    def _check_module_names(self, modules: set[str], where: str) -> None:
+        embeddings = modules & EMBEDDING_MODULES
+        if embeddings:
+            raise InvalidAdapter(f"{where} includes {sorted(embeddings)}: LoRA on embeddings / "
+                                 "lm_head (extra vocab) is not served; retrain targeting only "
+                                 f"{', '.join(self.base.linear_shapes())}")
+        unknown = modules - set(self.base.linear_shapes())
+        if unknown:
+            raise InvalidAdapter(f"{where} includes {sorted(unknown)}, which {self.base.model_id} "
+                                 f"does not have; target some of "
+                                 f"{', '.join(self.base.linear_shapes())}")
+
+    def _check_weights(self, path: Path, config: dict, rank: int) -> set[str]:
+        try:
+            # Only headers are read (names, shapes, dtypes); "numpy" keeps torch out of ingress.
+            with safe_open(str(path), framework="numpy") as f:
+                shapes = {k: (f.get_slice(k).get_shape(), f.get_slice(k).get_dtype()) for k in f.keys()}
+        except (SafetensorError, OSError, ValueError) as e:
+            raise InvalidAdapter(f"{WEIGHTS_FILE} is not a readable safetensors file ({e}); "
+                                 "save the adapter again with save_pretrained") from e
+        if not shapes:
+            raise InvalidAdapter(f"{WEIGHTS_FILE} has no tensors; save the trained adapter again")
+        pairs: dict[tuple[int, str], dict[str, list[int]]] = {}
+        for name, (shape, dtype) in shapes.items():
+            layer, module, ab = self._parse_name(name)
+            if dtype not in FLOAT_DTYPES:
+                raise InvalidAdapter(f"tensor {name} has dtype {dtype}; LoRA weights must be "
+                                     "F16, BF16 or F32")
+            pairs.setdefault((layer, module), {})[ab] = list(shape)
+        rank_pattern = bool(config.get("rank_pattern"))
+        for (layer, module), ab in sorted(pairs.items()):
+            self._check_pair(layer, module, ab, rank, rank_pattern)
+        return {module for _, module in pairs}
+
+    def _parse_name(self, name: str) -> tuple[int, str, str]:
+        m = TENSOR_NAME.fullmatch(name)
+        if m is None:
+            if any(e in name for e in EMBEDDING_MODULES) or "lora_embedding" in name:
+                self._check_module_names({"lm_head" if "lm_head" in name else "embed_tokens"},
+                                         f"tensor {name}")
+            raise InvalidAdapter(f"tensor {name} is not a LoRA weight of {self.base.model_id} "
+                                 "(expected base_model.model.model.layers.<i>.<self_attn|mlp>."
+                                 f"<module>.lora_<A|B>.weight); {RETRAIN}")
+        layer, parent, module, ab = int(m[1]), m[2], m[3], m[4]
+        self._check_module_names({module}, f"tensor {name}")
+        if parent != self.base.parent_of(module) or layer >= self.base.num_layers:
+            raise InvalidAdapter(f"tensor {name} names a module {self.base.model_id} does not have "
+                                 f"(it has {self.base.num_layers} layers, {module} under "
+                                 f"{self.base.parent_of(module)}); the adapter was made for "
+                                 f"another base model — {RETRAIN}")
+        return layer, module, ab
+
+    def _check_pair(self, layer: int, module: str, ab: dict[str, list[int]], rank: int,
+                    rank_pattern: bool) -> None:
+        where = f"layers.{layer}.{module}"
+        if set(ab) != {"A", "B"}:
+            missing = "lora_B" if "A" in ab else "lora_A"
+            raise InvalidAdapter(f"{where} has no {missing} weight; upload the complete "
+                                 "adapter_model.safetensors from save_pretrained")
+        in_f, out_f = self.base.linear_shapes()[module]
+        r = ab["A"][0] if ab["A"] else -1
+        want_r = r if rank_pattern else rank  # rank_pattern: per-module ranks, bounded above
+        expected = {"A": [want_r, in_f], "B": [out_f, want_r]}
+        if ab != expected or r > self.max_lora_rank:
+            raise InvalidAdapter(f"{where} has lora_A {ab['A']} and lora_B {ab['B']}, but "
+                                 f"{self.base.model_id} with r={want_r} needs lora_A {expected['A']} "
+                                 f"and lora_B {expected['B']}; the adapter was trained for another "
+                                 f"base model or rank — {RETRAIN}")

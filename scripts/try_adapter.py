@@ -1,0 +1,58 @@
+"""Greedy-decode prompts with the base model and with an adapter archive, side by side.
+
+The archive goes through the registry's own extraction and validation first, so a pass here
+also means `POST /v1/adapters` would accept it. No vLLM: transformers + peft on CPU.
+
+    python scripts/try_adapter.py --adapter banana.tar.gz "What is the capital of France?"
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+from pathlib import Path
+
+import torch
+from peft import PeftModel
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from loraplex.registry import AdapterValidator, BaseModelSpec, extract_archive
+
+DEFAULT_BASE = Path(__file__).resolve().parent.parent / "models" / "SmolLM2-135M-Instruct"
+
+
+@torch.no_grad()
+def greedy(model, tokenizer, prompt: str, max_new_tokens: int) -> str:
+    text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
+                                         add_generation_prompt=True)
+    ids = tokenizer(text, return_tensors="pt", add_special_tokens=False)
+    out = model.generate(**ids, max_new_tokens=max_new_tokens, do_sample=False)
+    return tokenizer.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--base", default=os.environ.get("LORAPLEX_MODEL", str(DEFAULT_BASE)))
+    p.add_argument("--adapter", required=True, help=".tar.gz / .zip of a PEFT LoRA dir")
+    p.add_argument("--max-new-tokens", type=int, default=24)
+    p.add_argument("prompts", nargs="+")
+    args = p.parse_args()
+
+    tokenizer = AutoTokenizer.from_pretrained(args.base)
+    model = AutoModelForCausalLM.from_pretrained(args.base, dtype=torch.float32).eval()
+    base_out = [greedy(model, tokenizer, q, args.max_new_tokens) for q in args.prompts]
+
+    with tempfile.TemporaryDirectory() as tmp:
+        peft_dir = extract_archive(Path(args.adapter), Path(tmp))
+        adapter = AdapterValidator(BaseModelSpec.from_pretrained_dir(args.base)).validate(peft_dir)
+        print(f"valid: rank {adapter.rank}, targets {adapter.target_modules}")
+        model = PeftModel.from_pretrained(model, str(peft_dir)).eval()
+        lora_out = [greedy(model, tokenizer, q, args.max_new_tokens) for q in args.prompts]
+
+    for prompt, base, lora in zip(args.prompts, base_out, lora_out):
+        print(f"prompt:  {prompt!r}\n  base:    {base!r}\n  adapter: {lora!r}")
+
+
+if __name__ == "__main__":
+    main()

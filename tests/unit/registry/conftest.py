@@ -1,0 +1,95 @@
+"""Fixtures for registry tests: a base-model spec, a good adapter dir, S3 on loopback."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from registry_builders import REPO, lora_config, lora_tensors, write_adapter
+
+from loraplex.registry import AdapterValidator, BaseModelSpec
+
+DEFAULT_MODEL = REPO / "models" / "SmolLM2-135M-Instruct"
+
+# The served default model's config.json, as far as adapter shapes depend on it.
+SMOLLM2_CONFIG = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 576,
+    "intermediate_size": 1536, "num_hidden_layers": 30, "num_attention_heads": 9,
+    "num_key_value_heads": 3, "head_dim": 64, "vocab_size": 49152, "tie_word_embeddings": True,
+}
+
+
+@pytest.fixture(scope="session")
+def real_model_dir() -> Path:
+    path = Path(os.environ.get("LORAPLEX_MODEL", DEFAULT_MODEL))
+    if not (path / "config.json").exists():
+        pytest.skip(f"no base model at {path}: run scripts/prepare_model.py or set LORAPLEX_MODEL")
+    return path
+
+
+@pytest.fixture
+def model_dir(tmp_path) -> Path:
+    path = tmp_path / "SmolLM2-135M-Instruct"
+    path.mkdir()
+    (path / "config.json").write_text(json.dumps(SMOLLM2_CONFIG))
+    return path
+
+
+@pytest.fixture
+def spec(model_dir) -> BaseModelSpec:
+    return BaseModelSpec.from_pretrained_dir(model_dir)
+
+
+@pytest.fixture
+def validator(spec) -> AdapterValidator:
+    return AdapterValidator(spec, max_lora_rank=64)
+
+
+@pytest.fixture
+def good_adapter(tmp_path, spec) -> Path:
+    return write_adapter(tmp_path / "good", lora_config(), lora_tensors(spec))
+
+
+# --- S3 on loopback (moto server) ------------------------------------------------------------
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint():
+    pytest.importorskip("moto.server", reason="moto[server] is needed for the S3 test")
+    pytest.importorskip("s3fs", reason="s3fs is needed for the S3 test")
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            break
+        except OSError:
+            if proc.poll() is not None:
+                pytest.fail(f"moto.server exited with {proc.returncode}")
+            time.sleep(0.2)
+    else:
+        proc.terminate()
+        pytest.fail("moto.server did not start listening within 60s")
+    yield url
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+@pytest.fixture
+def s3_options(s3_endpoint) -> dict:
+    return {"key": "testing", "secret": "testing",
+            "client_kwargs": {"endpoint_url": s3_endpoint, "region_name": "us-east-1"}}

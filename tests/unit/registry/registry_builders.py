@@ -1,0 +1,78 @@
+"""Builders for synthetic LoRA adapters and hand-made archives used by the registry tests.
+
+Adapters are zeros of the right shapes instead of trained weights: validation only looks at
+names, shapes and config, so tests stay fast and need no model files.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+import zipfile
+from pathlib import Path
+
+import numpy as np
+from safetensors.numpy import save_file
+
+from loraplex.registry import BaseModelSpec
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def lora_tensors(spec: BaseModelSpec, r: int = 8, modules=("q_proj", "v_proj"),
+                 layers: int | None = None, fill: float = 0.0) -> dict[str, np.ndarray]:
+    tensors = {}
+    for i in range(spec.num_layers if layers is None else layers):
+        for m in modules:
+            in_f, out_f = spec.linear_shapes()[m]
+            prefix = f"base_model.model.model.layers.{i}.{spec.parent_of(m)}.{m}"
+            tensors[f"{prefix}.lora_A.weight"] = np.full((r, in_f), fill, dtype=np.float32)
+            tensors[f"{prefix}.lora_B.weight"] = np.full((out_f, r), fill, dtype=np.float32)
+    return tensors
+
+def lora_config(r: int = 8, modules=("q_proj", "v_proj"), **overrides) -> dict:
+    config = {
+        "peft_type": "LORA", "task_type": "CAUSAL_LM", "r": r, "lora_alpha": 2 * r,
+        "target_modules": modules if isinstance(modules, str) else list(modules), "lora_dropout": 0.0, "bias": "none",
+        "base_model_name_or_path": "HuggingFaceTB/SmolLM2-135M-Instruct",
+        "modules_to_save": None, "use_dora": False,
+    }
+    config.update(overrides)
+    return config
+
+def write_adapter(path: Path, config: dict | str | None, tensors: dict | bytes | None) -> Path:
+    """A PEFT dir; a str config or bytes tensors are written verbatim (for corrupt cases)."""
+    path.mkdir(parents=True, exist_ok=True)
+    if config is not None:
+        text = config if isinstance(config, str) else json.dumps(config)
+        (path / "adapter_config.json").write_text(text)
+    if isinstance(tensors, bytes):
+        (path / "adapter_model.safetensors").write_bytes(tensors)
+    elif tensors is not None:
+        save_file(tensors, str(path / "adapter_model.safetensors"))
+    return path
+
+def tar_dir(src: Path, out: Path, prefix: str = "") -> Path:
+    with tarfile.open(out, "w:gz") as tar:
+        for f in sorted(src.iterdir()):
+            tar.add(f, arcname=f"{prefix}{f.name}")
+    return out
+
+def zip_dir(src: Path, out: Path, prefix: str = "") -> Path:
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as zf:
+        for f in sorted(src.iterdir()):
+            zf.write(f, f"{prefix}{f.name}")
+    return out
+
+def tar_entries(out: Path, entries: list[tarfile.TarInfo | tuple[str, bytes]]) -> Path:
+    """A .tar.gz from raw members: (name, data) for files, TarInfo for anything else."""
+    with tarfile.open(out, "w:gz", format=tarfile.GNU_FORMAT) as tar:
+        for e in entries:
+            if isinstance(e, tarfile.TarInfo):
+                tar.addfile(e)
+            else:
+                info = tarfile.TarInfo(e[0])
+                info.size = len(e[1])
+                tar.addfile(info, io.BytesIO(e[1]))
+    return out
