@@ -1,0 +1,78 @@
+"""Billing events for a month: one CloudEvent per tenant x meter x UTC day.
+
+Event ids are uuid5(tenant|meter|period|day), so a re-export yields the same ids and billing
+systems that de-duplicate on id (Stripe `identifier`, OpenMeter/Lago `id`/`transaction_id`)
+ingest it idempotently. Because the id does not change, a day is exported only once it is
+final: `grace` after the day ends (longer than any spool replay delay).
+"""
+import json
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+
+from sqlalchemy import Engine
+
+from loraplex.accounting import render
+from loraplex.accounting.period import period_bounds
+from loraplex.accounting.usage_query import usage_totals
+
+# Fixed forever: changing it changes every event id.
+EVENT_NAMESPACE = uuid.UUID("6f1c8c1e-3d0b-5b7a-9a57-4c6f5241504c")
+EVENT_TYPE = "io.loraplex.usage.tokens"
+METERS = ("input_tokens", "cached_input_tokens", "output_tokens")
+CSV_COLUMNS = ["id", "time", "tenant", "meter", "quantity", "period", "day"]
+
+
+def event_id(tenant_id: str, meter: str, period: str, day: str) -> str:
+    return str(uuid.uuid5(EVENT_NAMESPACE, f"{tenant_id}|{meter}|{period}|{day}"))
+
+
+@dataclass
+class BillingExport:
+    period: str
+    complete: bool           # every day of the period is final and included
+    through: str | None      # last day included ("YYYY-MM-DD"), None if none yet
+    events: list[dict] = field(default_factory=list)
+
+    def to_jsonl(self) -> str:
+        return "".join(json.dumps(e, separators=(",", ":"), sort_keys=True) + "\n" for e in self.events)
+
+    def to_csv(self) -> str:
+        rows = [[e["id"], e["time"], e["subject"], e["data"]["meter"], e["data"]["quantity"], self.period,
+                 e["data"]["day"]] for e in self.events]
+        return render.csv_text(CSV_COLUMNS, rows)
+
+
+def billing_export(engine: Engine, period: str, *, source: str = "loraplex", now: datetime | None = None,
+                   grace: timedelta = timedelta(hours=1), tenant_id: str | None = None) -> BillingExport:
+    start, end = period_bounds(period)
+    now = now or datetime.now(timezone.utc)
+    # Days [start, closed_end) are final; export nothing of a day still receiving records.
+    closed_end = min(end, (now - grace).replace(hour=0, minute=0, second=0, microsecond=0))
+    export = BillingExport(period, complete=closed_end >= end, through=None)
+    if closed_end <= start:
+        return export
+    export.through = (closed_end - timedelta(days=1)).date().isoformat()
+    with engine.connect() as conn:
+        totals = usage_totals(conn, start, closed_end, "day", tenant_id)
+    for t in sorted(totals, key=lambda t: (t.tenant_id, t.key)):
+        quantities = {"input_tokens": t.prompt_tokens - t.cached_prompt_tokens,
+                      "cached_input_tokens": t.cached_prompt_tokens, "output_tokens": t.completion_tokens}
+        day_start = datetime.fromisoformat(t.key).replace(tzinfo=timezone.utc)
+        for meter in METERS:
+            if quantities[meter] == 0:
+                continue
+            export.events.append({
+                "specversion": "1.0",
+                "id": event_id(t.tenant_id, meter, period, t.key),
+                "source": source,
+                "type": EVENT_TYPE,
+                "subject": t.tenant_id,
+                # The usage window's start: billing systems bucket by event time.
+                "time": day_start.isoformat().replace("+00:00", "Z"),
+                "datacontenttype": "application/json",
+                "data": {"meter": meter, "quantity": quantities[meter], "tenant": t.tenant_id, "period": period,
+                         "day": t.key, "window_start": day_start.isoformat().replace("+00:00", "Z"),
+                         "window_end": (day_start + timedelta(days=1)).isoformat().replace("+00:00", "Z")},
+            })
+    return export

@@ -1,0 +1,110 @@
+"""What a million tokens costs us: GPU-hour price x GPUs / (tokens/s x utilization x 3600) x 1e6.
+
+tokens/s is measured from the ledger: each record's prompt tokens are spread over
+[arrival, first token] and its completion tokens over [first token, finish], summed into
+`window_s` buckets. Peak = the busiest bucket (what the deployment has shown it can do);
+average = all tokens / the whole period; utilization = average / peak. Capacity cost prices
+tokens at peak throughput (100% busy); real cost is what the period actually cost per token.
+"""
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+
+from sqlalchemy import Engine, select
+
+from loraplex.accounting import render
+from loraplex.accounting.period import check_range
+from loraplex.accounting.pricing import MILLION, PriceBook
+from loraplex.accounting.tables import usage_records as u
+from loraplex.accounting.usage_query import usage_totals
+
+_Q6 = Decimal("0.000001")
+
+
+@dataclass
+class CostModelReport:
+    start: datetime
+    end: datetime
+    gpu_hour_price: Decimal
+    gpus: int
+    window_s: int
+    requests: int
+    tokens: int                  # prompt + completion tokens served
+    peak_tokens_per_s: float
+    avg_tokens_per_s: float
+    utilization: float           # avg / peak, 0..1
+    gpu_cost: Decimal            # GPU-hours in the period x price
+    capacity_cost_per_1m: Decimal | None  # at peak throughput, fully busy
+    real_cost_per_1m: Decimal | None      # at the measured utilization
+    revenue: Decimal | None = None        # what tenants were billed, when a PriceBook is given
+
+    def to_dict(self) -> dict:
+        money = lambda d: None if d is None else str(d)  # noqa: E731
+        return {"start": self.start.isoformat(), "end": self.end.isoformat(),
+                "gpu_hour_price": str(self.gpu_hour_price), "gpus": self.gpus, "window_s": self.window_s,
+                "requests": self.requests, "tokens": self.tokens,
+                "peak_tokens_per_s": round(self.peak_tokens_per_s, 3),
+                "avg_tokens_per_s": round(self.avg_tokens_per_s, 3), "utilization": round(self.utilization, 4),
+                "gpu_cost": str(self.gpu_cost), "capacity_cost_per_1m": money(self.capacity_cost_per_1m),
+                "real_cost_per_1m": money(self.real_cost_per_1m), "revenue": money(self.revenue)}
+
+    def to_table(self) -> str:
+        return render.text_table(["metric", "value"], [[k, "" if v is None else v] for k, v in self.to_dict().items()])
+
+
+def per_million(gpu_hour_price: Decimal, gpus: int, tokens_per_s: float, utilization: float) -> Decimal | None:
+    effective = Decimal(repr(tokens_per_s)) * Decimal(repr(utilization))
+    if effective <= 0:
+        return None
+    return (gpu_hour_price * gpus / (effective * 3600) * MILLION).quantize(_Q6)
+
+
+def cost_model_report(engine: Engine, start: datetime, end: datetime, *, gpu_hour_price: Decimal, gpus: int = 1,
+                      window_s: int = 60, prices: PriceBook | None = None) -> CostModelReport:
+    check_range(start, end)
+    t0, t1 = start.timestamp(), end.timestamp()
+    buckets: dict[int, float] = defaultdict(float)
+    requests = tokens = 0
+    q = (select(u.c.arrival_time, u.c.first_token_time, u.c.finish_time, u.c.prompt_tokens, u.c.completion_tokens)
+         .where(u.c.finish_time >= start, u.c.arrival_time < end))
+    with engine.connect() as conn:
+        for arrival, first, finish, prompt, completion in conn.execution_options(yield_per=10_000).execute(q):
+            a, f = arrival.timestamp(), finish.timestamp()
+            mid = first.timestamp() if first else a
+            tokens += _spread(buckets, prompt, a, mid, t0, t1, window_s)
+            tokens += _spread(buckets, completion, mid, f, t0, t1, window_s)
+            requests += 1
+        revenue = None
+        if prices is not None:
+            revenue = sum((prices.cost(t.tenant_id, t.prompt_tokens, t.cached_prompt_tokens, t.completion_tokens)
+                           for t in usage_totals(conn, start, end, "tenant")), Decimal(0))
+    seconds = t1 - t0
+    peak = max(buckets.values(), default=0.0) / window_s
+    avg = tokens / seconds
+    util = avg / peak if peak else 0.0
+    gpu_cost = gpu_hour_price * gpus * Decimal(repr(seconds)) / 3600
+    return CostModelReport(start, end, gpu_hour_price, gpus, window_s, requests, round(tokens), peak, avg, util,
+                           gpu_cost.quantize(_Q6), per_million(gpu_hour_price, gpus, peak, 1.0),
+                           per_million(gpu_hour_price, gpus, peak, util), revenue)
+
+
+def _spread(buckets: dict[int, float], n: int, a: float, b: float, t0: float, t1: float, w: int) -> float:
+    """Add n tokens spread evenly over [a, b], clipped to [t0, t1); return the tokens kept."""
+    if n <= 0:
+        return 0.0
+    if b <= a:  # instantaneous: all tokens at b
+        if not t0 <= b < t1:
+            return 0.0
+        buckets[int((b - t0) // w)] += n
+        return float(n)
+    rate, lo, hi = n / (b - a), max(a, t0), min(b, t1)
+    kept = 0.0
+    while lo < hi:
+        i = int((lo - t0) // w)
+        edge = min(hi, t0 + (i + 1) * w)
+        part = rate * (edge - lo)
+        buckets[i] += part
+        kept += part
+        lo = edge
+    return kept

@@ -1,0 +1,224 @@
+"""UsageLedger: the request path appends to a local spool; a background thread copies sealed
+spool segments into the database with INSERT ... ON CONFLICT (request_id) DO NOTHING and deletes
+a segment only after its transaction committed. A crash at any point leaves either the segment
+(replayed at start; duplicates are no-ops) or the committed rows: never a loss, never a double.
+"""
+import json
+import logging
+import threading
+import time
+import re
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from sqlalchemy import Engine, bindparam, func, select
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+from loraplex.accounting.record import UsageRecord
+from loraplex.accounting.rejection_counter import RejectionCounter
+from loraplex.accounting.spool import Segment, SpoolLocked, UsageSpool
+from loraplex.accounting.tables import MIGRATIONS, usage_records, usage_rejections
+from loraplex.db import DEFAULT_DB_URL, make_engine, migrate
+
+log = logging.getLogger(__name__)
+_PG_CHUNK = 5000  # rows per unnest INSERT
+
+
+@dataclass
+class FlushResult:
+    segments: int = 0
+    records: int = 0      # usage records read from the spool
+    inserted: int = 0     # of which new in the database
+    duplicates: int = 0   # already present: a replay or a retried write
+    rejection_rows: int = 0
+
+
+class UsageLedger:
+    def __init__(self, db_url: str | None = None, spool_dir: str = "var/spool", *, engine: Engine | None = None,
+                 sync_mode: str = "batch", fsync_interval_s: float = 0.05, flush_interval_s: float = 1.0,
+                 flush_batch: int = 1000, run_migrations: bool = True, adopt_orphans: bool = False,
+                 adopt_interval_s: float = 60.0):
+        self.engine = engine if engine is not None else make_engine(db_url or DEFAULT_DB_URL)
+        self.spool = UsageSpool(spool_dir, sync_mode=sync_mode)
+        self.rejections = RejectionCounter()
+        self.fsync_interval_s, self.flush_interval_s, self.flush_batch = fsync_interval_s, flush_interval_s, flush_batch
+        self._run_migrations = run_migrations
+        # Spools of dead replicas (siblings of ours whose lock is free) get replayed by us.
+        self.adopt_orphans, self.adopt_interval_s = adopt_orphans, adopt_interval_s
+        self._last_adopt = 0.0
+        self._flush_lock = threading.Lock()  # one flush at a time (thread vs explicit flush())
+        self._wake = threading.Condition()
+        self._pending = 0
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.last_error: BaseException | None = None
+
+    @classmethod
+    def from_config(cls, cfg, replica_id: str, engine: Engine | None = None) -> "UsageLedger":
+        """cfg: AccountingConfig. Each replica gets its own spool subdirectory."""
+        safe_id = re.sub(r"[^A-Za-z0-9._-]", "_", replica_id)  # Ray ids contain '#' and ':'
+        return cls(cfg.db_url, str(Path(cfg.spool_dir) / safe_id), engine=engine, sync_mode=cfg.sync_mode,
+                   fsync_interval_s=cfg.fsync_interval_s, flush_interval_s=cfg.flush_interval_s,
+                   flush_batch=cfg.flush_batch, adopt_orphans=True)
+
+    # -- request path -------------------------------------------------------------------------
+    def append(self, record: UsageRecord) -> None:
+        """Durable against process death when it returns (see spool.py). Thread-safe, ~10 us."""
+        self.spool.append(record.to_json())
+        with self._wake:
+            self._pending += 1
+            if self._pending >= self.flush_batch:
+                self._wake.notify()
+
+    def reject(self, tenant_id: str | None, reason: str) -> None:
+        """Count a request refused before the engine (401/404/429...). Not billable."""
+        self.rejections.add(tenant_id, reason)
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def start(self) -> "UsageLedger":
+        if self._run_migrations:
+            migrate(self.engine, MIGRATIONS)
+        try:
+            self.recover()
+        except Exception as e:  # DB down at start: the flusher keeps retrying, appends still work
+            self.last_error = e
+            log.exception("usage ledger: recovery failed; will retry in the background")
+        self._threads = [threading.Thread(target=self._sync_loop, name="ledger-fsync", daemon=True),
+                         threading.Thread(target=self._flush_loop, name="ledger-flush", daemon=True)]
+        for t in self._threads:
+            t.start()
+        return self
+
+    def recover(self) -> FlushResult:
+        """Replay segments left by an earlier run (and, with adopt_orphans, by dead sibling replicas)."""
+        with self._flush_lock:
+            result = self._flush_sealed(self.spool, FlushResult())
+            if self.adopt_orphans:
+                self._adopt_orphans(result)
+            return result
+
+    def flush(self) -> FlushResult:
+        """Seal the current segment and copy everything pending into the database, now."""
+        with self._flush_lock:
+            counts = self.rejections.drain()
+            if counts:
+                self.spool.append(json.dumps({"kind": "rejections", "batch_id": str(uuid.uuid4()), "counts": counts}))
+            with self._wake:
+                self._pending = 0
+            self.spool.rotate()
+            result = self._flush_sealed(self.spool, FlushResult())
+            if self.adopt_orphans and time.monotonic() - self._last_adopt > self.adopt_interval_s:
+                self._adopt_orphans(result)
+            return result
+
+    def close(self) -> None:
+        self._stop.set()
+        with self._wake:
+            self._wake.notify_all()
+        for t in self._threads:
+            t.join()
+        try:
+            self.flush()
+        except Exception:  # the spool keeps the records; the next start replays them
+            log.exception("usage ledger: final flush failed; records stay in %s", self.spool.dir)
+        self.spool.close()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- background ---------------------------------------------------------------------------
+    def _sync_loop(self) -> None:
+        while not self._stop.wait(self.fsync_interval_s):
+            try:
+                self.spool.sync()
+            except OSError:
+                log.exception("usage ledger: fsync failed")
+
+    def _flush_loop(self) -> None:
+        backoff = self.flush_interval_s
+        while not self._stop.is_set():
+            with self._wake:
+                if self._pending < self.flush_batch:
+                    self._wake.wait(backoff)
+            if self._stop.is_set():
+                return  # close() does the final flush
+            try:
+                self.flush()
+                self.last_error, backoff = None, self.flush_interval_s
+            except Exception as e:  # DB unavailable: records wait in the spool; back off
+                self.last_error, backoff = e, min(backoff * 2, 30.0)
+                log.warning("usage ledger: flush failed (%s); retry in %.1fs", e, backoff)
+
+    # -- database -----------------------------------------------------------------------------
+    def _flush_sealed(self, spool: UsageSpool, result: FlushResult) -> FlushResult:
+        for path in spool.sealed():
+            seg = spool.read(path)
+            self._commit_segment(seg, result)
+            spool.discard(seg)  # only after the commit above
+            result.segments += 1
+        return result
+
+    def _adopt_orphans(self, result: FlushResult) -> None:
+        """Replay sibling spool directories whose owner is gone (flock is free). Same host only:
+        a replica's spool is local disk, so a dead replica is adopted by one on its node."""
+        self._last_adopt = time.monotonic()
+        for d in sorted(self.spool.dir.parent.iterdir()):
+            if d == self.spool.dir or not (d / "LOCK").is_file():
+                continue
+            try:
+                orphan = UsageSpool(d)
+            except SpoolLocked:
+                continue  # alive
+            try:
+                self._flush_sealed(orphan, result)
+            finally:
+                orphan.close()
+
+    def _commit_segment(self, seg: Segment, result: FlushResult) -> None:
+        records: dict[str, dict] = {}
+        rejections: list[dict] = []
+        for e in seg.entries:
+            if e.get("kind") == "rejections":
+                rejections += [{"batch_id": e["batch_id"], "tenant_id": t, "reason": r,
+                                "hour": datetime.fromisoformat(h), "count": n} for t, r, h, n in e["counts"]]
+            else:
+                rec = UsageRecord.from_dict(e)
+                result.records += 1
+                records.setdefault(rec.request_id, rec.row())  # first write wins
+        rows = list(records.values())
+        with self.engine.begin() as conn:
+            if rows:
+                result.inserted += self._insert_usage(conn, rows)
+            if rejections:
+                insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
+                conn.execute(insert(usage_rejections).on_conflict_do_nothing(), rejections)
+            result.rejection_rows += len(rejections)
+        result.duplicates = result.records - result.inserted
+
+    @staticmethod
+    def _insert_usage(conn, rows: list[dict]) -> int:
+        """INSERT ... ON CONFLICT (request_id) DO NOTHING; returns how many rows were new."""
+        if conn.dialect.name == "postgresql":
+            # One array per column + unnest: psycopg would spend most of the flush parsing a
+            # multi-row VALUES statement with thousands of placeholders (8x slower measured).
+            inserted = 0
+            for i in range(0, len(rows), _PG_CHUNK):
+                chunk = rows[i:i + _PG_CHUNK]
+                src = select(*[func.unnest(bindparam(f"a_{c.name}", [r[c.name] for r in chunk], type_=ARRAY(c.type)))
+                               .label(c.name) for c in usage_records.c])
+                stmt = (pg_insert(usage_records).from_select([c.name for c in usage_records.c], src)
+                        .on_conflict_do_nothing(index_elements=["request_id"]).returning(usage_records.c.request_id))
+                inserted += len(conn.execute(stmt).all())
+            return inserted
+        # SQLite: executemany, which SQLAlchemy batches into multi-row INSERTs ("insertmanyvalues")
+        # with one cached compilation; RETURNING yields only the rows actually inserted.
+        stmt = (sqlite_insert(usage_records).on_conflict_do_nothing(index_elements=["request_id"])
+                .returning(usage_records.c.request_id))
+        return len(conn.execute(stmt, rows).all())

@@ -1,0 +1,68 @@
+from dataclasses import dataclass, field
+from decimal import ROUND_HALF_UP, Decimal
+
+from sqlalchemy import Engine
+
+from loraplex.accounting import render
+from loraplex.accounting.period import period_bounds
+from loraplex.accounting.pricing import MILLION, PriceBook
+from loraplex.accounting.usage_query import usage_totals
+
+CENT = Decimal("0.01")
+
+
+@dataclass
+class StatementLine:
+    meter: str               # input_tokens | cached_input_tokens | output_tokens
+    quantity: int
+    unit_price: Decimal      # per 1M tokens
+    amount: Decimal          # exact
+
+
+@dataclass
+class Statement:
+    tenant_id: str
+    period: str
+    plan: str
+    currency: str
+    requests: int
+    lines: list[StatementLine] = field(default_factory=list)
+
+    @property
+    def subtotal(self) -> Decimal:
+        return sum((ln.amount for ln in self.lines), Decimal(0))
+
+    @property
+    def total_due(self) -> Decimal:
+        # Round once, on the invoice total, never per line or per request.
+        return self.subtotal.quantize(CENT, rounding=ROUND_HALF_UP)
+
+    def to_dict(self) -> dict:
+        return {"tenant": self.tenant_id, "period": self.period, "plan": self.plan, "currency": self.currency,
+                "requests": self.requests,
+                "lines": [{"meter": ln.meter, "quantity": ln.quantity, "unit_price_per_1m": str(ln.unit_price),
+                           "amount": str(ln.amount)} for ln in self.lines],
+                "subtotal": str(self.subtotal), "total_due": str(self.total_due)}
+
+    def to_table(self) -> str:
+        rows = [[ln.meter, ln.quantity, str(ln.unit_price), str(ln.amount)] for ln in self.lines]
+        head = f"Statement {self.tenant_id} {self.period} (plan {self.plan}, {self.requests} requests)\n"
+        return head + render.text_table(["meter", "quantity", f"{self.currency}/1M", "amount"], rows,
+                                        footer=["TOTAL DUE", "", "", str(self.total_due)])
+
+
+def monthly_statement(engine: Engine, prices: PriceBook, tenant_id: str, period: str) -> Statement:
+    """A tenant's bill for YYYY-MM at its current price (price changes mid-month are not modelled)."""
+    start, end = period_bounds(period)
+    with engine.connect() as conn:
+        totals = usage_totals(conn, start, end, "tenant", tenant_id)
+    prompt = sum(t.prompt_tokens for t in totals)
+    cached = sum(t.cached_prompt_tokens for t in totals)
+    completion = sum(t.completion_tokens for t in totals)
+    price = prices.price_for(tenant_id)
+    st = Statement(tenant_id, period, prices.plan_for(tenant_id), prices.currency, sum(t.requests for t in totals))
+    for meter, qty, unit in (("input_tokens", prompt - cached, price.input),
+                             ("cached_input_tokens", cached, price.cached_input),
+                             ("output_tokens", completion, price.output)):
+        st.lines.append(StatementLine(meter, qty, unit, Decimal(qty) * unit / MILLION))
+    return st

@@ -1,0 +1,44 @@
+from sqlalchemy import BigInteger, Column, Float, Index, Integer, PrimaryKeyConstraint, String, Table
+
+from loraplex.db import Base, Migration, UTCDateTime
+
+usage_records = Table(
+    "usage_records", Base.metadata,
+    Column("request_id", String(128), primary_key=True),  # the idempotency key
+    Column("tenant_id", String(64), nullable=False),
+    Column("api_key_id", String(64)),
+    Column("base_model", String(200), nullable=False),
+    Column("adapter", String(200)),
+    Column("prompt_tokens", Integer, nullable=False),
+    Column("cached_prompt_tokens", Integer, nullable=False),
+    Column("completion_tokens", Integer, nullable=False),
+    Column("status", String(32), nullable=False),
+    Column("arrival_time", UTCDateTime, nullable=False),
+    Column("first_token_time", UTCDateTime),
+    # Reports and billing attribute a request to the period its finish_time falls in.
+    Column("finish_time", UTCDateTime, nullable=False),
+    Column("ttft", Float),
+    Column("replica_id", String(128)),
+    Index("ix_usage_records_tenant_finish", "tenant_id", "finish_time"),
+    Index("ix_usage_records_finish", "finish_time"),
+)
+
+# Pre-engine refusals, aggregated per flush batch; batch_id makes a replayed batch a no-op.
+usage_rejections = Table(
+    "usage_rejections", Base.metadata,
+    Column("batch_id", String(36), nullable=False),
+    Column("tenant_id", String(64), nullable=False),
+    Column("reason", String(64), nullable=False),
+    Column("hour", UTCDateTime, nullable=False),
+    Column("count", BigInteger, nullable=False),
+    PrimaryKeyConstraint("batch_id", "tenant_id", "reason", "hour"),
+    Index("ix_usage_rejections_tenant_hour", "tenant_id", "hour"),
+)
+
+
+def _v1(conn):
+    # Creates the tables as declared above; later versions must use explicit ALTERs.
+    Base.metadata.create_all(conn, tables=[usage_records, usage_rejections], checkfirst=True)
+
+
+MIGRATIONS = [Migration("accounting", 1, "usage_records and usage_rejections", _v1)]

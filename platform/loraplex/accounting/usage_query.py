@@ -1,0 +1,52 @@
+"""The one aggregation every report, statement and export is built from."""
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import Connection, func, select
+
+from loraplex.accounting.period import check_range
+from loraplex.accounting.tables import usage_records as u
+
+GROUP_BY = ("day", "hour", "adapter", "model", "tenant")
+
+
+@dataclass
+class UsageTotals:
+    tenant_id: str
+    key: str | None  # the group's value: "2026-11-29", "2026-11-29T22:00:00Z", adapter, model
+    prompt_tokens: int
+    cached_prompt_tokens: int
+    completion_tokens: int
+    requests: int
+
+
+def group_key(conn: Connection, group_by: str):
+    if group_by in ("day", "hour"):
+        if conn.dialect.name == "postgresql":
+            fmt = "YYYY-MM-DD" if group_by == "day" else 'YYYY-MM-DD"T"HH24:00:00"Z"'
+            return func.to_char(func.date_trunc(group_by, u.c.finish_time), fmt)
+        return func.strftime("%Y-%m-%d" if group_by == "day" else "%Y-%m-%dT%H:00:00Z", u.c.finish_time)
+    if group_by == "adapter":
+        return u.c.adapter
+    if group_by == "model":
+        return u.c.base_model
+    if group_by == "tenant":
+        return u.c.tenant_id
+    raise ValueError(f"group_by must be one of {GROUP_BY}")
+
+
+def usage_totals(conn: Connection, start: datetime, end: datetime, group_by: str,
+                 tenant_id: str | None = None) -> list[UsageTotals]:
+    """Sums per (tenant, group) of records whose finish_time is in [start, end).
+
+    Always split by tenant too: prices are per tenant, so cost is computed per tenant and summed.
+    """
+    check_range(start, end)
+    key = group_key(conn, group_by).label("key")
+    q = (select(u.c.tenant_id, key, func.sum(u.c.prompt_tokens), func.sum(u.c.cached_prompt_tokens),
+                func.sum(u.c.completion_tokens), func.count())
+         .where(u.c.finish_time >= start, u.c.finish_time < end)
+         .group_by(u.c.tenant_id, key).order_by(key, u.c.tenant_id))
+    if tenant_id is not None:
+        q = q.where(u.c.tenant_id == tenant_id)
+    return [UsageTotals(t, k, int(p), int(c), int(o), int(n)) for t, k, p, c, o, n in conn.execute(q)]

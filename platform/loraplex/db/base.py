@@ -1,0 +1,17 @@
+from sqlalchemy import MetaData
+from sqlalchemy.orm import DeclarativeBase
+
+# Explicit constraint names so later ALTERs (and Postgres vs SQLite) agree on them.
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    """Declarative base; every component's tables hang off `Base.metadata`."""
+
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)

@@ -1,0 +1,48 @@
+from pathlib import Path
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import sessionmaker
+
+DEFAULT_DB_URL = "sqlite:///var/loraplex.db"
+SQLITE_BUSY_TIMEOUT_MS = 5000
+
+
+def make_engine(url: str = DEFAULT_DB_URL, **kwargs) -> Engine:
+    """Engine for a SQLite file (WAL, busy_timeout) or Postgres (psycopg 3) URL."""
+    u = make_url(url)
+    if u.get_backend_name() == "postgresql":
+        if u.drivername == "postgresql":  # psycopg2 is not a dependency; psycopg 3 is
+            u = u.set(drivername="postgresql+psycopg")
+        kwargs.setdefault("pool_pre_ping", True)
+        return create_engine(u, **kwargs)
+    if u.get_backend_name() != "sqlite":
+        raise ValueError(f"unsupported database URL {url!r}: use sqlite:/// or postgresql://")
+    if u.database and u.database != ":memory:":
+        Path(u.database).parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(u, **kwargs)
+    _tune_sqlite(engine)
+    return engine
+
+
+def _tune_sqlite(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def on_connect(dbapi_conn, _record):
+        # pysqlite's implicit BEGIN skips DDL and SELECT; take over so transactions are real.
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")  # readers never block the ledger's writer
+        cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        # FULL: a commit survives power loss; the ledger deletes spool segments right after it.
+        cur.execute("PRAGMA synchronous=FULL")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def on_begin(conn):
+        # Writers that read first (migrations) ask for IMMEDIATE to avoid SQLITE_BUSY_SNAPSHOT.
+        conn.exec_driver_sql(conn.get_execution_options().get("sqlite_begin", "BEGIN"))
+
+
+def session_factory(engine: Engine) -> sessionmaker:
+    return sessionmaker(engine, expire_on_commit=False)

@@ -1,0 +1,179 @@
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from sqlalchemy import func, select
+
+from loraplex.accounting import SpoolLocked, UsageLedger, rejection_counts
+from loraplex.accounting.tables import usage_records, usage_rejections
+from usage_builders import make_record
+
+
+def count_rows(ledger, table=usage_records):
+    with ledger.engine.connect() as conn:
+        return conn.execute(select(func.count()).select_from(table)).scalar()
+
+
+def request_ids(ledger):
+    with ledger.engine.connect() as conn:
+        return [r for (r,) in conn.execute(select(usage_records.c.request_id))]
+
+
+def test_same_request_id_twice_is_one_row(db_url, tmp_path):
+    with UsageLedger(db_url, tmp_path / "spool") as ledger:
+        ledger.append(make_record(1))
+        ledger.append(make_record(1))
+        r = ledger.flush()
+        assert (r.records, r.inserted, r.duplicates) == (2, 1, 1)
+        ledger.append(make_record(1))  # a retried write in a later batch
+        assert ledger.flush().inserted == 0
+        assert count_rows(ledger) == 1
+    with UsageLedger(db_url, tmp_path / "spool2") as again:  # another replica / a restart
+        again.append(make_record(1))
+        assert again.flush().inserted == 0
+        assert count_rows(again) == 1
+
+
+def test_record_round_trips_through_the_database(db_url, tmp_path):
+    rec = make_record(7, adapter="sql-bot@3f2a", status="client_disconnect")
+    with UsageLedger(db_url, tmp_path / "spool") as ledger:
+        ledger.append(rec)
+        ledger.flush()
+        with ledger.engine.connect() as conn:
+            row = conn.execute(select(usage_records)).one()._asdict()
+    assert row == rec.row()
+
+
+CHILD = textwrap.dedent("""
+    import os, signal, sys, time
+    from datetime import datetime, timezone
+    from loraplex.accounting import UsageLedger, UsageRecord
+    url, spool, mode, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    t = datetime(2026, 11, 3, 10, tzinfo=timezone.utc)
+    rec = lambda i: UsageRecord(request_id=f"req-{i}", tenant_id="t1", base_model="m", prompt_tokens=10,
+                                completion_tokens=5, status="finished", arrival_time=t, finish_time=t)
+    ledger = UsageLedger(url, spool, flush_interval_s=3600, flush_batch=10**9).start()
+    half = n // 2 if mode == "mid_flush" else n
+    for i in range(half):
+        ledger.append(rec(i))
+    if mode == "after_commit":
+        # Die after the DB commit but before the segment is deleted: the worst moment.
+        ledger.spool.discard = lambda seg: os.kill(os.getpid(), signal.SIGKILL)
+        ledger.flush()
+    if mode == "mid_flush":
+        ledger.flush()
+        for i in range(half, n):
+            ledger.append(rec(i))
+    os.write(ledger.spool._fd, b'{"request_id": "torn-wri')  # a write cut short by the kill
+    print("appended", flush=True)
+    time.sleep(120)
+""")
+
+
+@pytest.mark.parametrize("mode", ["before_flush", "mid_flush", "after_commit"])
+def test_sigkill_then_replay_keeps_every_record_exactly_once(db_url, tmp_path, mode):
+    n, spool = 300, tmp_path / "spool"
+    if db_url.startswith("sqlite"):
+        UsageLedger(db_url, tmp_path / "init").start().close()  # schema first, as at deploy time
+    child = subprocess.Popen([sys.executable, "-c", CHILD, db_url, str(spool), mode, str(n)],
+                             stdout=subprocess.PIPE, text=True)
+    if mode != "after_commit":
+        assert child.stdout.readline().strip() == "appended"
+        child.send_signal(signal.SIGKILL)
+    assert child.wait(timeout=60) == -signal.SIGKILL
+
+    backup = tmp_path / "backup"
+    shutil.copytree(spool, backup, ignore=shutil.ignore_patterns("LOCK"))
+    with UsageLedger(db_url, spool) as ledger:  # start() replays the dead process's spool
+        assert sorted(request_ids(ledger)) == sorted(f"req-{i}" for i in range(n))
+        assert not ledger.spool.sealed()
+    # Replaying the same segments again (e.g. the delete was lost) changes nothing.
+    for seg in backup.glob("segment-*.jsonl"):
+        shutil.copy(seg, spool / seg.name)
+    with UsageLedger(db_url, spool) as ledger:
+        assert ledger.last_error is None
+        assert count_rows(ledger) == n
+
+
+def test_concurrent_appends_from_threads_give_exactly_n_rows(db_url, tmp_path):
+    threads_n, per_thread = 8, 250
+    ledger = UsageLedger(db_url, tmp_path / "spool", flush_interval_s=0.02, flush_batch=100).start()
+
+    def worker(k):
+        for i in range(per_thread):
+            ledger.append(make_record(i, tenant=f"t{k}"))
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(threads_n)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    ledger.close()  # final flush
+    assert ledger.last_error is None
+    ids = request_ids(ledger)
+    assert len(ids) == len(set(ids)) == threads_n * per_thread
+
+
+def test_database_down_keeps_records_in_spool(tmp_path, caplog):
+    spool = tmp_path / "spool"
+    down = UsageLedger("postgresql://x:y@127.0.0.1:1/none", spool, run_migrations=False)
+    for i in range(5):
+        down.append(make_record(i))
+    with pytest.raises(Exception):
+        down.flush()
+    down.close()  # final flush fails too; logged, nothing lost
+    assert len(list(spool.glob("segment-*.jsonl"))) >= 1
+    with UsageLedger(f"sqlite:///{tmp_path}/up.db", spool) as up:
+        assert count_rows(up) == 5
+
+
+def test_spool_dir_has_one_owner(tmp_path):
+    with UsageLedger(f"sqlite:///{tmp_path}/x.db", tmp_path / "spool"):
+        with pytest.raises(SpoolLocked):
+            UsageLedger(f"sqlite:///{tmp_path}/x.db", tmp_path / "spool")
+
+
+def test_rejections_are_counted_not_billed(db_url, tmp_path):
+    with UsageLedger(db_url, tmp_path / "spool") as ledger:
+        ledger.reject("t1", "rate_limited")
+        ledger.reject("t1", "rate_limited")
+        ledger.reject(None, "unauthorized")
+        ledger.append(make_record(1))
+        r = ledger.flush()
+        assert r.inserted == 1 and r.rejection_rows == 2
+        assert ledger.flush().rejection_rows == 0  # drained
+        assert count_rows(ledger) == 1
+        now = datetime.now(timezone.utc)
+        counts = {(c.tenant_id, c.reason): c.count
+                  for c in rejection_counts(ledger.engine, now - timedelta(hours=2), now + timedelta(hours=1))}
+        assert counts == {("t1", "rate_limited"): 2, ("-", "unauthorized"): 1}
+        assert count_rows(ledger, usage_rejections) == 2
+
+
+def test_background_flusher_moves_records_without_explicit_flush(tmp_path):
+    with UsageLedger(f"sqlite:///{tmp_path}/x.db", tmp_path / "spool", flush_interval_s=0.05) as ledger:
+        ledger.append(make_record(1))
+        deadline = time.time() + 10
+        while count_rows(ledger) == 0 and time.time() < deadline:
+            time.sleep(0.02)
+        assert count_rows(ledger) == 1
+
+
+def test_dead_replicas_spool_is_adopted_by_a_sibling(db_url, tmp_path):
+    root = tmp_path / "spool"
+    if db_url.startswith("sqlite"):
+        UsageLedger(db_url, root / "init").start().close()
+    child = subprocess.Popen([sys.executable, "-c", CHILD, db_url, str(root / "dead"), "before_flush", "50"],
+                             stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "appended"
+    child.send_signal(signal.SIGKILL)
+    child.wait(timeout=60)
+    with UsageLedger(db_url, root / "alive", flush_interval_s=3600) as alive:
+        alive.append(make_record(1))  # not flushed: a live sibling's spool must not be touched
+        with UsageLedger(db_url, root / "new", adopt_orphans=True) as new:
+            assert count_rows(new) == 50
+            assert list((root / "dead").glob("segment-*.jsonl")) == []
+        assert len(list((root / "alive").glob("segment-*.jsonl"))) == 1

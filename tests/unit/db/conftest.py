@@ -1,0 +1,18 @@
+import contextlib
+
+import pytest
+
+from loraplex.db.testing import PostgresUnavailable, throwaway_postgres
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db_url(request, tmp_path):
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path}/db.sqlite"
+        return
+    with contextlib.ExitStack() as stack:
+        try:
+            url = stack.enter_context(throwaway_postgres())
+        except PostgresUnavailable as e:
+            pytest.skip(f"PostgreSQL not available: {e}")
+        yield url
