@@ -56,7 +56,7 @@ def prepare(out: Path) -> Path:
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         delattr(model.config, "quantization_config")
-    model.config.torch_dtype = torch.bfloat16
+    model.config.dtype = torch.bfloat16
     model = model.to(torch.bfloat16)
     model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)

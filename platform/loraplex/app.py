@@ -13,10 +13,7 @@ from loraplex.ingress.deployment import ingress_deployment
 
 
 def build_app(args: Optional[dict[str, Any]] = None) -> Application:
-    config = PlatformConfig.from_args(args)
-    # Replicas run in other working directories: pin a relative model dir to where we started.
-    config = config.model_copy(update={"engine": config.engine.resolved(Path.cwd())})
-    engine = engine_deployment(config.engine_deployment).bind(
-        config.engine, config.engine_deployment.ready_probe_max_age_s
-    )
+    # Replicas run in other working directories: pin relative paths to where we started.
+    config = PlatformConfig.from_args(args).resolved(Path.cwd())
+    engine = engine_deployment(config.engine_deployment).bind(config)
     return ingress_deployment(config.ingress).bind(engine, config)

@@ -7,6 +7,8 @@ from typing import Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from loraplex.tenancy.config import TenancyConfig
+
 
 class EngineConfig(BaseModel):
     """vLLM engine settings for every Engine replica. Unknown keys are refused so typos surface."""
@@ -124,10 +126,45 @@ class IngressDeploymentConfig(BaseModel):
     )
 
 
+class RegistryConfig(BaseModel):
+    """Where tenants' adapters live and what an upload may be."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    store_url: str = Field(
+        "adapters",
+        description="Adapter store: a local dir (single node) or any fsspec URL such as "
+        "s3://bucket/prefix or gs://bucket/prefix (multi-node clusters).",
+    )
+    storage_options: dict[str, Any] = Field(
+        default_factory=dict, description="fsspec options for store_url (endpoint, credentials)."
+    )
+    cache_dir: str = Field(
+        "var/adapter-cache", description="Node-local dir where engine replicas keep fetched adapters."
+    )
+    max_upload_bytes: int = Field(512 << 20, gt=0, description="Bigger uploads get 413.")
+    max_unpacked_bytes: int = Field(1 << 30, gt=0, description="Bigger unpacked archives get 413.")
+    max_files: int = Field(32, gt=0, description="Archives with more files are refused.")
+    deletion_poll_s: float = Field(
+        2.0, gt=0, description="How often engine replicas look for deleted adapters to free."
+    )
+    cache_salt_per_tenant: bool = Field(
+        True, description="Salt each tenant's prefix-cache keys: KV blocks are never shared across tenants."
+    )
+
+
 class PlatformConfig(BaseModel):
     """The `args:` block of serve_config.yaml."""
 
     model_config = ConfigDict(extra="forbid")
+
+    database_url: str = Field(
+        "sqlite:///var/loraplex.db",
+        description="SQLAlchemy URL of tenants, adapters and usage: a SQLite file (single node) "
+        "or postgresql://... (multi-node).",
+    )
+    registry: RegistryConfig = Field(default_factory=RegistryConfig)
+    tenancy: TenancyConfig = Field(default_factory=TenancyConfig)
 
     engine: EngineConfig = Field(default_factory=EngineConfig)
     engine_deployment: EngineDeploymentConfig = Field(default_factory=EngineDeploymentConfig)
@@ -141,3 +178,23 @@ class PlatformConfig(BaseModel):
     @classmethod
     def from_args(cls, args: Optional[dict[str, Any]]) -> "PlatformConfig":
         return cls.model_validate(args or {})
+
+    def resolved(self, base_dir: Path) -> "PlatformConfig":
+        """Pin every relative local path to base_dir: replicas run in other working dirs."""
+        db = self.database_url
+        prefix = "sqlite:///"
+        if db.startswith(prefix) and not db.startswith(prefix + "/") and db != prefix + ":memory:":
+            db = prefix + str((base_dir / db[len(prefix):]).resolve())
+        registry = self.registry.model_copy(update={
+            "store_url": _local_abs(self.registry.store_url, base_dir),
+            "cache_dir": _local_abs(self.registry.cache_dir, base_dir),
+        })
+        return self.model_copy(update={
+            "engine": self.engine.resolved(base_dir), "database_url": db, "registry": registry,
+        })
+
+
+def _local_abs(path_or_url: str, base_dir: Path) -> str:
+    if "://" in path_or_url or Path(path_or_url).is_absolute():
+        return path_or_url
+    return str((base_dir / path_or_url).resolve())

@@ -1,6 +1,7 @@
 """The operator's path: the real `serve run serve_config.yaml` command, then HTTP."""
 
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -16,6 +17,7 @@ pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE_URL = "http://127.0.0.1:8000"  # serve_config.yaml's http_options
+ADMIN_TOKEN = secrets.token_urlsafe(16)
 
 
 def port_in_use(port: int) -> bool:
@@ -31,6 +33,7 @@ def served(tmp_path_factory):
     log = open(log_path, "w")
     # A fresh local cluster, as on an operator's first run.
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["LORAPLEX_ADMIN_TOKEN"] = ADMIN_TOKEN
     serve_bin = Path(sys.executable).parent / "serve"
     proc = subprocess.Popen(
         [str(serve_bin), "run", "serve_config.yaml"],
@@ -67,9 +70,21 @@ def served(tmp_path_factory):
         log.close()
 
 
-def test_curl_style_chat_answers_paris(served):
+@pytest.fixture(scope="module")
+def api_key(served) -> str:
+    """An operator's first steps: a tenant, then a key for it, over the admin API."""
+    admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    tenant = httpx.post(f"{served}/admin/tenants", json={"name": f"e2e-{secrets.token_hex(4)}"}, headers=admin, timeout=30)
+    assert tenant.status_code == 201, tenant.text
+    key = httpx.post(f"{served}/admin/tenants/{tenant.json()['id']}/keys", headers=admin, timeout=30)
+    assert key.status_code == 201, key.text
+    return key.json()["key"]
+
+
+def test_curl_style_chat_answers_paris(served, api_key):
     response = httpx.post(
         f"{served}/v1/chat/completions",
+        headers={"Authorization": f"Bearer {api_key}"},
         json={
             "model": "SmolLM2-135M-Instruct",
             "messages": [{"role": "user", "content": "What is the capital of France?"}],
@@ -82,8 +97,8 @@ def test_curl_style_chat_answers_paris(served):
     assert "Paris" in response.json()["choices"][0]["message"]["content"]
 
 
-def test_openai_client_streams_from_serve_run(served):
-    client = OpenAI(base_url=f"{served}/v1", api_key="unused", timeout=120)
+def test_openai_client_streams_from_serve_run(served, api_key):
+    client = OpenAI(base_url=f"{served}/v1", api_key=api_key, timeout=120)
     stream = client.chat.completions.create(
         model="SmolLM2-135M-Instruct",
         messages=[{"role": "user", "content": "What is the capital of France?"}],
@@ -95,7 +110,9 @@ def test_openai_client_streams_from_serve_run(served):
     assert "Paris" in text
 
 
-def test_bad_request_then_still_serving(served):
-    bad = httpx.post(f"{served}/v1/chat/completions", content=b"{oops", timeout=30)
+def test_bad_request_then_still_serving(served, api_key):
+    assert httpx.post(f"{served}/v1/chat/completions", content=b"{}", timeout=30).status_code == 401
+    auth = {"Authorization": f"Bearer {api_key}"}
+    bad = httpx.post(f"{served}/v1/chat/completions", content=b"{oops", headers=auth, timeout=30)
     assert bad.status_code == 400 and bad.json()["error"]["code"] == 400
     assert httpx.get(f"{served}/readyz", timeout=60).status_code == 200

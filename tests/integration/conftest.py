@@ -34,8 +34,11 @@ def wait_ready(base_url: str, timeout_s: float = 600) -> None:
     raise TimeoutError(f"LoRAPlex not ready after {timeout_s}s: {last!r}")
 
 
+ADMIN_TOKEN = "integration-admin-token"
+
+
 @pytest.fixture(scope="session")
-def serve_app():
+def serve_app(tmp_path_factory):
     import ray
     from ray import serve
 
@@ -45,7 +48,11 @@ def serve_app():
     ray.init(num_cpus=8, object_store_memory=256 * 1024**2, include_dashboard=False, logging_level="WARNING")
     port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
+    state = tmp_path_factory.mktemp("loraplex-state")
     args = {
+        "database_url": f"sqlite:///{state}/loraplex.db",
+        "registry": {"store_url": str(state / "adapters"), "cache_dir": str(state / "cache"), "deletion_poll_s": 1},
+        "tenancy": {"admin_token": ADMIN_TOKEN},
         "engine": {
             "model": str(default_model_dir()),
             "max_model_len": 2048,
@@ -66,6 +73,32 @@ def serve_app():
 @pytest.fixture(scope="session")
 def base_url(serve_app) -> str:
     return serve_app
+
+
+@pytest.fixture(scope="session")
+def admin(base_url):
+    with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=60) as client:
+        yield client
+
+
+def new_tenant_key(admin, name: str) -> str:
+    tenant = admin.post("/admin/tenants", json={"name": name})
+    assert tenant.status_code == 201, tenant.text
+    key = admin.post(f"/admin/tenants/{tenant.json()['id']}/keys")
+    assert key.status_code == 201, key.text
+    return key.json()["key"]
+
+
+@pytest.fixture(scope="session")
+def api_key(admin) -> str:
+    return new_tenant_key(admin, "integration")
+
+
+@pytest.fixture(scope="session")
+def client(base_url, api_key):
+    """An HTTP client authenticated as the integration tenant."""
+    with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {api_key}"}, timeout=120) as c:
+        yield c
 
 
 @pytest.fixture(scope="session")

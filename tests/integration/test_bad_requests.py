@@ -6,10 +6,10 @@ import pytest
 pytestmark = pytest.mark.integration
 
 
-def post(base_url, body, path="/v1/chat/completions", **kwargs):
+def post(client, body, path="/v1/chat/completions", **kwargs):
     if isinstance(body, (bytes, str)):
-        return httpx.post(f"{base_url}{path}", content=body, timeout=60, **kwargs)
-    return httpx.post(f"{base_url}{path}", json=body, timeout=60, **kwargs)
+        return client.post(f"{path}", content=body, timeout=60, **kwargs)
+    return client.post(f"{path}", json=body, timeout=60, **kwargs)
 
 
 def chat(model, content="hi", **extra):
@@ -30,29 +30,29 @@ def chat(model, content="hi", **extra):
     ],
     ids=["malformed-json", "not-an-object", "unknown-model", "negative-max-tokens", "prompt-too-long", "no-messages", "bad-temperature", "n-zero"],
 )
-def test_bad_chat_request_gets_4xx_then_server_still_serves(base_url, model_name, make_body, status, needle):
-    response = post(base_url, make_body(model_name))
+def test_bad_chat_request_gets_4xx_then_server_still_serves(client, model_name, make_body, status, needle):
+    response = post(client, make_body(model_name))
     assert response.status_code == status, response.text
     error = response.json()["error"]
     assert error["code"] == status and needle in error["message"]
-    ok = post(base_url, chat(model_name))
+    ok = post(client, chat(model_name))
     assert ok.status_code == 200
 
 
-def test_bad_stream_request_is_an_error_body_not_an_event_stream(base_url, model_name):
-    response = post(base_url, chat("no-such-model", stream=True))
+def test_bad_stream_request_is_an_error_body_not_an_event_stream(client, model_name):
+    response = post(client, chat("no-such-model", stream=True))
     assert response.status_code == 404
     assert response.headers["content-type"].startswith("application/json")
 
 
-def test_bad_completion_requests(base_url, model_name):
+def test_bad_completion_requests(client, model_name):
     too_long = {"model": model_name, "prompt": "hello " * 3000, "max_tokens": 2}
-    assert post(base_url, too_long, "/v1/completions").status_code == 400
+    assert post(client, too_long, "/v1/completions").status_code == 400
     negative = {"model": model_name, "prompt": "hi", "max_tokens": -5}
-    assert post(base_url, negative, "/v1/completions").status_code == 400
-    assert post(base_url, {"model": model_name, "prompt": "hi", "max_tokens": 2}, "/v1/completions").status_code == 200
+    assert post(client, negative, "/v1/completions").status_code == 400
+    assert post(client, {"model": model_name, "prompt": "hi", "max_tokens": 2}, "/v1/completions").status_code == 200
 
 
-def test_unknown_route_is_404_body(base_url):
-    response = httpx.get(f"{base_url}/v1/nothing-here", timeout=10)
+def test_unknown_route_is_404_body(client):
+    response = client.get("/v1/nothing-here")
     assert response.status_code == 404 and response.json()["error"]["code"] == 404

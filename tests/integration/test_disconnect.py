@@ -12,7 +12,7 @@ def unfinished(engine_handle) -> int:
     return engine_handle.num_unfinished_requests.remote().result()
 
 
-def test_disconnect_mid_stream_aborts_engine_request(base_url, model_name, engine_handle):
+def test_disconnect_mid_stream_aborts_engine_request(base_url, api_key, model_name, engine_handle):
     assert unfinished(engine_handle) == 0
     body = {
         "model": model_name,
@@ -21,7 +21,8 @@ def test_disconnect_mid_stream_aborts_engine_request(base_url, model_name, engin
         "ignore_eos": True,  # would generate for a long time if not aborted
         "stream": True,
     }
-    with httpx.Client(timeout=120) as client:
+    headers = {"Authorization": f"Bearer {api_key}"}
+    with httpx.Client(timeout=120, headers=headers) as client:
         with client.stream("POST", f"{base_url}/v1/chat/completions", json=body) as response:
             assert response.status_code == 200
             # next() rather than a for/break: closing httpx's line iterator would already drop
@@ -41,6 +42,7 @@ def test_disconnect_mid_stream_aborts_engine_request(base_url, model_name, engin
     ok = httpx.post(
         f"{base_url}/v1/chat/completions",
         json={"model": model_name, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
+        headers=headers,
         timeout=60,
     )
     assert ok.status_code == 200

@@ -21,11 +21,10 @@ def sse_events(text: str) -> list[str]:
     return events
 
 
-def test_chat_answers_paris(base_url, model_name):
-    response = httpx.post(
-        f"{base_url}/v1/chat/completions",
+def test_chat_answers_paris(client, model_name):
+    response = client.post(
+        "/v1/chat/completions",
         json={"model": model_name, "messages": QUESTION, "max_tokens": 30, "temperature": 0},
-        timeout=120,
     )
     assert response.status_code == 200, response.text
     body = response.json()
@@ -36,9 +35,9 @@ def test_chat_answers_paris(base_url, model_name):
     assert "cached_tokens" in usage["prompt_tokens_details"]
 
 
-def test_chat_stream_is_openai_sse_with_usage_chunk(base_url, model_name):
-    response = httpx.post(
-        f"{base_url}/v1/chat/completions",
+def test_chat_stream_is_openai_sse_with_usage_chunk(client, model_name):
+    response = client.post(
+        "/v1/chat/completions",
         json={
             "model": model_name,
             "messages": QUESTION,
@@ -47,7 +46,6 @@ def test_chat_stream_is_openai_sse_with_usage_chunk(base_url, model_name):
             "stream": True,
             "stream_options": {"include_usage": True},
         },
-        timeout=120,
     )
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/event-stream")
@@ -60,66 +58,75 @@ def test_chat_stream_is_openai_sse_with_usage_chunk(base_url, model_name):
     usage_chunk = chunks[-1]
     assert usage_chunk["choices"] == [] and usage_chunk["usage"]["completion_tokens"] > 0
     # Without include_usage no chunk carries usage, as with OpenAI.
-    plain = httpx.post(
-        f"{base_url}/v1/chat/completions",
+    plain = client.post(
+        "/v1/chat/completions",
         json={"model": model_name, "messages": QUESTION, "max_tokens": 5, "stream": True},
-        timeout=120,
     )
     assert all("usage" not in json.loads(e) or json.loads(e)["usage"] is None for e in sse_events(plain.text)[:-1])
 
 
-def test_stream_and_non_stream_count_the_same_prompt_tokens(base_url, model_name):
+def test_stream_and_non_stream_count_the_same_prompt_tokens(client, model_name):
     body = {"model": model_name, "messages": QUESTION, "max_tokens": 3, "temperature": 0}
-    non_stream = httpx.post(f"{base_url}/v1/chat/completions", json=body, timeout=120).json()
-    streamed = httpx.post(
-        f"{base_url}/v1/chat/completions",
+    non_stream = client.post("/v1/chat/completions", json=body).json()
+    streamed = client.post(
+        "/v1/chat/completions",
         json={**body, "stream": True, "stream_options": {"include_usage": True}},
-        timeout=120,
     )
     usage = json.loads(sse_events(streamed.text)[-2])["usage"]
     assert usage["prompt_tokens"] == non_stream["usage"]["prompt_tokens"]
 
 
-def test_completions_non_stream_and_stream(base_url, model_name):
+def test_completions_non_stream_and_stream(client, model_name):
     body = {"model": model_name, "prompt": "The capital of France is", "max_tokens": 5, "temperature": 0}
-    response = httpx.post(f"{base_url}/v1/completions", json=body, timeout=120)
+    response = client.post("/v1/completions", json=body)
     assert response.status_code == 200
     assert response.json()["object"] == "text_completion"
     assert response.json()["usage"]["completion_tokens"] == 5
-    streamed = httpx.post(f"{base_url}/v1/completions", json={**body, "stream": True}, timeout=120)
+    streamed = client.post("/v1/completions", json={**body, "stream": True})
     events = sse_events(streamed.text)
     assert events[-1] == "[DONE]" and len(events) >= 2
 
 
-def test_repeated_prompt_hits_prefix_cache(base_url, model_name):
+def test_repeated_prompt_hits_prefix_cache(client, model_name):
     system = "You are a meticulous assistant. " * 40  # several KV blocks of shared prefix
     body = {
         "model": model_name,
         "messages": [{"role": "system", "content": system}, *QUESTION],
         "max_tokens": 2,
     }
-    httpx.post(f"{base_url}/v1/chat/completions", json=body, timeout=120)
-    again = httpx.post(f"{base_url}/v1/chat/completions", json=body, timeout=120).json()
+    client.post("/v1/chat/completions", json=body)
+    again = client.post("/v1/chat/completions", json=body).json()
     assert again["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
 
 
-def test_models_lists_the_base_model(base_url, model_name):
-    body = httpx.get(f"{base_url}/v1/models", timeout=30).json()
+def test_v1_routes_need_a_valid_key(base_url, model_name):
+    body = {"model": model_name, "messages": QUESTION, "max_tokens": 2}
+    missing = httpx.post(f"{base_url}/v1/chat/completions", json=body, timeout=30)
+    assert missing.status_code == 401 and missing.json()["error"]["code"] == 401
+    wrong = httpx.post(
+        f"{base_url}/v1/chat/completions", json=body, headers={"Authorization": "Bearer lpx-nope"}, timeout=30
+    )
+    assert wrong.status_code == 401
+    assert httpx.get(f"{base_url}/v1/models", timeout=30).status_code == 401
+
+
+def test_models_lists_the_base_model(client, model_name):
+    body = client.get("/v1/models").json()
     assert body["object"] == "list"
     assert model_name in [m["id"] for m in body["data"]]
 
 
-def test_health_and_readiness(base_url):
-    assert httpx.get(f"{base_url}/healthz", timeout=10).json() == {"status": "ok"}
-    ready = httpx.get(f"{base_url}/readyz", timeout=60)
+def test_health_and_readiness(client):
+    assert client.get("/healthz").json() == {"status": "ok"}
+    ready = client.get("/readyz")
     assert ready.status_code == 200
     body = ready.json()
     assert body["status"] == "ready" and body["healthy_replicas"] == body["replicas"] == 1
     assert body["probe"]["probe_seconds"] > 0
 
 
-def test_official_openai_client_streams(base_url, model_name):
-    client = OpenAI(base_url=f"{base_url}/v1", api_key="unused", timeout=120)
+def test_official_openai_client_streams(base_url, api_key, model_name):
+    client = OpenAI(base_url=f"{base_url}/v1", api_key=api_key, timeout=120)
     stream = client.chat.completions.create(
         model=model_name,
         messages=QUESTION,

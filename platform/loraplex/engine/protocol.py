@@ -26,6 +26,18 @@ class EngineError:
         }
 
 
+@dataclass(frozen=True)
+class AdapterTarget:
+    """The one adapter version a request runs with, as resolved by the ingress for its tenant."""
+
+    lora_name: str  # tenant/name@sha256: unique per weights, so vLLM's prefix cache never mixes them
+    lora_int_id: int  # the catalog row id: the same on every replica
+    tenant: str
+    name: str
+    sha256: str
+    requested_as: str  # what the client put in `model`; replies echo it back
+
+
 @dataclass
 class RequestUsage:
     """Tokens the engine really processed for one client request, whatever way it ended.

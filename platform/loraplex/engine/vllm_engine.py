@@ -9,6 +9,7 @@ a 1-token readiness probe.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 import uuid
@@ -26,7 +27,8 @@ from vllm.exceptions import VLLMClientError
 from vllm.utils.argparse_utils import FlexibleArgumentParser
 
 from loraplex.config import EngineConfig
-from loraplex.engine.protocol import EngineError, RequestUsage
+from loraplex.engine.loaded_adapters import LoadedAdapters
+from loraplex.engine.protocol import AdapterTarget, EngineError, RequestUsage
 from loraplex.engine.usage_tracking import UsageTrackingAsyncLLM, current_usage
 
 logger = logging.getLogger(__name__)
@@ -35,10 +37,12 @@ EngineItem = Union[str, dict, EngineError, RequestUsage]
 
 
 class VLLMEngine:
-    def __init__(self, config: EngineConfig, replica_id: str = ""):
+    def __init__(self, config: EngineConfig, replica_id: str = "", adapter_store=None):
         self.config = config
         self.replica_id = replica_id
+        self.adapter_store = adapter_store  # where adapter versions are fetched from (registry)
         self.llm: UsageTrackingAsyncLLM | None = None
+        self.adapters: LoadedAdapters | None = None
         self.last_probe_ok: float = 0.0
 
     async def start(self) -> None:
@@ -54,6 +58,7 @@ class VLLMEngine:
         self.models = state.openai_serving_models
         self.chat_serving = state.openai_serving_chat
         self.completion_serving = state.openai_serving_completion
+        self.adapters = LoadedAdapters(self.llm, self.models, self.adapter_store)
         await self.probe()
 
     def _frontend_args(self, engine_args: AsyncEngineArgs):
@@ -67,20 +72,39 @@ class VLLMEngine:
         args.enable_prompt_tokens_details = True
         return args
 
-    async def chat(self, request: ChatCompletionRequest) -> AsyncIterator[EngineItem]:
-        async for item in self._serve(self.chat_serving, self.chat_serving.create_chat_completion, request):
+    async def chat(
+        self, request: ChatCompletionRequest, adapter: AdapterTarget | None = None, cache_salt: str | None = None
+    ) -> AsyncIterator[EngineItem]:
+        async for item in self._serve(self.chat_serving.create_chat_completion, request, adapter, cache_salt):
             yield item
 
-    async def completions(self, request: CompletionRequest) -> AsyncIterator[EngineItem]:
-        async for item in self._serve(
-            self.completion_serving, self.completion_serving.create_completion, request
-        ):
+    async def completions(
+        self, request: CompletionRequest, adapter: AdapterTarget | None = None, cache_salt: str | None = None
+    ) -> AsyncIterator[EngineItem]:
+        async for item in self._serve(self.completion_serving.create_completion, request, adapter, cache_salt):
             yield item
 
-    async def _serve(self, serving, create, request) -> AsyncIterator[EngineItem]:
+    async def _serve(self, create, request, adapter: AdapterTarget | None, cache_salt: str | None):
+        """Run one OpenAI request, with the tenant's adapter version and prefix-cache salt."""
+        if cache_salt is not None:
+            request.cache_salt = cache_salt
+        if adapter is None:
+            async for item in self._run(create, request):
+                yield item
+            return
+        await self.adapters.acquire(adapter)
+        request.model = adapter.lora_name
+        try:
+            async for item in self._run(create, request):
+                yield _renamed(item, adapter)
+        finally:
+            await self.adapters.release(adapter)
+
+    async def _run(self, create, request) -> AsyncIterator[EngineItem]:
         """Yield SSE strings (stream) or one response dict, then the request's RequestUsage."""
         usage = RequestUsage(replica_id=self.replica_id)
         current_usage.set(usage)
+        serving = create.__self__
         try:
             result = await create(request, raw_request=None)
         except (ValueError, VLLMClientError) as exc:
@@ -132,3 +156,12 @@ class VLLMEngine:
     async def shutdown(self) -> None:
         if self.llm is not None:
             self.llm.shutdown()
+
+
+def _renamed(item: EngineItem, adapter: AdapterTarget) -> EngineItem:
+    """Echo the model name the client asked for, not the internal tenant/name@sha."""
+    if isinstance(item, dict) and item.get("model") == adapter.lora_name:
+        return {**item, "model": adapter.requested_as}
+    if isinstance(item, str):
+        return item.replace(f'"model":{json.dumps(adapter.lora_name)}', f'"model":{json.dumps(adapter.requested_as)}')
+    return item

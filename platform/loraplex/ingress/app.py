@@ -10,18 +10,43 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 
 from loraplex.config import PlatformConfig
+from loraplex.ingress.adapter_routes import AdapterRoutes
+from loraplex.ingress.admin_routes import AdminRoutes
+from loraplex.ingress.auth import authenticate
 from loraplex.ingress.errors import APIError, error_response
 from loraplex.ingress.health_routes import HealthRoutes, ReplicaHealth
 from loraplex.ingress.openai_routes import OpenAIRoutes
+from loraplex.ingress.tenant_context import TenantContext
+from loraplex.tenancy import Tenancy
 
 logger = logging.getLogger(__name__)
 
 
-def build_ingress_app(engine, config: PlatformConfig, replica_health: ReplicaHealth | None = None) -> Starlette:
+def build_ingress_app(
+    engine,
+    config: PlatformConfig,
+    replica_health: ReplicaHealth | None = None,
+    tenancy: Tenancy | None = None,
+    registry=None,
+) -> Starlette:
+    """`tenancy`: tenants, keys and the admin token; with it every /v1 route needs a tenant key.
+    `registry`: tenants' adapters (needs tenancy). None for both: an open base-model-only server."""
+    tenants = None
+    if tenancy is not None:
+        tenants = TenantContext(
+            lambda request: authenticate(request, tenancy),
+            registry,
+            base_model=config.engine.model_id,
+            cache_salt_per_tenant=config.registry.cache_salt_per_tenant,
+        )
     routes = [
-        *OpenAIRoutes(engine, config.ingress.max_request_body_bytes).routes(),
+        *OpenAIRoutes(engine, config.ingress.max_request_body_bytes, tenants).routes(),
         *HealthRoutes(engine, replica_health).routes(),
     ]
+    if tenancy is not None:
+        routes += AdminRoutes(tenancy).routes()
+    if registry is not None and tenants is not None:
+        routes += AdapterRoutes(tenants, config.registry.max_upload_bytes).routes()
 
     async def on_api_error(request: Request, exc: APIError):
         return exc.response()

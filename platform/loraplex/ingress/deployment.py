@@ -13,12 +13,21 @@ from loraplex.ingress.engine_client import ServeEngineClient
 
 class Ingress:
     def __init__(self, engine_handle, config: PlatformConfig):
+        from loraplex.db import make_engine
+        from loraplex.registry.registry import build_registry
+        from loraplex.tenancy import Tenancy
+
         self.engine = ServeEngineClient(engine_handle)
         self.config = config
         self.app_name = serve.get_replica_context().app_name
+        db = make_engine(config.database_url)
+        self.tenancy = Tenancy.from_config(config.tenancy, db)
+        self.registry = build_registry(config, db)
 
     def __serve_build_asgi_app__(self):
-        return build_ingress_app(self.engine, self.config, self.engine_replica_health)
+        return build_ingress_app(
+            self.engine, self.config, self.engine_replica_health, tenancy=self.tenancy, registry=self.registry
+        )
 
     async def engine_replica_health(self) -> tuple[int, int]:
         # serve.status() blocks on the controller; keep it off the event loop.

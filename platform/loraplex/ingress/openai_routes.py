@@ -17,8 +17,9 @@ from starlette.routing import Route
 from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
 from vllm.entrypoints.openai.completion.protocol import CompletionRequest
 
-from loraplex.engine.protocol import EngineError, RequestUsage
+from loraplex.engine.protocol import AdapterTarget, EngineError, RequestUsage
 from loraplex.ingress.errors import APIError
+from loraplex.ingress.tenant_context import TenantContext
 
 logger = logging.getLogger(__name__)
 
@@ -52,9 +53,11 @@ def parse(model: type[BaseModel], data: dict[str, Any]) -> BaseModel:
 
 
 class OpenAIRoutes:
-    def __init__(self, engine, max_body_bytes: int):
+    def __init__(self, engine, max_body_bytes: int, tenants: TenantContext | None = None):
         self.engine = engine
         self.max_body_bytes = max_body_bytes
+        # None: an open single-tenant deployment (no keys, base model only).
+        self.tenants = tenants
 
     def routes(self) -> list[Route]:
         return [
@@ -64,18 +67,33 @@ class OpenAIRoutes:
         ]
 
     async def chat_completions(self, request: Request) -> Response:
-        data = await read_json(request, self.max_body_bytes)
-        return await self.generate("chat", parse(ChatCompletionRequest, data))
+        return await self._generate(request, "chat", ChatCompletionRequest)
 
     async def completions(self, request: Request) -> Response:
-        data = await read_json(request, self.max_body_bytes)
-        return await self.generate("completions", parse(CompletionRequest, data))
+        return await self._generate(request, "completions", CompletionRequest)
 
     async def models(self, request: Request) -> Response:
-        return JSONResponse(await self.engine.call("list_models"))
+        models = await self.engine.call("list_models")
+        if self.tenants is None:
+            return JSONResponse(models)
+        principal = await self.tenants.authenticate(request)
+        # Never the engine's own LoRA list: it holds every tenant's loaded adapters.
+        base = [m for m in models["data"] if m.get("parent") is None]
+        return JSONResponse({"object": "list", "data": base + await self.tenants.adapter_models(principal)})
 
-    async def generate(self, method: str, oai_request) -> Response:
-        items = self.engine.stream(method, oai_request)
+    async def _generate(self, request: Request, method: str, model: type[BaseModel]) -> Response:
+        adapter, cache_salt = None, None
+        if self.tenants is not None:
+            principal = await self.tenants.authenticate(request)
+        data = await read_json(request, self.max_body_bytes)
+        oai_request = parse(model, data)
+        if self.tenants is not None:
+            adapter = await self.tenants.resolve_adapter(principal, oai_request.model)
+            cache_salt = self.tenants.cache_salt(principal)
+        return await self.generate(method, oai_request, adapter, cache_salt)
+
+    async def generate(self, method: str, oai_request, adapter: AdapterTarget | None = None, cache_salt=None) -> Response:
+        items = self.engine.stream(method, oai_request, adapter, cache_salt)
         try:
             first = await anext(items)
         except StopAsyncIteration:

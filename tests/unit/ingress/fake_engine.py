@@ -14,11 +14,11 @@ class FakeEngineClient:
         self.finished = 0
         self.closed_early = 0
 
-    async def stream(self, method: str, request: Any):
-        self.requests.append((method, request))
+    async def stream(self, method: str, request: Any, *context: Any):
+        self.requests.append((method, request, *context))
         done = False
         try:
-            for item in self.script(method, request):
+            for item in self.script(method, request, *context):
                 await asyncio.sleep(0)
                 yield item
             done = True

@@ -16,7 +16,7 @@ SSE = ['data: {"choices":[{"delta":{"content":"Pa"}}]}\n\n', 'data: {"choices":[
 RESPONSE = {"object": "chat.completion", "choices": [{"message": {"content": "Paris"}}], "usage": {"prompt_tokens": 3}}
 
 
-def script(method, request):
+def script(method, request, *context):
     if request.model != MODEL:
         yield EngineError(404, f"The model `{request.model}` does not exist.", "NotFoundError", "model")
         return
@@ -109,7 +109,7 @@ def test_unknown_route_and_wrong_method_use_openai_error_body(engine):
 
 
 def test_engine_failure_is_a_500_body_and_server_keeps_serving(engine):
-    def broken(method, request):
+    def broken(method, request, *context):
         raise RuntimeError("replica died")
         yield  # pragma: no cover
 

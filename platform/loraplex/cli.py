@@ -1,0 +1,302 @@
+"""`loraplex`: the admin and tenant HTTP routes from a shell.
+
+    loraplex tenants create acme --limits '{"requests_per_minute": 60}'
+    loraplex keys create ten_...                      # prints the key once
+    LORAPLEX_API_KEY=lpx-... loraplex adapters upload support-bot adapter.tar.gz
+
+Admin commands send --admin-token (LORAPLEX_ADMIN_TOKEN); tenant commands send --api-key
+(LORAPLEX_API_KEY). Lists print as tables, or as the server's JSON with --json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Optional, Sequence
+from urllib.parse import quote
+
+import httpx
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+
+
+class CLIError(Exception):
+    """Printed as `error: <message>`; the process exits with `code`."""
+
+    def __init__(self, message: str, code: int = 1):
+        super().__init__(message)
+        self.message, self.code = message, code
+
+
+def main(argv: Optional[Sequence[str]] = None, transport: Optional[httpx.BaseTransport] = None) -> int:
+    """Entry point; `transport` lets tests talk to an app without a socket."""
+    args = _parser().parse_args(argv)
+    # Not parser defaults: the shared option objects would make a subcommand's default
+    # overwrite a value given before the subcommand.
+    for name, default in (("url", os.environ.get("LORAPLEX_URL", DEFAULT_URL)),
+                          ("admin_token", os.environ.get("LORAPLEX_ADMIN_TOKEN")),
+                          ("api_key", os.environ.get("LORAPLEX_API_KEY")), ("json", False), ("timeout", 60.0)):
+        if not hasattr(args, name):
+            setattr(args, name, default)
+    try:
+        with httpx.Client(base_url=args.url, transport=transport, timeout=args.timeout) as client:
+            args.run(Session(client, args))
+    except CLIError as e:
+        print(f"error: {e.message}", file=sys.stderr)
+        return e.code
+    except httpx.TransportError as e:
+        print(f"error: cannot reach LoRAPlex at {args.url} ({e}); start it with scripts/serve or pass --url.",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+class Session:
+    """One command's HTTP calls, with the right credential for admin or tenant routes."""
+
+    def __init__(self, client: httpx.Client, args: argparse.Namespace):
+        self.client, self.args = client, args
+
+    def admin(self, method: str, path: str, **kwargs) -> httpx.Response:
+        if not self.args.admin_token:
+            raise CLIError("admin commands need --admin-token or the LORAPLEX_ADMIN_TOKEN env var.", code=2)
+        return self._send(method, path, self.args.admin_token, **kwargs)
+
+    def tenant(self, method: str, path: str, **kwargs) -> httpx.Response:
+        if not self.args.api_key:
+            raise CLIError("tenant commands need --api-key or the LORAPLEX_API_KEY env var.", code=2)
+        return self._send(method, path, self.args.api_key, **kwargs)
+
+    def _send(self, method: str, path: str, token: str, **kwargs) -> httpx.Response:
+        response = self.client.request(method, path, headers={"Authorization": f"Bearer {token}"}, **kwargs)
+        if response.status_code >= 400:
+            raise CLIError(f"{response.status_code} {_server_message(response)}")
+        return response
+
+    def show(self, body: Any, rows: Optional[list[dict]] = None, columns: Sequence[str] = ()) -> None:
+        """--json: the server's body as is; else a table of `rows` (or the body's `data`)."""
+        if self.args.json or rows is None and not isinstance(body, dict):
+            print(json.dumps(body, indent=2))
+            return
+        rows = rows if rows is not None else body.get("data", [body])
+        print(_table(rows, columns))
+
+
+# -- commands ----------------------------------------------------------------------------------
+TENANT_COLUMNS = ("id", "name", "plan", "status", "limits", "created_at")
+KEY_COLUMNS = ("id", "prefix", "created_at", "revoked_at")
+ADAPTER_COLUMNS = ("name", "version", "sha256", "rank", "base_model", "size_bytes", "created_at")
+
+
+def tenants_create(s: Session) -> None:
+    body = {"name": s.args.name}
+    if s.args.plan is not None:
+        body["plan"] = s.args.plan
+    if s.args.limits is not None:
+        body["limits"] = s.args.limits
+    tenant = s.admin("POST", "/admin/tenants", json=body).json()
+    s.show(tenant, [tenant], TENANT_COLUMNS)
+
+
+def tenants_list(s: Session) -> None:
+    s.show(s.admin("GET", "/admin/tenants").json(), None, TENANT_COLUMNS)
+
+
+def tenants_update(s: Session) -> None:
+    body: dict[str, Any] = {}
+    if s.args.plan is not None:
+        body["plan"] = s.args.plan
+    if s.args.limits is not None:
+        body["limits"] = s.args.limits
+    if s.args.status is not None:
+        body["status"] = s.args.status
+    if not body:
+        raise CLIError("nothing to update: pass --plan, --limits, --suspend or --reactivate.", code=2)
+    tenant = s.admin("PATCH", f"/admin/tenants/{_seg(s.args.tenant_id)}", json=body).json()
+    s.show(tenant, [tenant], TENANT_COLUMNS)
+
+
+def keys_create(s: Session) -> None:
+    key = s.admin("POST", f"/admin/tenants/{_seg(s.args.tenant_id)}/keys").json()
+    if s.args.json:
+        s.show(key)
+        return
+    print(f"API key {key['id']} for tenant {key['tenant_id']}.")
+    print("It is shown only this once; store it now:\n")
+    print(f"    {key['key']}\n")
+
+
+def keys_list(s: Session) -> None:
+    s.show(s.admin("GET", f"/admin/tenants/{_seg(s.args.tenant_id)}/keys").json(), None, KEY_COLUMNS)
+
+
+def keys_revoke(s: Session) -> None:
+    key = s.admin("DELETE", f"/admin/keys/{_seg(s.args.key_id)}").json()
+    if s.args.json:
+        s.show(key)
+    else:
+        print(f"revoked {key['id']} ({key['prefix']}...) at {key['revoked_at']}")
+
+
+def adapters_upload(s: Session) -> None:
+    path = Path(s.args.file)
+    if not path.is_file():
+        raise CLIError(f"{path}: no such file; pass a .tar.gz, .tgz or .zip of a PEFT LoRA directory.", code=2)
+    with path.open("rb") as f:
+        adapter = s.tenant("POST", "/v1/adapters", data={"name": s.args.name},
+                           files={"file": (path.name, f, "application/octet-stream")}).json()
+    s.show(adapter, [adapter], ADAPTER_COLUMNS)
+
+
+def adapters_list(s: Session) -> None:
+    body = s.tenant("GET", "/v1/adapters").json()
+    # One row per version: the server groups versions under their name.
+    rows = [{"name": a.get("name"), **v} for a in body.get("data", []) for v in a.get("versions", [a])]
+    s.show(body, rows, ADAPTER_COLUMNS)
+
+
+def adapters_delete(s: Session) -> None:
+    response = s.tenant("DELETE", f"/v1/adapters/{_seg(s.args.ref)}")
+    if s.args.json:
+        print(response.text or "{}")
+    else:
+        print(f"deleted {s.args.ref}")
+
+
+def usage(s: Session) -> None:
+    params = {k: v for k, v in {"start": s.args.start, "end": s.args.end, "group_by": s.args.group_by,
+                                "format": s.args.format}.items() if v is not None}
+    if s.args.admin:
+        if s.args.tenant:
+            params["tenant"] = s.args.tenant
+        response = s.admin("GET", "/admin/usage", params=params)
+    else:
+        if s.args.tenant:
+            raise CLIError("--tenant needs --admin (a tenant key only sees its own usage).", code=2)
+        response = s.tenant("GET", "/v1/usage", params=params)
+    if s.args.format == "csv":
+        sys.stdout.write(response.text)
+        return
+    body = response.json()
+    rows = body.get("data", body.get("rows"))
+    if isinstance(rows, list) and isinstance(body.get("total"), dict):
+        rows = rows + [{**body["total"], _first_key(rows): "total"}]
+    s.show(body, rows if isinstance(rows, list) else None)
+
+
+# -- argument parsing --------------------------------------------------------------------------
+def _parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    # SUPPRESS: options given after the subcommand override those before it, absent ones don't.
+    sup = argparse.SUPPRESS
+    common.add_argument("--url", default=sup, help=f"server URL (LORAPLEX_URL, default {DEFAULT_URL})")
+    common.add_argument("--admin-token", default=sup, help="admin bearer token (LORAPLEX_ADMIN_TOKEN)")
+    common.add_argument("--api-key", default=sup, help="tenant API key (LORAPLEX_API_KEY)")
+    common.add_argument("--json", action="store_true", default=sup, help="print the server's JSON")
+    common.add_argument("--timeout", type=float, default=sup, help="seconds per request (default 60)")
+
+    root = argparse.ArgumentParser(prog="loraplex", description=__doc__.split("\n")[0], parents=[common],
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    groups = root.add_subparsers(dest="group", required=True, metavar="{tenants,keys,adapters,usage}")
+
+    def command(sub, name: str, run, help: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, parents=[common], help=help, description=help)
+        p.set_defaults(run=run)
+        return p
+
+    tenants = groups.add_parser("tenants", help="create, list and update tenants (admin)")
+    sub = tenants.add_subparsers(dest="command", required=True)
+    p = command(sub, "create", tenants_create, "create a tenant")
+    p.add_argument("name")
+    p.add_argument("--plan")
+    p.add_argument("--limits", type=_json_object, help='JSON, e.g. \'{"requests_per_minute": 60}\'')
+    command(sub, "list", tenants_list, "list tenants")
+    p = command(sub, "update", tenants_update, "change a tenant's plan or limits, or suspend it")
+    p.add_argument("tenant_id")
+    p.add_argument("--plan")
+    p.add_argument("--limits", type=_json_object, help="JSON; keys left out keep their value, null clears one")
+    state = p.add_mutually_exclusive_group()
+    state.add_argument("--suspend", dest="status", action="store_const", const="suspended")
+    state.add_argument("--reactivate", dest="status", action="store_const", const="active")
+
+    keys = groups.add_parser("keys", help="issue, list and revoke API keys (admin)")
+    sub = keys.add_subparsers(dest="command", required=True)
+    command(sub, "create", keys_create, "issue a new API key (shown once)").add_argument("tenant_id")
+    command(sub, "list", keys_list, "list a tenant's keys (no secrets)").add_argument("tenant_id")
+    command(sub, "revoke", keys_revoke, "revoke a key: its next request gets 401").add_argument("key_id")
+
+    adapters = groups.add_parser("adapters", help="upload, list and delete your adapters (tenant key)")
+    sub = adapters.add_subparsers(dest="command", required=True)
+    p = command(sub, "upload", adapters_upload, "upload a .tar.gz/.tgz/.zip of a PEFT LoRA directory")
+    p.add_argument("name")
+    p.add_argument("file")
+    command(sub, "list", adapters_list, "list your adapters and their versions")
+    command(sub, "delete", adapters_delete, "delete an adapter, or one version").add_argument(
+        "ref", metavar="NAME[@VERSION]")
+
+    p = command(groups, "usage", usage, "usage and cost report (your own; any tenant with --admin)")
+    p.add_argument("--start", help="ISO-8601 date or time (UTC)")
+    p.add_argument("--end", help="ISO-8601 date or time (UTC), exclusive")
+    p.add_argument("--group-by", choices=["day", "hour", "adapter", "model"])
+    p.add_argument("--format", choices=["json", "csv"])
+    p.add_argument("--admin", action="store_true", help="use /admin/usage with the admin token")
+    p.add_argument("--tenant", help="with --admin: one tenant's id (default: all)")
+    return root
+
+
+def _json_object(text: str) -> dict:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"not valid JSON ({e}); quote it, e.g. '{{\"priority\": 1}}'")
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object, e.g. '{\"priority\": 1}'")
+    return value
+
+
+# -- output ------------------------------------------------------------------------------------
+def _server_message(response: httpx.Response) -> str:
+    try:
+        error = response.json().get("error")
+    except (ValueError, AttributeError):
+        error = None
+    if isinstance(error, dict) and error.get("message"):
+        return error["message"]
+    return response.text.strip()[:500] or response.reason_phrase
+
+
+def _table(rows: list[dict], columns: Sequence[str] = ()) -> str:
+    if not rows:
+        return "(none)"
+    if not columns:
+        columns = list(dict.fromkeys(k for row in rows for k in row))
+    cells = [[_cell(row.get(c)) for c in columns] for row in rows]
+    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
+    lines = [[c.upper() for c in columns], *cells]
+    return "\n".join("  ".join(v.ljust(w) for v, w in zip(line, widths)).rstrip() for line in lines)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, dict):  # limits: only the ones set
+        return ",".join(f"{k}={v}" for k, v in value.items() if v is not None) or "-"
+    if isinstance(value, list):
+        return ",".join(map(str, value))
+    return str(value)
+
+
+def _first_key(rows: list[dict]) -> str:
+    return next(iter(rows[0]), "group") if rows else "group"
+
+
+def _seg(value: str) -> str:
+    """One URL path segment: a '/' or '?' in an argument cannot reach another route."""
+    return quote(value, safe="@")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""POST/GET/DELETE /v1/adapters: a tenant uploads, lists and deletes its own LoRA adapters."""
+
+from __future__ import annotations
+
+import asyncio
+
+from starlette.datastructures import UploadFile
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from loraplex.ingress.errors import APIError
+from loraplex.ingress.tenant_context import TenantContext
+from loraplex.registry import AdapterError
+
+
+class AdapterRoutes:
+    def __init__(self, tenants: TenantContext, max_upload_bytes: int):
+        self.tenants = tenants
+        self.registry = tenants.registry
+        self.max_upload_bytes = max_upload_bytes
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/v1/adapters", self.upload, methods=["POST"]),
+            Route("/v1/adapters", self.list, methods=["GET"]),
+            Route("/v1/adapters/{ref}", self.show, methods=["GET"]),
+            Route("/v1/adapters/{ref}", self.delete, methods=["DELETE"]),
+        ]
+
+    async def upload(self, request: Request) -> Response:
+        principal = await self.tenants.authenticate(request)
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > self.max_upload_bytes + 64 * 1024:
+            raise APIError(413, f"Upload is over {self.max_upload_bytes} bytes; pack a smaller adapter.")
+        if not request.headers.get("content-type", "").startswith("multipart/form-data"):
+            raise APIError(400, "Send multipart/form-data with a `file` (.tar.gz/.tgz/.zip) and a `name`.")
+        try:
+            form = await request.form(max_files=1, max_fields=4)
+        except Exception as exc:  # malformed multipart bodies
+            raise APIError(400, f"Could not read the multipart form ({exc}); send `file` and `name`.")
+        try:
+            upload, name = form.get("file"), form.get("name")
+            if not isinstance(upload, UploadFile):
+                raise APIError(400, "Missing `file`: attach the adapter archive as the form field `file`.", param="file")
+            if not isinstance(name, str) or not name:
+                raise APIError(400, "Missing `name`: say what to call the adapter.", param="name")
+            entry = await self._call(self.registry.upload, principal.tenant_id, name, upload.file)
+        finally:
+            await form.close()  # the spooled upload file
+        return JSONResponse(entry.to_response(), status_code=201)
+
+    async def list(self, request: Request) -> Response:
+        principal = await self.tenants.authenticate(request)
+        entries = await self._call(self.registry.list, principal.tenant_id)
+        by_name: dict[str, list] = {}
+        for entry in entries:
+            by_name.setdefault(entry.version.name, []).append(entry.to_response())
+        data = [{"name": name, "versions": versions} for name, versions in sorted(by_name.items())]
+        return JSONResponse({"object": "list", "data": data})
+
+    async def show(self, request: Request) -> Response:
+        principal = await self.tenants.authenticate(request)
+        ref = request.path_params["ref"]
+        entries = [e for e in await self._call(self.registry.list, principal.tenant_id) if e.version.name == ref]
+        if not entries:
+            raise APIError(404, f"The adapter `{ref}` does not exist.", param="name")
+        return JSONResponse({"name": ref, "versions": [e.to_response() for e in entries]})
+
+    async def delete(self, request: Request) -> Response:
+        principal = await self.tenants.authenticate(request)
+        ref = request.path_params["ref"]
+        entries = await self._call(self.registry.delete, principal.tenant_id, ref)
+        return JSONResponse({"deleted": [e.to_response() for e in entries]})
+
+    @staticmethod
+    async def _call(fn, *args):
+        try:
+            return await asyncio.to_thread(fn, *args)
+        except AdapterError as exc:
+            raise APIError(exc.status, exc.message)

@@ -1,0 +1,97 @@
+"""/admin tenant and key routes, behind the admin bearer token.
+
+The admin API is never open by default: with no admin token configured it answers 503.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from loraplex.ingress.auth import WWW_AUTHENTICATE, bearer_token, call_tenancy
+from loraplex.ingress.errors import APIError
+from loraplex.ingress.openai_routes import parse, read_json
+from loraplex.tenancy import ADMIN_TOKEN_ENV, Tenancy, TenantCreate, TenantUpdate
+
+ADMIN_MAX_BODY_BYTES = 64 * 1024  # tenant bodies are a name and a few numbers
+
+
+class AdminRoutes:
+    def __init__(self, tenancy: Tenancy):
+        self.tenancy = tenancy
+        self.service = tenancy.service
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/admin/tenants", self.create_tenant, methods=["POST"]),
+            Route("/admin/tenants", self.list_tenants, methods=["GET"]),
+            Route("/admin/tenants/{tenant_id}", self.get_tenant, methods=["GET"]),
+            Route("/admin/tenants/{tenant_id}", self.update_tenant, methods=["PATCH"]),
+            Route("/admin/tenants/{tenant_id}/keys", self.issue_key, methods=["POST"]),
+            Route("/admin/tenants/{tenant_id}/keys", self.list_keys, methods=["GET"]),
+            Route("/admin/keys/{key_id}", self.revoke_key, methods=["DELETE"]),
+        ]
+
+    async def create_tenant(self, request: Request) -> Response:
+        self.check_admin(request)
+        body = parse(TenantCreate, await read_json(request, ADMIN_MAX_BODY_BYTES))
+        tenant = await call_tenancy(self.service.create_tenant, body.name, body.plan, body.limits)
+        return JSONResponse(tenant.to_json(), status_code=201)
+
+    async def list_tenants(self, request: Request) -> Response:
+        self.check_admin(request)
+        tenants = await call_tenancy(self.service.list_tenants)
+        return JSONResponse({"object": "list", "data": [t.to_json() for t in tenants]})
+
+    async def get_tenant(self, request: Request) -> Response:
+        self.check_admin(request)
+        tenant = await call_tenancy(self.service.get_tenant, request.path_params["tenant_id"])
+        return JSONResponse(tenant.to_json())
+
+    async def update_tenant(self, request: Request) -> Response:
+        self.check_admin(request)
+        body = parse(TenantUpdate, await read_json(request, ADMIN_MAX_BODY_BYTES))
+        tenant = await call_tenancy(self.service.update_tenant, request.path_params["tenant_id"],
+                                    plan=body.plan, limits=body.limits, status=body.status)
+        return JSONResponse(tenant.to_json())
+
+    async def issue_key(self, request: Request) -> Response:
+        self.check_admin(request)
+        record, key = await call_tenancy(self.service.issue_key, request.path_params["tenant_id"])
+        # The only time the key is ever shown: only its sha256 is stored.
+        return JSONResponse({**record.to_json(), "key": key}, status_code=201, headers={"Cache-Control": "no-store"})
+
+    async def list_keys(self, request: Request) -> Response:
+        self.check_admin(request)
+        keys = await call_tenancy(self.service.list_keys, request.path_params["tenant_id"])
+        return JSONResponse({"object": "list", "data": [k.to_json() for k in keys]})
+
+    async def revoke_key(self, request: Request) -> Response:
+        self.check_admin(request)
+        record = await call_tenancy(self.service.revoke_key, request.path_params["key_id"])
+        return JSONResponse(record.to_json())
+
+    def check_admin(self, request: Request) -> None:
+        expected = self.tenancy.admin_token
+        if not expected:
+            # No Retry-After: waiting will not help, only configuration will.
+            raise APIError(503, f"The admin API is disabled because no admin token is configured: set the "
+                                f"{ADMIN_TOKEN_ENV} env var (or tenancy.admin_token in the config) for the "
+                                "ingress and restart it.")
+        token = bearer_token(request)
+        if token is None:
+            raise APIError(401, "Missing admin token: send `Authorization: Bearer <admin token>` "
+                                f"(the value of {ADMIN_TOKEN_ENV}).", headers=WWW_AUTHENTICATE)
+        # Compare digests, not the tokens: equal lengths, so not even the token's length leaks.
+        if not hmac.compare_digest(_digest(token), _digest(expected)):
+            raise APIError(401, f"Invalid admin token: use the value of {ADMIN_TOKEN_ENV} that the ingress "
+                                "was started with (a tenant API key is not an admin token).",
+                           headers=WWW_AUTHENTICATE)
+
+
+def _digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode("utf-8")).digest()

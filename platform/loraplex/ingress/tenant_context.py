@@ -1,0 +1,61 @@
+"""TenantContext: who is calling, and which adapter version their `model` means.
+
+The OpenAI and adapter routes ask it; it joins the tenancy service (API keys) with the adapter
+registry, so a tenant can only ever name its own adapters: another tenant's adapter name
+resolves exactly like a missing one (404).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from starlette.requests import Request
+
+from loraplex.engine.protocol import AdapterTarget
+from loraplex.ingress.errors import APIError
+from loraplex.registry import AdapterError
+
+
+class TenantContext:
+    def __init__(self, authenticator, registry, base_model: str, cache_salt_per_tenant: bool = True):
+        self.authenticator = authenticator  # async (request) -> principal with .tenant_id
+        self.registry = registry
+        self.base_model = base_model
+        self.cache_salt_per_tenant = cache_salt_per_tenant
+
+    async def authenticate(self, request: Request):
+        return await self.authenticator(request)
+
+    async def resolve_adapter(self, principal, model: str) -> AdapterTarget | None:
+        if model == self.base_model:
+            return None
+        if self.registry is None:
+            raise APIError(404, f"The model `{model}` does not exist. Valid: {self.base_model}.", param="model")
+        try:
+            entry = await asyncio.to_thread(self.registry.resolve, principal.tenant_id, model)
+        except AdapterError as exc:
+            raise APIError(exc.status, exc.message, param="model")
+        v = entry.version
+        return AdapterTarget(
+            lora_name=entry.lora_name, lora_int_id=entry.id, tenant=v.tenant, name=v.name,
+            sha256=v.sha256, requested_as=model,
+        )
+
+    def cache_salt(self, principal) -> str | None:
+        # vLLM mixes the salt into every KV block hash: equal prompts of two tenants never
+        # share blocks, so one tenant cannot time another's cache hits.
+        return f"tenant:{principal.tenant_id}" if self.cache_salt_per_tenant else None
+
+    async def adapter_models(self, principal) -> list[dict[str, Any]]:
+        if self.registry is None:
+            return []
+        entries = await asyncio.to_thread(self.registry.list, principal.tenant_id)
+        latest: dict[str, Any] = {}
+        for entry in entries:  # oldest first: the last one per name wins
+            latest[entry.version.name] = entry
+        return [
+            {"id": name, "object": "model", "owned_by": principal.tenant_id, "parent": self.base_model,
+             "version": e.version.version, "sha256": e.version.sha256}
+            for name, e in sorted(latest.items())
+        ]

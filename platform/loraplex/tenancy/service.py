@@ -1,0 +1,204 @@
+"""TenantService: tenants and their API keys in the database; authenticates bearer keys.
+
+Synchronous (SQLAlchemy); async callers run it in a thread. Nothing is cached: every
+authentication reads the key and tenant rows (one indexed join), so a revocation or a
+suspension holds from the very next request on every replica.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from datetime import datetime, timezone
+from typing import Any, Optional
+
+from pydantic import ValidationError
+from sqlalchemy import Engine, Row, select
+from sqlalchemy.exc import IntegrityError
+
+from loraplex.db import make_engine, migrate
+from loraplex.tenancy.errors import (
+    DuplicateTenantName, InvalidAPIKey, InvalidTenantField, TenantSuspended, UnknownKey, UnknownTenant,
+)
+from loraplex.tenancy.keys import KEY_SCHEME, MAX_KEY_CHARS, generate_key, hash_key, key_matches, key_prefix, new_id
+from loraplex.tenancy.limits import TenantLimits
+from loraplex.tenancy.principal import Principal
+from loraplex.tenancy.records import ApiKey, Tenant
+from loraplex.tenancy.requests import DEFAULT_PLAN, TenantCreate, TenantUpdate
+from loraplex.tenancy.tables import MIGRATIONS, api_keys, tenants
+
+MISSING_KEY = "Missing API key: send the header `Authorization: Bearer <your LoRAPlex API key>`."
+INVALID_KEY = "Invalid API key: check that you copied the whole key, or ask your administrator for a new one."
+
+
+class TenantService:
+    def __init__(self, engine: Engine, run_migrations: bool = True):
+        self.engine = engine
+        if run_migrations:
+            migrate(engine, MIGRATIONS)
+
+    @classmethod
+    def from_url(cls, db_url: str) -> "TenantService":
+        return cls(make_engine(db_url))
+
+    # -- tenants ------------------------------------------------------------------------------
+    def create_tenant(self, name: str, plan: str = DEFAULT_PLAN, limits: TenantLimits | dict | None = None) -> Tenant:
+        body = _validated(TenantCreate, {"name": name, "plan": plan, "limits": _as_dict(limits)})
+        now = _now()
+        row = {"id": new_id("ten"), "name": body.name, "plan": body.plan, "limits": body.limits.model_dump(),
+               "status": "active", "created_at": now, "updated_at": now}
+        try:
+            with self._write() as conn:
+                if conn.execute(select(tenants.c.id).where(tenants.c.name == body.name)).first():
+                    raise _duplicate(body.name)
+                conn.execute(tenants.insert().values(**row))
+        except IntegrityError as e:  # a concurrent create of the same name won the race
+            raise _duplicate(body.name) from e
+        return _tenant(row)
+
+    def list_tenants(self) -> list[Tenant]:
+        with self.engine.connect() as conn:
+            return [_tenant(r._mapping) for r in conn.execute(select(tenants).order_by(tenants.c.created_at, tenants.c.id))]
+
+    def get_tenant(self, tenant_id: str) -> Tenant:
+        with self.engine.connect() as conn:
+            return _tenant(self._tenant_row(conn, tenant_id)._mapping)
+
+    def plan_of(self, tenant_id: str) -> Optional[str]:
+        """For accounting's PriceBook(plan_of=...): None for an unknown tenant."""
+        with self.engine.connect() as conn:
+            return conn.execute(select(tenants.c.plan).where(tenants.c.id == tenant_id)).scalar()
+
+    def update_tenant(self, tenant_id: str, plan: Optional[str] = None, limits: Optional[dict[str, Any]] = None,
+                      status: Optional[str] = None) -> Tenant:
+        """Change the plan, some limits (see TenantUpdate), or suspend / reactivate."""
+        body = _validated(TenantUpdate, {"plan": plan, "limits": _as_dict(limits), "status": status})
+        with self._write() as conn:
+            current = _tenant(self._tenant_row(conn, tenant_id, for_update=True)._mapping)
+            changes: dict[str, Any] = {}
+            if body.plan is not None:
+                changes["plan"] = body.plan
+            if body.limits is not None:
+                try:
+                    changes["limits"] = current.limits.merged(body.limits).model_dump()
+                except ValidationError as e:
+                    raise InvalidTenantField(_first_error(e, "limits")) from e
+            if body.status is not None:
+                changes["status"] = body.status
+            if not changes:
+                return current
+            changes["updated_at"] = _now()
+            conn.execute(tenants.update().where(tenants.c.id == tenant_id).values(**changes))
+            row = {**_raw(current), **changes}
+        return _tenant(row)
+
+    # -- keys ---------------------------------------------------------------------------------
+    def issue_key(self, tenant_id: str) -> tuple[ApiKey, str]:
+        """A new key for the tenant: (its record, the plaintext). The plaintext is not kept."""
+        key = generate_key()
+        record = ApiKey(id=new_id("key"), tenant_id=tenant_id, prefix=key_prefix(key), created_at=_now())
+        with self._write() as conn:
+            self._tenant_row(conn, tenant_id)
+            conn.execute(api_keys.insert().values(
+                id=record.id, tenant_id=tenant_id, prefix=record.prefix, key_hash=hash_key(key),
+                created_at=record.created_at))
+        return record, key
+
+    def list_keys(self, tenant_id: str) -> list[ApiKey]:
+        with self.engine.connect() as conn:
+            self._tenant_row(conn, tenant_id)
+            rows = conn.execute(select(api_keys).where(api_keys.c.tenant_id == tenant_id)
+                                .order_by(api_keys.c.created_at, api_keys.c.id))
+            return [_key(r._mapping) for r in rows]
+
+    def revoke_key(self, key_id: str) -> ApiKey:
+        """Idempotent: revoking a revoked key keeps its first revocation time."""
+        with self._write() as conn:
+            row = conn.execute(select(api_keys).where(api_keys.c.id == key_id).with_for_update()).first()
+            if row is None:
+                raise UnknownKey(f"No API key with id {key_id!r}; list a tenant's keys with "
+                                 "GET /admin/tenants/{tenant_id}/keys.")
+            if row.revoked_at is not None:
+                return _key(row._mapping)
+            now = _now()
+            conn.execute(api_keys.update().where(api_keys.c.id == key_id).values(revoked_at=now))
+            return _key({**row._mapping, "revoked_at": now})
+
+    # -- authentication -----------------------------------------------------------------------
+    def authenticate(self, bearer_key: Optional[str]) -> Principal:
+        """The caller's principal; InvalidAPIKey (401) or TenantSuspended (403) otherwise."""
+        if not bearer_key:
+            raise InvalidAPIKey(MISSING_KEY)
+        if len(bearer_key) > MAX_KEY_CHARS or not bearer_key.startswith(KEY_SCHEME):
+            raise InvalidAPIKey(INVALID_KEY)
+        query = (select(api_keys.c.id, api_keys.c.key_hash, api_keys.c.prefix, api_keys.c.revoked_at,
+                        tenants.c.id.label("tenant_id"), tenants.c.name, tenants.c.plan, tenants.c.limits,
+                        tenants.c.status)
+                 .join(tenants, tenants.c.id == api_keys.c.tenant_id)
+                 .where(api_keys.c.key_hash == hash_key(bearer_key)))
+        with self.engine.connect() as conn:
+            row = conn.execute(query).first()
+        # The lookup is by digest, so its timing reveals nothing about the key; the constant-time
+        # compare is a second guard in case a future lookup matches on less than the full digest.
+        if row is None or not key_matches(bearer_key, row.key_hash):
+            raise InvalidAPIKey(INVALID_KEY)
+        if row.revoked_at is not None:
+            raise InvalidAPIKey(f"API key {row.prefix}... was revoked; ask your administrator for a new key.")
+        if row.status != "active":
+            raise TenantSuspended(f"Tenant {row.name!r} is suspended; ask your administrator to reactivate it.")
+        return Principal(tenant_id=row.tenant_id, tenant_name=row.name, plan=row.plan,
+                         limits=TenantLimits.model_validate(row.limits), key_id=row.id)
+
+    # -- helpers ------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _write(self):
+        # BEGIN IMMEDIATE on SQLite (the Postgres path ignores it): read-modify-write stays atomic.
+        with self.engine.connect().execution_options(sqlite_begin="BEGIN IMMEDIATE") as conn, conn.begin():
+            yield conn
+
+    def _tenant_row(self, conn, tenant_id: str, for_update: bool = False) -> Row:
+        query = select(tenants).where(tenants.c.id == tenant_id)
+        row = conn.execute(query.with_for_update() if for_update else query).first()
+        if row is None:
+            raise UnknownTenant(f"No tenant with id {tenant_id!r}; list tenants with GET /admin/tenants.")
+        return row
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _as_dict(limits):
+    return limits.model_dump(exclude_unset=True) if isinstance(limits, TenantLimits) else limits
+
+
+def _validated(model, data: dict[str, Any]):
+    try:
+        return model.model_validate({k: v for k, v in data.items() if v is not None})
+    except ValidationError as e:
+        raise InvalidTenantField(_first_error(e)) from e
+
+
+def _first_error(e: ValidationError, root: str | None = None) -> str:
+    first = e.errors()[0]
+    loc = ".".join(str(p) for p in ((root,) if root else ()) + tuple(first.get("loc", ())))
+    return f"{loc}: {first.get('msg')}" if loc else first.get("msg", str(e))
+
+
+def _duplicate(name: str) -> DuplicateTenantName:
+    return DuplicateTenantName(f"A tenant named {name!r} already exists; pick another name "
+                               "or manage the existing one via GET /admin/tenants.")
+
+
+def _tenant(m) -> Tenant:
+    return Tenant(id=m["id"], name=m["name"], plan=m["plan"], limits=TenantLimits.model_validate(m["limits"]),
+                  status=m["status"], created_at=m["created_at"], updated_at=m["updated_at"])
+
+
+def _raw(t: Tenant) -> dict[str, Any]:
+    return {"id": t.id, "name": t.name, "plan": t.plan, "limits": t.limits.model_dump(), "status": t.status,
+            "created_at": t.created_at, "updated_at": t.updated_at}
+
+
+def _key(m) -> ApiKey:
+    return ApiKey(id=m["id"], tenant_id=m["tenant_id"], prefix=m["prefix"], created_at=m["created_at"],
+                  revoked_at=m["revoked_at"])

@@ -1,0 +1,156 @@
+"""Tenant routes with real tenancy + registry (SQLite, local store) and a fake engine."""
+
+import io
+import json
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+from starlette.testclient import TestClient
+
+from fake_engine import FakeEngineClient
+from loraplex.config import PlatformConfig
+from loraplex.db import make_engine
+from loraplex.engine.protocol import AdapterTarget
+from loraplex.ingress.app import build_ingress_app
+from loraplex.registry.registry import build_registry
+from loraplex.tenancy import Tenancy, TenantService
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "registry"))
+from conftest import SMOLLM2_CONFIG  # noqa: E402
+from registry_builders import lora_config, lora_tensors, tar_dir, write_adapter  # noqa: E402
+
+from loraplex.registry import BaseModelSpec  # noqa: E402
+
+BASE = "SmolLM2-135M-Instruct"
+
+
+def script(method, request, adapter=None, cache_salt=None):
+    # Echo what the engine was asked to run with, so tests can see resolution and salting.
+    yield {"model": request.model, "adapter": adapter.lora_name if adapter else None, "salt": cache_salt}
+
+
+@pytest.fixture
+def setup(tmp_path):
+    model_dir = tmp_path / BASE
+    model_dir.mkdir()
+    (model_dir / "config.json").write_text(json.dumps(SMOLLM2_CONFIG))
+    config = PlatformConfig.from_args({
+        "engine": {"model": str(model_dir)},
+        "database_url": f"sqlite:///{tmp_path}/db.sqlite",
+        "registry": {"store_url": str(tmp_path / "store"), "cache_dir": str(tmp_path / "cache"), "max_upload_bytes": 4 << 20},
+    })
+    db = make_engine(config.database_url)
+    service = TenantService(db)
+    tenancy = Tenancy(service, admin_token="admin")
+    engine = FakeEngineClient(script, calls={"list_models": {"object": "list", "data": [{"id": BASE, "parent": None}]}})
+    client = TestClient(build_ingress_app(engine, config, tenancy=tenancy, registry=build_registry(config, db)),
+                        raise_server_exceptions=False)
+    keys = {}
+    for name in ("acme", "globex"):
+        tenant = service.create_tenant(name)
+        keys[name] = {"Authorization": f"Bearer {service.issue_key(tenant.id)[1]}"}
+    spec = BaseModelSpec.from_config(SMOLLM2_CONFIG, BASE)
+    archives = {}
+    for r in (4, 8):
+        src = write_adapter(tmp_path / f"a{r}", lora_config(r=r), lora_tensors(spec, r=r, fill=0.01 * r))
+        archives[r] = tar_dir(src, tmp_path / f"a{r}.tar.gz").read_bytes()
+    return client, keys, engine, archives
+
+
+def upload(client, headers, name, data):
+    return client.post("/v1/adapters", headers=headers, data={"name": name},
+                       files={"file": ("a.tar.gz", io.BytesIO(data), "application/gzip")})
+
+
+def chat(client, headers, model):
+    return client.post("/v1/chat/completions", headers=headers,
+                       json={"model": model, "messages": [{"role": "user", "content": "hi"}]})
+
+
+def test_v1_needs_a_key(setup):
+    client, keys, _, _ = setup
+    assert chat(client, {}, BASE).status_code == 401
+    assert client.get("/v1/models").status_code == 401
+    assert upload(client, {"Authorization": "Bearer lpx-x"}, "a", b"x").status_code == 401
+
+
+def test_upload_resolve_and_isolation(setup):
+    client, keys, engine, archives = setup
+    first = upload(client, keys["acme"], "style", archives[4])
+    assert first.status_code == 201, first.text
+    assert first.json()["version"] == 1 and first.json()["rank"] == 4
+    assert upload(client, keys["acme"], "style", archives[8]).json()["version"] == 2
+    assert upload(client, keys["acme"], "style", archives[4]).json()["version"] == 1  # same weights
+
+    body = chat(client, keys["acme"], "style").json()
+    assert "/style@" in body["adapter"]
+    sha2 = upload(client, keys["acme"], "style", archives[8]).json()["sha256"]
+    assert body["adapter"].endswith(sha2)  # `style` = the newest version
+    assert chat(client, keys["acme"], "style@1").json()["adapter"] != body["adapter"]
+    assert chat(client, keys["acme"], f"style@{sha2}").json()["adapter"] == body["adapter"]
+
+    # Base model: no adapter, but the tenant's own salt; tenants never share a salt.
+    acme_base = chat(client, keys["acme"], BASE).json()
+    globex_base = chat(client, keys["globex"], BASE).json()
+    assert acme_base["adapter"] is None and acme_base["salt"] and acme_base["salt"] != globex_base["salt"]
+
+    for ref in ("style", "style@1", f"style@{sha2}"):
+        error = chat(client, keys["globex"], ref)
+        assert error.status_code == 404 and error.json()["error"]["param"] == "model"
+    assert [m["id"] for m in client.get("/v1/models", headers=keys["acme"]).json()["data"]] == [BASE, "style"]
+    assert [m["id"] for m in client.get("/v1/models", headers=keys["globex"]).json()["data"]] == [BASE]
+
+
+def test_adapter_target_carries_a_stable_catalog_id(setup):
+    client, keys, engine, archives = setup
+    upload(client, keys["acme"], "style", archives[4])
+    chat(client, keys["acme"], "style")
+    chat(client, keys["acme"], "style")
+    targets = [context[0] for _method, _request, *context in engine.requests if context and context[0]]
+    assert len(targets) == 2 and isinstance(targets[0], AdapterTarget)
+    assert targets[0].lora_int_id == targets[1].lora_int_id > 0
+    assert targets[0].requested_as == "style"
+
+
+def test_list_show_delete(setup):
+    client, keys, _, archives = setup
+    upload(client, keys["acme"], "style", archives[4])
+    upload(client, keys["acme"], "style", archives[8])
+    listed = client.get("/v1/adapters", headers=keys["acme"]).json()["data"]
+    assert [(a["name"], len(a["versions"])) for a in listed] == [("style", 2)]
+    assert client.get("/v1/adapters/style", headers=keys["globex"]).status_code == 404
+    assert client.delete("/v1/adapters/style@1", headers=keys["acme"]).status_code == 200
+    assert chat(client, keys["acme"], "style@1").status_code == 404
+    assert chat(client, keys["acme"], "style").status_code == 200
+    assert client.delete("/v1/adapters/style", headers=keys["globex"]).status_code == 404
+    assert client.delete("/v1/adapters/style", headers=keys["acme"]).status_code == 200
+    assert chat(client, keys["acme"], "style").status_code == 404
+    assert client.get("/v1/adapters", headers=keys["acme"]).json()["data"] == []
+
+
+@pytest.mark.parametrize("form, files, status", [
+    ({}, None, 400),
+    ({"name": "x"}, None, 400),
+    ({"name": "../evil"}, "good", 400),
+    ({"name": "x"}, b"not an archive", 400),
+])
+def test_bad_uploads_get_4xx_and_server_keeps_serving(setup, form, files, status):
+    client, keys, _, archives = setup
+    kwargs = {"data": form}
+    if files is not None:
+        payload = archives[4] if files == "good" else files
+        kwargs["files"] = {"file": ("a.tar.gz", io.BytesIO(payload), "application/gzip")}
+    response = client.post("/v1/adapters", headers=keys["acme"], **kwargs)
+    assert response.status_code == status, response.text
+    assert response.json()["error"]["message"]
+    assert chat(client, keys["acme"], BASE).status_code == 200
+
+
+def test_upload_over_the_limit_is_413(setup):
+    client, keys, _, _ = setup
+    big = io.BytesIO(b"\0" * (5 << 20))
+    response = client.post("/v1/adapters", headers=keys["acme"], data={"name": "big"},
+                           files={"file": ("a.tar.gz", big, "application/gzip")})
+    assert response.status_code == 413
