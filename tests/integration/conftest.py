@@ -11,6 +11,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from model_dir import MODEL_NAME, default_model_dir  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tenant_keys import new_tenant_key  # noqa: E402
+
 APP = "loraplex"
 
 
@@ -81,12 +84,6 @@ def admin(base_url):
         yield client
 
 
-def new_tenant_key(admin, name: str) -> str:
-    tenant = admin.post("/admin/tenants", json={"name": name})
-    assert tenant.status_code == 201, tenant.text
-    key = admin.post(f"/admin/tenants/{tenant.json()['id']}/keys")
-    assert key.status_code == 201, key.text
-    return key.json()["key"]
 
 
 @pytest.fixture(scope="session")

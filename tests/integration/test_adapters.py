@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from conftest import new_tenant_key  # noqa: E402
+from tenant_keys import new_tenant_key  # noqa: E402
 from demo_adapters import trained_adapter  # noqa: E402
 
 pytestmark = pytest.mark.integration

@@ -18,8 +18,7 @@ from loraplex.registry.registry import build_registry
 from loraplex.tenancy import Tenancy, TenantService
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "registry"))
-from conftest import SMOLLM2_CONFIG  # noqa: E402
-from registry_builders import lora_config, lora_tensors, tar_dir, write_adapter  # noqa: E402
+from registry_builders import SMOLLM2_CONFIG, lora_config, lora_tensors, tar_dir, write_adapter  # noqa: E402
 
 from loraplex.registry import BaseModelSpec  # noqa: E402
 

@@ -11,18 +11,12 @@ import time
 from pathlib import Path
 
 import pytest
-from registry_builders import REPO, lora_config, lora_tensors, write_adapter
+from registry_builders import REPO, SMOLLM2_CONFIG, lora_config, lora_tensors, write_adapter
 
 from loraplex.registry import AdapterValidator, BaseModelSpec
 
 DEFAULT_MODEL = REPO / "models" / "SmolLM2-135M-Instruct"
 
-# The served default model's config.json, as far as adapter shapes depend on it.
-SMOLLM2_CONFIG = {
-    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 576,
-    "intermediate_size": 1536, "num_hidden_layers": 30, "num_attention_heads": 9,
-    "num_key_value_heads": 3, "head_dim": 64, "vocab_size": 49152, "tie_word_embeddings": True,
-}
 
 
 @pytest.fixture(scope="session")

@@ -19,6 +19,13 @@ from loraplex.registry import BaseModelSpec
 
 REPO = Path(__file__).resolve().parents[3]
 
+# The served default model's config.json, as far as adapter shapes depend on it.
+SMOLLM2_CONFIG = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 576,
+    "intermediate_size": 1536, "num_hidden_layers": 30, "num_attention_heads": 9,
+    "num_key_value_heads": 3, "head_dim": 64, "vocab_size": 49152, "tie_word_embeddings": True,
+}
+
 
 def lora_tensors(spec: BaseModelSpec, r: int = 8, modules=("q_proj", "v_proj"),
                  layers: int | None = None, fill: float = 0.0) -> dict[str, np.ndarray]:

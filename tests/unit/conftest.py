@@ -7,8 +7,10 @@ from loraplex.db.testing import PostgresUnavailable, throwaway_postgres
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def db_url(request, tmp_path):
+    """Database tests run on a SQLite file and on a throwaway PostgreSQL database (skipped, with
+    the reason, where no PostgreSQL server can be started)."""
     if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path}/db.sqlite"
+        yield f"sqlite:///{tmp_path}/loraplex.db"
         return
     with contextlib.ExitStack() as stack:
         try:
