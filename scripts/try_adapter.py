@@ -18,17 +18,10 @@ from peft import PeftModel
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from loraplex.registry import AdapterValidator, BaseModelSpec, extract_archive
+# scripts/ is on sys.path when this file runs as a script.
+from train_adapter import greedy
 
 DEFAULT_BASE = Path(__file__).resolve().parent.parent / "models" / "SmolLM2-135M-Instruct"
-
-
-@torch.no_grad()
-def greedy(model, tokenizer, prompt: str, max_new_tokens: int) -> str:
-    text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
-                                         add_generation_prompt=True)
-    ids = tokenizer(text, return_tensors="pt", add_special_tokens=False)
-    out = model.generate(**ids, max_new_tokens=max_new_tokens, do_sample=False)
-    return tokenizer.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True)
 
 
 def main() -> None:

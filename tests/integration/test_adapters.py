@@ -9,8 +9,10 @@ import httpx
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from tenant_keys import new_tenant_key  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "registry"))
 from demo_adapters import trained_adapter  # noqa: E402
+from registry_builders import tar_entries  # noqa: E402
+from tenant_keys import new_tenant_key  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -55,14 +57,14 @@ def answer(client, model: str) -> str:
     return response.json()["choices"][0]["message"]["content"]
 
 
-def replica_ids(engine_handle) -> str:
+def replica_id(engine_handle) -> str:
     return engine_handle.ready.remote().result()["replica_id"]
 
 
 def test_tenants_hot_load_their_own_adapters_without_restart(
     acme, globex, pirate_archive, banana_archive, model_name, engine_handle
 ):
-    replica_before = replica_ids(engine_handle)
+    replica_before = replica_id(engine_handle)
     base_before = answer(acme, model_name)
     assert "Paris" in base_before
 
@@ -94,7 +96,7 @@ def test_tenants_hot_load_their_own_adapters_without_restart(
     assert globex_models == [model_name, "style"]
     assert [a["name"] for a in acme.get("/v1/adapters").json()["data"]] == ["pirate", "style"]
 
-    assert replica_ids(engine_handle) == replica_before, "the engine replica must not restart"
+    assert replica_id(engine_handle) == replica_before, "the engine replica must not restart"
 
 
 def test_same_content_is_the_same_version_and_streams_under_the_clients_name(acme, pirate_archive):
@@ -132,18 +134,7 @@ def bad_archive_cases(tmp: Path, good: Path) -> list[tuple[str, bytes, int]]:
         members = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
 
     def tar_of(entries) -> bytes:
-        path = tmp / "case.tar.gz"
-        with tarfile.open(path, "w:gz") as out:
-            for entry in entries:
-                if isinstance(entry, tarfile.TarInfo):
-                    out.addfile(entry)
-                else:
-                    info = tarfile.TarInfo(entry[0])
-                    info.size = len(entry[1])
-                    import io
-
-                    out.addfile(info, io.BytesIO(entry[1]))
-        return path.read_bytes()
+        return tar_entries(tmp / "case.tar.gz", entries).read_bytes()
 
     link = tarfile.TarInfo("adapter_model.safetensors")
     link.type, link.linkname = tarfile.SYMTYPE, "/etc/passwd"

@@ -12,6 +12,7 @@ from starlette.routing import Route
 from loraplex.ingress.errors import APIError
 from loraplex.ingress.tenant_context import TenantContext
 from loraplex.registry import AdapterError
+from loraplex.registry.catalog import group_by_name
 
 
 class AdapterRoutes:
@@ -52,17 +53,14 @@ class AdapterRoutes:
 
     async def list(self, request: Request) -> Response:
         principal = await self.tenants.authenticate(request)
-        entries = await self._call(self.registry.list, principal.tenant_id)
-        by_name: dict[str, list] = {}
-        for entry in entries:
-            by_name.setdefault(entry.version.name, []).append(entry.to_response())
-        data = [{"name": name, "versions": versions} for name, versions in sorted(by_name.items())]
+        by_name = group_by_name(await self._call(self.registry.list, principal.tenant_id))
+        data = [{"name": name, "versions": [e.to_response() for e in entries]} for name, entries in by_name.items()]
         return JSONResponse({"object": "list", "data": data})
 
     async def show(self, request: Request) -> Response:
         principal = await self.tenants.authenticate(request)
         ref = request.path_params["ref"]
-        entries = [e for e in await self._call(self.registry.list, principal.tenant_id) if e.version.name == ref]
+        entries = group_by_name(await self._call(self.registry.list, principal.tenant_id)).get(ref)
         if not entries:
             raise APIError(404, f"The adapter `{ref}` does not exist.", param="name")
         return JSONResponse({"name": ref, "versions": [e.to_response() for e in entries]})

@@ -73,10 +73,11 @@ class OpenAIRoutes:
         return await self._generate(request, "completions", CompletionRequest)
 
     async def models(self, request: Request) -> Response:
-        models = await self.engine.call("list_models")
         if self.tenants is None:
-            return JSONResponse(models)
+            return JSONResponse(await self.engine.call("list_models"))
+        # Authenticate first: a caller without a key costs no engine round trip.
         principal = await self.tenants.authenticate(request)
+        models = await self.engine.call("list_models")
         # Never the engine's own LoRA list: it holds every tenant's loaded adapters.
         base = [m for m in models["data"] if m.get("parent") is None]
         return JSONResponse({"object": "list", "data": base + await self.tenants.adapter_models(principal)})

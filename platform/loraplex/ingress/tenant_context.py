@@ -15,6 +15,7 @@ from starlette.requests import Request
 from loraplex.engine.protocol import AdapterTarget
 from loraplex.ingress.errors import APIError
 from loraplex.registry import AdapterError
+from loraplex.registry.catalog import group_by_name
 
 
 class TenantContext:
@@ -50,12 +51,9 @@ class TenantContext:
     async def adapter_models(self, principal) -> list[dict[str, Any]]:
         if self.registry is None:
             return []
-        entries = await asyncio.to_thread(self.registry.list, principal.tenant_id)
-        latest: dict[str, Any] = {}
-        for entry in entries:  # oldest first: the last one per name wins
-            latest[entry.version.name] = entry
+        by_name = group_by_name(await asyncio.to_thread(self.registry.list, principal.tenant_id))
         return [
             {"id": name, "object": "model", "owned_by": principal.tenant_id, "parent": self.base_model,
-             "version": e.version.version, "sha256": e.version.sha256}
-            for name, e in sorted(latest.items())
+             "version": versions[-1].version.version, "sha256": versions[-1].version.sha256}
+            for name, versions in by_name.items()  # versions oldest first: the last is `name`
         ]

@@ -53,6 +53,14 @@ class CatalogEntry:
         return self.version.to_response()
 
 
+def group_by_name(entries: list[CatalogEntry]) -> dict[str, list[CatalogEntry]]:
+    """Entries per adapter name, keeping their order (AdapterCatalog.list: by name, then version)."""
+    groups: dict[str, list[CatalogEntry]] = {}
+    for entry in entries:
+        groups.setdefault(entry.version.name, []).append(entry)
+    return groups
+
+
 def parse_ref(ref: str) -> tuple[str, str | None]:
     """`name` -> (name, None); `name@3` or `name@<sha256>` -> (name, "3" / sha)."""
     name, _, version = ref.partition("@")
@@ -107,7 +115,7 @@ class AdapterCatalog:
     def delete(self, tenant: str, ref: str) -> list[CatalogEntry]:
         """Mark `name` (every version) or `name@v` deleted; new requests for it 404 from now on."""
         name, version = parse_ref(ref)
-        entries = [self.resolve(tenant, ref)] if version else [e for e in self.list(tenant) if e.version.name == name]
+        entries = [self.resolve(tenant, ref)] if version else group_by_name(self.list(tenant)).get(name, [])
         if not entries:
             raise AdapterNotFound(f"The adapter `{ref}` does not exist.")
         ids = [e.id for e in entries]

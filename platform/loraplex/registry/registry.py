@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import BinaryIO
 
+from loraplex.registry.archive import ArchiveLimits
 from loraplex.registry.catalog import AdapterCatalog, CatalogEntry
 from loraplex.registry.errors import AdapterNotFound
 from loraplex.registry.ingest import AdapterIngestor
+from loraplex.registry.model_spec import BaseModelSpec
+from loraplex.registry.store import AdapterStore
+from loraplex.registry.validator import AdapterValidator
 
 
 @dataclass
@@ -38,13 +43,6 @@ class AdapterRegistry:
 
 def build_registry(config, db_engine) -> AdapterRegistry:
     """The registry for a PlatformConfig: validation against the served model, store, catalog."""
-    from pathlib import Path
-
-    from loraplex.registry.archive import ArchiveLimits
-    from loraplex.registry.model_spec import BaseModelSpec
-    from loraplex.registry.store import AdapterStore
-    from loraplex.registry.validator import AdapterValidator
-
     engine_cfg, reg = config.engine, config.registry
     if (Path(engine_cfg.model) / "config.json").exists():
         spec = BaseModelSpec.from_pretrained_dir(engine_cfg.model, engine_cfg.model_id)
