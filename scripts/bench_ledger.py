@@ -1,5 +1,9 @@
 #!/usr/bin/env python
-"""Ledger micro-benchmark: request-path append latency and spool -> DB flush throughput.
+"""Ledger benchmark: what metering adds to each request, append throughput, spool -> DB flush.
+
+The "request path" case times exactly what an Engine replica runs when a request ends
+(engine.metering.usage_record + UsageLedger.append), side by side with the same loop doing
+nothing, so the difference is the latency metering adds to a request.
 
     python scripts/bench_ledger.py [--records 20000] [--no-postgres]
 """
@@ -50,6 +54,31 @@ def bench_append(db_url: str, spool: str, n: int, sync_mode: str, threads: int) 
             "p50_us": pct(lat, 0.50), "p99_us": pct(lat, 0.99)}
 
 
+def bench_request_path(db_url: str, spool: str, n: int) -> list[dict]:
+    from loraplex.engine.metering import usage_record
+    from loraplex.engine.protocol import RequestMeta, RequestUsage
+
+    t0 = T0.timestamp()
+    metas = [RequestMeta(f"req-{i}", f"t{i % 50}", "key_1", f"a{i % 7}@1", t0) for i in range(n)]
+    usage = RequestUsage(512, 256, 128, "stop", "r0", t0 + 0.08, t0 + 2.0, "stop")
+    rows = []
+    with UsageLedger(db_url, spool, flush_interval_s=3600, flush_batch=10**9) as ledger:
+        for name, on_finish in (("request path: no metering (baseline)", lambda meta: None),
+                                ("request path: usage_record + append", lambda meta: ledger.append(
+                                    usage_record(meta, usage, "SmolLM2-135M-Instruct")))):
+            lat = []
+            start = time.perf_counter()
+            for meta in metas:
+                t = time.perf_counter_ns()
+                on_finish(meta)
+                lat.append(time.perf_counter_ns() - t)
+            elapsed = time.perf_counter() - start
+            rows.append({"case": name, "records": n, "records_per_s": n / elapsed,
+                         "p50_us": pct(lat, 0.50), "p99_us": pct(lat, 0.99)})
+        ledger.flush()
+    return rows
+
+
 def bench_flush(name: str, db_url: str, spool: str, n: int) -> dict:
     with UsageLedger(db_url, spool, flush_interval_s=3600, flush_batch=10**9) as ledger:
         for i in range(n):
@@ -77,6 +106,7 @@ def main():
     rows = []
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         sqlite = f"sqlite:///{tmp}/bench.db"
+        rows += bench_request_path(sqlite, f"{tmp}/s0", n)
         rows.append(bench_append(sqlite, f"{tmp}/s1", n, "batch", 1))
         rows.append(bench_append(sqlite, f"{tmp}/s2", n, "batch", 4))
         rows.append(bench_append(sqlite, f"{tmp}/s3", max(n // 10, 100), "always", 1))
@@ -93,6 +123,9 @@ def main():
         p50 = f"{r['p50_us']:.1f}" if "p50_us" in r else "-"
         p99 = f"{r['p99_us']:.1f}" if "p99_us" in r else "-"
         print(f"| {r['case']:<42} | {r['records']:>8} | {r['records_per_s']:>10,.0f} | {p50:>7} | {p99:>7} |")
+    base, metered = rows[0], rows[1]
+    print(f"metering adds {metered['p50_us'] - base['p50_us']:.1f} us p50, "
+          f"{metered['p99_us'] - base['p99_us']:.1f} us p99 per request")
 
 
 if __name__ == "__main__":

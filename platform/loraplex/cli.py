@@ -3,6 +3,8 @@
     loraplex tenants create acme --limits '{"requests_per_minute": 60}'
     loraplex keys create ten_...                      # prints the key once
     LORAPLEX_API_KEY=lpx-... loraplex adapters upload support-bot adapter.tar.gz
+    LORAPLEX_API_KEY=lpx-... loraplex usage --group-by adapter --start 2026-11-01
+    loraplex billing export --period 2026-11 > events.jsonl
 
 Admin commands send --admin-token (LORAPLEX_ADMIN_TOKEN); tenant commands send --api-key
 (LORAPLEX_API_KEY). Lists print as tables, or as the server's JSON with --json.
@@ -89,6 +91,10 @@ class Session:
 TENANT_COLUMNS = ("id", "name", "plan", "status", "limits", "created_at")
 KEY_COLUMNS = ("id", "prefix", "created_at", "revoked_at")
 ADAPTER_COLUMNS = ("name", "version", "sha256", "rank", "base_model", "size_bytes", "created_at")
+USAGE_COLUMNS = ("prompt_tokens", "cached_prompt_tokens", "completion_tokens", "requests", "cost")
+# Response headers of GET /admin/billing/export (loraplex.ingress.usage_routes).
+EXPORT_COMPLETE, EXPORT_THROUGH, EXPORT_EVENTS = (
+    "X-LoRAPlex-Export-Complete", "X-LoRAPlex-Export-Through", "X-LoRAPlex-Export-Events")
 
 
 def tenants_create(s: Session) -> None:
@@ -181,10 +187,65 @@ def usage(s: Session) -> None:
         sys.stdout.write(response.text)
         return
     body = response.json()
-    rows = body.get("data", body.get("rows"))
-    if isinstance(rows, list) and isinstance(body.get("total"), dict):
-        rows = rows + [{**body["total"], _first_key(rows): "total"}]
-    s.show(body, rows if isinstance(rows, list) else None)
+    rows = body.get("rows", body.get("data")) if isinstance(body, dict) else None
+    if s.args.json or not isinstance(rows, list):
+        s.show(body)
+        return
+    key = body.get("group_by") or _first_key(rows)
+    columns = (key, *USAGE_COLUMNS) if body.get("group_by") else ()
+    if isinstance(body.get("total"), dict):
+        rows = rows + [{**body["total"], key: "TOTAL"}]
+    print(_table(rows, columns))
+    if body.get("currency"):
+        print(f"\ncost in {body['currency']}; finished {body.get('start')} to {body.get('end')} (end exclusive)")
+    if body.get("rejections"):
+        print("\nrefused before the engine (not billed):")
+        print(_table(body["rejections"], ("tenant", "reason", "count")))
+
+
+def billing_export(s: Session) -> None:
+    params = {"period": s.args.period, "format": s.args.format}
+    if s.args.tenant:
+        params["tenant"] = s.args.tenant
+    response = s.admin("GET", "/admin/billing/export", params=params)
+    if s.args.output:
+        Path(s.args.output).write_text(response.text)
+    else:
+        sys.stdout.write(response.text)
+    events = response.headers.get(EXPORT_EVENTS, "?")
+    through = response.headers.get(EXPORT_THROUGH)
+    if response.headers.get(EXPORT_COMPLETE) == "true":
+        note = f"{events} events; {s.args.period} is complete (through {through})."
+    elif through:
+        note = (f"{events} events; {s.args.period} is NOT complete: days through {through} only. A day is exported "
+                "once billing_grace_s has passed after it ends; export again later (ids do not change).")
+    else:
+        note = f"no day of {s.args.period} is final yet: nothing to export."
+    print(note, file=sys.stderr)
+
+
+def billing_statement(s: Session) -> None:
+    params = {"period": s.args.period}
+    if s.args.format:
+        params["format"] = s.args.format
+    response = s.admin("GET", f"/admin/tenants/{_seg(s.args.tenant_id)}/statement", params=params)
+    if s.args.format == "csv":
+        sys.stdout.write(response.text)
+        return
+    st = response.json()
+    if s.args.json:
+        s.show(st)
+        return
+    print(f"Statement for {st['tenant']}, {st['period']} (plan {st['plan']}, {st['requests']} requests, "
+          f"prices in {st['currency']} per 1M tokens)")
+    print(_table(st["lines"], ("meter", "quantity", "unit_price_per_1m", "amount")))
+    print(f"\nsubtotal   {st['subtotal']} {st['currency']}\nTOTAL DUE  {st['total_due']} {st['currency']}")
+
+
+def billing_cost_model(s: Session) -> None:
+    params = {k: v for k, v in {"start": s.args.start, "end": s.args.end}.items() if v is not None}
+    body = s.admin("GET", "/admin/cost-model", params=params).json()
+    s.show(body, [{"metric": k, "value": v} for k, v in body.items()], ("metric", "value"))
 
 
 # -- argument parsing --------------------------------------------------------------------------
@@ -200,7 +261,7 @@ def _parser() -> argparse.ArgumentParser:
 
     root = argparse.ArgumentParser(prog="loraplex", description=__doc__.split("\n")[0], parents=[common],
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
-    groups = root.add_subparsers(dest="group", required=True, metavar="{tenants,keys,adapters,usage}")
+    groups = root.add_subparsers(dest="group", required=True, metavar="{tenants,keys,adapters,usage,billing}")
 
     def command(sub, name: str, run, help: str) -> argparse.ArgumentParser:
         p = sub.add_parser(name, parents=[common], help=help, description=help)
@@ -240,10 +301,28 @@ def _parser() -> argparse.ArgumentParser:
     p = command(groups, "usage", usage, "usage and cost report (your own; any tenant with --admin)")
     p.add_argument("--start", help="ISO-8601 date or time (UTC)")
     p.add_argument("--end", help="ISO-8601 date or time (UTC), exclusive")
-    p.add_argument("--group-by", choices=["day", "hour", "adapter", "model"])
+    p.add_argument("--group-by", choices=["day", "hour", "adapter", "model", "tenant"],
+                   help="default day; tenant needs --admin")
     p.add_argument("--format", choices=["json", "csv"])
     p.add_argument("--admin", action="store_true", help="use /admin/usage with the admin token")
     p.add_argument("--tenant", help="with --admin: one tenant's id (default: all)")
+
+    billing = groups.add_parser("billing", help="billing export, monthly statements, cost model (admin)")
+    sub = billing.add_subparsers(dest="command", required=True)
+    p = command(sub, "export", billing_export,
+                "a month's billing events (one per tenant, meter and closed UTC day; stable ids)")
+    p.add_argument("--period", required=True, metavar="YYYY-MM")
+    p.add_argument("--format", choices=["jsonl", "csv"], default="jsonl", help="default jsonl (CloudEvents)")
+    p.add_argument("--tenant", help="one tenant's id (default: all)")
+    p.add_argument("--output", "-o", metavar="FILE", help="write the events here instead of stdout")
+    p = command(sub, "statement", billing_statement, "a tenant's monthly statement at its prices")
+    p.add_argument("tenant_id")
+    p.add_argument("--period", required=True, metavar="YYYY-MM")
+    p.add_argument("--format", choices=["json", "csv"], help="csv: the server's CSV; default: a table")
+    p = command(sub, "cost-model", billing_cost_model,
+                "GPU cost per 1M tokens at peak and measured throughput, against revenue")
+    p.add_argument("--start", help="ISO-8601 date or time (UTC); default: start of end's month")
+    p.add_argument("--end", help="ISO-8601 date or time (UTC), exclusive; default: now")
     return root
 
 

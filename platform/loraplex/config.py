@@ -7,6 +7,7 @@ from typing import Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from loraplex.accounting.config import AccountingConfig
 from loraplex.tenancy.config import TenancyConfig
 
 
@@ -165,6 +166,9 @@ class PlatformConfig(BaseModel):
     )
     registry: RegistryConfig = Field(default_factory=RegistryConfig)
     tenancy: TenancyConfig = Field(default_factory=TenancyConfig)
+    accounting: AccountingConfig = Field(
+        default_factory=AccountingConfig, description="Usage ledger, prices, billing export and cost model."
+    )
 
     engine: EngineConfig = Field(default_factory=EngineConfig)
     engine_deployment: EngineDeploymentConfig = Field(default_factory=EngineDeploymentConfig)
@@ -189,8 +193,12 @@ class PlatformConfig(BaseModel):
             "store_url": _local_abs(self.registry.store_url, base_dir),
             "cache_dir": _local_abs(self.registry.cache_dir, base_dir),
         })
+        accounting = self.accounting.model_copy(update={
+            "spool_dir": _local_abs(self.accounting.spool_dir, base_dir),
+        })
         return self.model_copy(update={
             "engine": self.engine.resolved(base_dir), "database_url": db, "registry": registry,
+            "accounting": accounting,
         })
 
 

@@ -56,6 +56,8 @@ def serve_app(tmp_path_factory):
         "database_url": f"sqlite:///{state}/loraplex.db",
         "registry": {"store_url": str(state / "adapters"), "cache_dir": str(state / "cache"), "deletion_poll_s": 1},
         "tenancy": {"admin_token": ADMIN_TOKEN},
+        # Next to this session's database: a spool must only ever be replayed into its own database.
+        "accounting": {"spool_dir": str(state / "spool"), "flush_interval_s": 0.2},
         "engine": {
             "model": str(default_model_dir()),
             "max_model_len": 2048,
@@ -68,14 +70,22 @@ def serve_app(tmp_path_factory):
     serve.run(build_app(args), name=APP, route_prefix="/", blocking=False)
     base_url = f"http://127.0.0.1:{port}"
     wait_ready(base_url)
-    yield base_url
+    yield base_url, args["database_url"]
     serve.shutdown()
     ray.shutdown()
 
 
 @pytest.fixture(scope="session")
 def base_url(serve_app) -> str:
-    return serve_app
+    return serve_app[0]
+
+
+@pytest.fixture(scope="session")
+def usage_db(serve_app):
+    """The deployment's database, where the engine replicas' usage records land."""
+    from loraplex.db import make_engine
+
+    return make_engine(serve_app[1])
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,5 @@
 """Usage accounting: records -> spool -> ledger (DB) -> reports, statements, billing, cost model."""
+from loraplex.accounting.accounting import Accounting
 from loraplex.accounting.billing_export import BillingExport, billing_export, event_id
 from loraplex.accounting.config import AccountingConfig, CostModelConfig, PricingConfig, TokenPrice
 from loraplex.accounting.cost_model import CostModelReport, cost_model_report
@@ -13,7 +14,7 @@ from loraplex.accounting.statement import Statement, monthly_statement
 from loraplex.accounting.tables import MIGRATIONS
 
 __all__ = [
-    "AccountingConfig", "BillingExport", "CostModelConfig", "CostModelReport", "FlushResult", "MIGRATIONS",
+    "Accounting", "AccountingConfig", "BillingExport", "CostModelConfig", "CostModelReport", "FlushResult", "MIGRATIONS",
     "Price", "PriceBook", "PricingConfig", "RejectionCount", "STATUSES", "SpoolLocked", "Statement",
     "TokenPrice", "UsageLedger", "UsageRecord", "UsageReport", "UsageRow", "UsageSpool", "billing_export",
     "cost_model_report", "event_id", "monthly_statement", "parse_time", "period_bounds", "rejection_counts", "usage_report",

@@ -1,10 +1,14 @@
 from decimal import Decimal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
+
+from loraplex.tenancy.requests import DEFAULT_PLAN  # the plan new tenants get: it must have prices
 
 
 class TokenPrice(BaseModel):
     """Prices per 1M tokens, in the price book's currency."""
+
+    model_config = ConfigDict(extra="forbid")
 
     input: Decimal = Field(description="Price per 1M uncached prompt tokens.")
     cached_input: Decimal = Field(description="Price per 1M prompt tokens served from the prefix cache.")
@@ -12,10 +16,12 @@ class TokenPrice(BaseModel):
 
 
 class PricingConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     currency: str = Field("USD", description="ISO-4217 code shown on reports, statements and exports.")
-    default_plan: str = Field("standard", description="Plan used for tenants with no plan and no override.")
+    default_plan: str = Field(DEFAULT_PLAN, description="Prices for tenants whose plan has none of its own.")
     plans: dict[str, TokenPrice] = Field(
-        default_factory=lambda: {"standard": TokenPrice(input=Decimal("0.50"), cached_input=Decimal("0.05"),
+        default_factory=lambda: {DEFAULT_PLAN: TokenPrice(input=Decimal("0.50"), cached_input=Decimal("0.05"),
                                                         output=Decimal("1.50"))},
         description="Prices per plan name.")
     tenant_overrides: dict[str, TokenPrice] = Field(
@@ -23,13 +29,18 @@ class PricingConfig(BaseModel):
 
 
 class CostModelConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     gpu_hour_price: Decimal = Field(Decimal("3.50"), description="What one GPU-hour costs us (same currency).")
     gpus: int = Field(1, ge=1, description="GPUs serving the deployment.")
     window_s: int = Field(60, ge=1, description="Bucket width for measuring peak tokens/s.")
 
 
 class AccountingConfig(BaseModel):
-    db_url: str = Field("sqlite:///var/loraplex.db", description="SQLAlchemy URL: sqlite:///file or postgresql://...")
+    """Usage records go to PlatformConfig.database_url through a per-replica local spool."""
+
+    model_config = ConfigDict(extra="forbid")
+
     spool_dir: str = Field("var/spool", description="Local directory for the usage spool; one subdirectory per replica.")
     sync_mode: str = Field("batch", description="'batch': group fsync every fsync_interval_s; 'always': fsync per record.")
     fsync_interval_s: float = Field(0.05, gt=0, description="Max seconds of records a power loss can take (batch mode).")

@@ -58,10 +58,11 @@ class UsageLedger:
         self.last_error: BaseException | None = None
 
     @classmethod
-    def from_config(cls, cfg, replica_id: str, engine: Engine | None = None) -> "UsageLedger":
-        """cfg: AccountingConfig. Each replica gets its own spool subdirectory."""
+    def from_config(cls, cfg, replica_id: str, engine: Engine) -> "UsageLedger":
+        """cfg: AccountingConfig; engine: PlatformConfig.database_url's. Each replica (each
+        process) gets its own spool subdirectory."""
         safe_id = re.sub(r"[^A-Za-z0-9._-]", "_", replica_id)  # Ray ids contain '#' and ':'
-        return cls(cfg.db_url, str(Path(cfg.spool_dir) / safe_id), engine=engine, sync_mode=cfg.sync_mode,
+        return cls(None, str(Path(cfg.spool_dir) / safe_id), engine=engine, sync_mode=cfg.sync_mode,
                    fsync_interval_s=cfg.fsync_interval_s, flush_interval_s=cfg.flush_interval_s,
                    flush_batch=cfg.flush_batch, adopt_orphans=True)
 

@@ -9,6 +9,7 @@ from loraplex.accounting.pricing import MILLION, PriceBook
 from loraplex.accounting.usage_query import usage_totals
 
 CENT = Decimal("0.01")
+CSV_COLUMNS = ["tenant", "period", "plan", "currency", "meter", "quantity", "unit_price_per_1m", "amount"]
 
 
 @dataclass
@@ -43,6 +44,13 @@ class Statement:
                 "lines": [{"meter": ln.meter, "quantity": ln.quantity, "unit_price_per_1m": str(ln.unit_price),
                            "amount": str(ln.amount)} for ln in self.lines],
                 "subtotal": str(self.subtotal), "total_due": str(self.total_due)}
+
+    def to_csv(self) -> str:
+        """One row per meter, then a `total_due` row (amount only, rounded once)."""
+        rows = [[self.tenant_id, self.period, self.plan, self.currency, ln.meter, ln.quantity, str(ln.unit_price),
+                 str(ln.amount)] for ln in self.lines]
+        rows.append([self.tenant_id, self.period, self.plan, self.currency, "total_due", "", "", str(self.total_due)])
+        return render.csv_text(CSV_COLUMNS, rows)
 
     def to_table(self) -> str:
         rows = [[ln.meter, ln.quantity, str(ln.unit_price), str(ln.amount)] for ln in self.lines]

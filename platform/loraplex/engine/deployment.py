@@ -10,6 +10,9 @@ from typing import Any, AsyncIterator
 from ray import serve
 
 from loraplex.config import EngineDeploymentConfig, PlatformConfig
+from loraplex.engine.engine_counters import read_engine_counters
+from loraplex.engine.metering import usage_record
+from loraplex.engine.protocol import RequestMeta, RequestUsage
 from loraplex.engine.vllm_engine import EngineItem, VLLMEngine
 
 logger = logging.getLogger(__name__)
@@ -19,6 +22,7 @@ class Engine:
     """Serve replica around VLLMEngine. `engine_cls` is injectable so tests can swap the engine."""
 
     async def __init__(self, config: PlatformConfig, engine_cls: type = VLLMEngine):
+        from loraplex.accounting import UsageLedger
         from loraplex.db import make_engine
         from loraplex.registry import AdapterStore
         from loraplex.registry.catalog import AdapterCatalog
@@ -31,18 +35,46 @@ class Engine:
         self.ready_probe_max_age_s = config.engine_deployment.ready_probe_max_age_s
         registry = config.registry
         store = AdapterStore(registry.store_url, registry.storage_options, registry.cache_dir)
-        self.catalog = AdapterCatalog(make_engine(config.database_url))
+        db = make_engine(config.database_url)
+        self.catalog = AdapterCatalog(db)
+        self.base_model = config.engine.model_id
         self.engine = engine_cls(config.engine, replica_id=replica_id, adapter_store=store)
         await self.engine.start()
+        # This replica writes the usage record of every request it serves: it alone sees every
+        # token, also those generated for a client that has gone. Start it (replaying what a
+        # crashed replica left in its spool) before taking traffic, but after vLLM has forked
+        # its processes: a child holding the spool's lock would keep it from being adopted.
+        self.ledger = await asyncio.to_thread(
+            UsageLedger.from_config(config.accounting, f"engine-{replica_id}", engine=db).start
+        )
         self._free_deleted = asyncio.create_task(self._free_deleted_adapters(registry.deletion_poll_s))
 
-    async def chat(self, request, adapter=None, cache_salt=None) -> AsyncIterator[EngineItem]:
-        async for item in self.engine.chat(request, adapter, cache_salt):
+    async def chat(self, request, adapter=None, cache_salt=None, meta: RequestMeta | None = None) -> AsyncIterator[EngineItem]:
+        async for item in self.engine.chat(request, adapter, cache_salt, self._meter(meta)):
             yield item
 
-    async def completions(self, request, adapter=None, cache_salt=None) -> AsyncIterator[EngineItem]:
-        async for item in self.engine.completions(request, adapter, cache_salt):
+    async def completions(
+        self, request, adapter=None, cache_salt=None, meta: RequestMeta | None = None
+    ) -> AsyncIterator[EngineItem]:
+        async for item in self.engine.completions(request, adapter, cache_salt, self._meter(meta)):
             yield item
+
+    def _meter(self, meta: RequestMeta | None):
+        if meta is None:  # not a tenant request (tests calling the handle directly)
+            return None
+
+        def append(usage: RequestUsage) -> None:
+            self.ledger.append(usage_record(meta, usage, self.base_model))
+
+        return append
+
+    def engine_counters(self) -> dict[str, float]:
+        """vLLM's own token counters and gauges, plus the probes no tenant pays for."""
+        return {**read_engine_counters(), "probes": self.engine.probes_done, "replica_id": self.replica_id}
+
+    def flush_usage(self) -> dict:
+        """Copy this replica's pending usage records into the database now (tests, shutdown)."""
+        return vars(self.ledger.flush())
 
     async def list_models(self) -> dict[str, Any]:
         return await self.engine.list_models()
@@ -80,6 +112,8 @@ class Engine:
     async def __del__(self):
         self._free_deleted.cancel()
         await self.engine.shutdown()
+        # After the engine: requests it ended on the way down are metered too.
+        await asyncio.to_thread(self.ledger.close)
 
 
 def engine_deployment(deployment: EngineDeploymentConfig):

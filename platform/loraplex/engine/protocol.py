@@ -36,6 +36,24 @@ class AdapterTarget:
     name: str
     sha256: str
     requested_as: str  # what the client put in `model`; replies echo it back
+    version: int = 0  # the tenant's version number of `name`
+
+    @property
+    def label(self) -> str:
+        """name@version, as usage records and reports show the adapter."""
+        return f"{self.name}@{self.version}"
+
+
+@dataclass(frozen=True)
+class RequestMeta:
+    """Who a request is metered to. The ingress fills it in; the Engine replica writes the one
+    usage record when the request ends, since only it sees every token, even after a disconnect."""
+
+    request_id: str  # the ledger's idempotency key; also vLLM's request id and the reply's id
+    tenant_id: str
+    api_key_id: Optional[str] = None
+    adapter: Optional[str] = None  # name@version; None for the base model
+    arrival_time: float = 0.0  # epoch seconds when the ingress received the request
 
 
 @dataclass
@@ -51,6 +69,10 @@ class RequestUsage:
     completion_tokens: int = 0
     finish_reason: Optional[str] = None
     replica_id: str = ""
+    first_token_time: Optional[float] = None  # epoch seconds of the first completion token
+    finish_time: Optional[float] = None  # epoch seconds when the engine stopped for this request
+    # How it ended, in the ledger's terms (accounting.record.STATUSES); set when it ends.
+    status: Optional[str] = None
     # The vLLM request ids serving this client request (one per prompt of a batched completion).
     engine_request_ids: list = field(default_factory=list, repr=False)
     _completion_by_output: dict = field(default_factory=dict, repr=False)
@@ -61,5 +83,6 @@ class RequestUsage:
             "cached_prompt_tokens": self.cached_prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "finish_reason": self.finish_reason,
+            "status": self.status,
             "replica_id": self.replica_id,
         }

@@ -10,6 +10,7 @@ right when the client disconnects mid-stream or the usage chunk is never sent.
 from __future__ import annotations
 
 import contextvars
+import time
 from typing import AsyncGenerator
 
 from vllm.outputs import RequestOutput
@@ -34,6 +35,8 @@ def record_output(usage: RequestUsage, output: RequestOutput, kind: RequestOutpu
         per_choice["cached"] = output.num_cached_tokens
     for choice in output.outputs:
         n = len(choice.token_ids)
+        if n and usage.first_token_time is None:
+            usage.first_token_time = time.time()
         if kind == RequestOutputKind.DELTA:
             per_choice[choice.index] = per_choice.get(choice.index, 0) + n
         else:

@@ -13,7 +13,7 @@ import json
 import logging
 import time
 import uuid
-from typing import Any, AsyncIterator, Union
+from typing import Any, AsyncIterator, Callable, Union
 
 from starlette.datastructures import State
 from vllm import SamplingParams
@@ -34,6 +34,17 @@ from loraplex.engine.usage_tracking import UsageTrackingAsyncLLM, current_usage
 logger = logging.getLogger(__name__)
 
 EngineItem = Union[str, dict, EngineError, RequestUsage]
+OnFinish = Callable[[RequestUsage], None]
+SSE_DONE = "data: [DONE]\n\n"
+# vLLM finish reasons -> the ledger's statuses; any other ending reason is "finished".
+_STATUS_OF_FINISH = {"stop": "stop", "length": "length", "abort": "aborted"}
+
+
+def ending_status(finish_reason: str | None, ending: str) -> str:
+    """The ledger status of a request: its finish reason, else how the stream ended."""
+    if finish_reason is None:
+        return ending
+    return _STATUS_OF_FINISH.get(finish_reason, "finished")
 
 
 class VLLMEngine:
@@ -44,6 +55,9 @@ class VLLMEngine:
         self.llm: UsageTrackingAsyncLLM | None = None
         self.adapters: LoadedAdapters | None = None
         self.last_probe_ok: float = 0.0
+        # Probes are real generations that no tenant pays for: reconciling the ledger with the
+        # engine's counters takes them out (each is 1 prompt + 1 generated token).
+        self.probes_done = 0
 
     async def start(self) -> None:
         engine_args = AsyncEngineArgs(**self.config.engine_args())
@@ -73,65 +87,100 @@ class VLLMEngine:
         return args
 
     async def chat(
-        self, request: ChatCompletionRequest, adapter: AdapterTarget | None = None, cache_salt: str | None = None
+        self, request: ChatCompletionRequest, adapter: AdapterTarget | None = None, cache_salt: str | None = None,
+        on_finish: OnFinish | None = None,
     ) -> AsyncIterator[EngineItem]:
-        async for item in self._serve(self.chat_serving.create_chat_completion, request, adapter, cache_salt):
+        async for item in self._serve(self.chat_serving.create_chat_completion, request, adapter, cache_salt, on_finish):
             yield item
 
     async def completions(
-        self, request: CompletionRequest, adapter: AdapterTarget | None = None, cache_salt: str | None = None
+        self, request: CompletionRequest, adapter: AdapterTarget | None = None, cache_salt: str | None = None,
+        on_finish: OnFinish | None = None,
     ) -> AsyncIterator[EngineItem]:
-        async for item in self._serve(self.completion_serving.create_completion, request, adapter, cache_salt):
+        async for item in self._serve(self.completion_serving.create_completion, request, adapter, cache_salt, on_finish):
             yield item
 
-    async def _serve(self, create, request, adapter: AdapterTarget | None, cache_salt: str | None):
+    async def _serve(self, create, request, adapter: AdapterTarget | None, cache_salt: str | None, on_finish):
         """Run one OpenAI request, with the tenant's adapter version and prefix-cache salt."""
         if cache_salt is not None:
             request.cache_salt = cache_salt
         if adapter is None:
-            async for item in self._run(create, request):
+            async for item in self._run(create, request, on_finish):
                 yield item
             return
         await self.adapters.acquire(adapter)
         request.model = adapter.lora_name
         try:
-            async for item in self._run(create, request):
+            async for item in self._run(create, request, on_finish):
                 yield _renamed(item, adapter)
         finally:
             await self.adapters.release(adapter)
 
-    async def _run(self, create, request) -> AsyncIterator[EngineItem]:
-        """Yield SSE strings (stream) or one response dict, then the request's RequestUsage."""
+    async def _run(self, create, request, on_finish: OnFinish | None) -> AsyncIterator[EngineItem]:
+        """Yield SSE strings (stream) or one response dict, then the request's RequestUsage.
+
+        on_finish(usage) runs exactly once when a request the engine accepted ends, however it
+        ends (done, client gone, error), before the stream's last `[DONE]` or the response is
+        released: a client that saw its reply end is sure to have been metered.
+        """
         usage = RequestUsage(replica_id=self.replica_id)
         current_usage.set(usage)
         serving = create.__self__
+        ending, held, body, error = "client_disconnect", None, None, None
         try:
-            result = await create(request, raw_request=None)
-        except (ValueError, VLLMClientError) as exc:
-            result = serving.create_error_response(exc)
-        if isinstance(result, ErrorResponse):
-            yield EngineError(
-                status=result.error.code,
-                message=result.error.message,
-                type=result.error.type,
-                param=result.error.param,
-            )
-            return
-        try:
-            if isinstance(result, AsyncIterator):
+            try:
+                result = await create(request, raw_request=None)
+            except (ValueError, VLLMClientError) as exc:
+                result = serving.create_error_response(exc)
+            if isinstance(result, ErrorResponse):
+                error = EngineError(
+                    status=result.error.code,
+                    message=result.error.message,
+                    type=result.error.type,
+                    param=result.error.param,
+                )
+            elif isinstance(result, AsyncIterator):
                 async for chunk in result:
-                    yield chunk
+                    if chunk == SSE_DONE:
+                        held = chunk
+                    else:
+                        yield chunk
             else:
-                yield result.model_dump(mode="json")
+                body = result.model_dump(mode="json")
+            ending = "error"  # ended on its own: a finish reason says how, else it failed
+        except Exception:
+            ending = "error"
+            raise
         finally:
-            if usage.finish_reason is None:
-                # The client went away (cancel or close). Abort now rather than when the
-                # abandoned generators are garbage-collected: the engine must stop at once.
-                await self.llm.abort(usage.engine_request_ids)
-                logger.info("aborted after %s completion tokens", usage.completion_tokens)
-            elif usage.completion_tokens:
-                self.last_probe_ok = time.time()  # real traffic proves the engine generates
+            # GeneratorExit / CancelledError (the client went away) leave ending at client_disconnect.
+            await self._finish(usage, ending, on_finish, refused=error is not None)
+        if error is not None:
+            yield error
+            return
+        if body is not None:
+            yield body
+        if held is not None:
+            yield held
         yield usage
+
+    async def _finish(self, usage: RequestUsage, ending: str, on_finish: OnFinish | None, refused: bool) -> None:
+        usage.finish_time = time.time()
+        usage.status = ending_status(usage.finish_reason, ending)
+        if usage.finish_reason is None and usage.engine_request_ids:
+            # Abort now rather than when the abandoned generators are garbage-collected: the
+            # engine must stop at once.
+            await self.llm.abort(usage.engine_request_ids)
+            logger.info("%s after %s completion tokens", usage.status, usage.completion_tokens)
+        elif usage.completion_tokens:
+            self.last_probe_ok = time.time()  # real traffic proves the engine generates
+        # A refusal with no tokens (bad params, prompt too long) is not a usage record; the
+        # ingress counts it as a rejection.
+        metered = usage.engine_request_ids and not (refused and usage.prompt_tokens + usage.completion_tokens == 0)
+        if on_finish is not None and metered:
+            try:
+                on_finish(usage)
+            except Exception:
+                logger.exception("could not meter request %s", usage.engine_request_ids)
 
     async def list_models(self) -> dict[str, Any]:
         return (await self.models.show_available_models()).model_dump(mode="json")
@@ -150,6 +199,7 @@ class VLLMEngine:
                 pass
 
         await asyncio.wait_for(one_token(), timeout_s)
+        self.probes_done += 1
         self.last_probe_ok = time.time()
         return time.monotonic() - started
 

@@ -5,17 +5,13 @@ The admin API is never open by default: with no admin token configured it answer
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from loraplex.ingress.auth import WWW_AUTHENTICATE, bearer_token, call_tenancy
-from loraplex.ingress.errors import APIError
+from loraplex.ingress.auth import call_tenancy, check_admin
 from loraplex.ingress.openai_routes import parse, read_json
-from loraplex.tenancy import ADMIN_TOKEN_ENV, Tenancy, TenantCreate, TenantUpdate
+from loraplex.tenancy import Tenancy, TenantCreate, TenantUpdate
 
 ADMIN_MAX_BODY_BYTES = 64 * 1024  # tenant bodies are a name and a few numbers
 
@@ -76,22 +72,4 @@ class AdminRoutes:
         return JSONResponse(record.to_json())
 
     def check_admin(self, request: Request) -> None:
-        expected = self.tenancy.admin_token
-        if not expected:
-            # No Retry-After: waiting will not help, only configuration will.
-            raise APIError(503, f"The admin API is disabled because no admin token is configured: set the "
-                                f"{ADMIN_TOKEN_ENV} env var (or tenancy.admin_token in the config) for the "
-                                "ingress and restart it.")
-        token = bearer_token(request)
-        if token is None:
-            raise APIError(401, "Missing admin token: send `Authorization: Bearer <admin token>` "
-                                f"(the value of {ADMIN_TOKEN_ENV}).", headers=WWW_AUTHENTICATE)
-        # Compare digests, not the tokens: equal lengths, so not even the token's length leaks.
-        if not hmac.compare_digest(_digest(token), _digest(expected)):
-            raise APIError(401, f"Invalid admin token: use the value of {ADMIN_TOKEN_ENV} that the ingress "
-                                "was started with (a tenant API key is not an admin token).",
-                           headers=WWW_AUTHENTICATE)
-
-
-def _digest(token: str) -> bytes:
-    return hashlib.sha256(token.encode("utf-8")).digest()
+        check_admin(request, self.tenancy)

@@ -17,6 +17,7 @@ from loraplex.ingress.errors import APIError, error_response
 from loraplex.ingress.health_routes import HealthRoutes, ReplicaHealth
 from loraplex.ingress.openai_routes import OpenAIRoutes
 from loraplex.ingress.tenant_context import TenantContext
+from loraplex.ingress.usage_routes import UsageRoutes
 from loraplex.tenancy import Tenancy
 
 logger = logging.getLogger(__name__)
@@ -28,9 +29,11 @@ def build_ingress_app(
     replica_health: ReplicaHealth | None = None,
     tenancy: Tenancy | None = None,
     registry=None,
+    accounting=None,
 ) -> Starlette:
     """`tenancy`: tenants, keys and the admin token; with it every /v1 route needs a tenant key.
-    `registry`: tenants' adapters (needs tenancy). None for both: an open base-model-only server."""
+    `registry`: tenants' adapters (needs tenancy). None for both: an open base-model-only server.
+    `accounting`: loraplex.accounting.Accounting, for rejection counts and the usage routes."""
     tenants = None
     if tenancy is not None:
         tenants = TenantContext(
@@ -40,13 +43,16 @@ def build_ingress_app(
             cache_salt_per_tenant=config.registry.cache_salt_per_tenant,
         )
     routes = [
-        *OpenAIRoutes(engine, config.ingress.max_request_body_bytes, tenants).routes(),
+        *OpenAIRoutes(engine, config.ingress.max_request_body_bytes, tenants,
+                      ledger=accounting.ledger if accounting is not None else None).routes(),
         *HealthRoutes(engine, replica_health).routes(),
     ]
     if tenancy is not None:
         routes += AdminRoutes(tenancy).routes()
     if registry is not None and tenants is not None:
         routes += AdapterRoutes(tenants, config.registry.max_upload_bytes).routes()
+    if accounting is not None and tenancy is not None:
+        routes += UsageRoutes(accounting, tenants, tenancy).routes()
 
     async def on_api_error(request: Request, exc: APIError):
         return exc.response()

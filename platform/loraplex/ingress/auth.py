@@ -1,14 +1,16 @@
-"""Bearer authentication for tenant routes, and running TenantService calls off the event loop."""
+"""Bearer authentication for tenant and admin routes, and running TenantService calls off the event loop."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from typing import Any, Callable, Optional
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
 from loraplex.ingress.errors import APIError
-from loraplex.tenancy import Principal, Tenancy, TenancyError
+from loraplex.tenancy import ADMIN_TOKEN_ENV, Principal, Tenancy, TenancyError
 
 WWW_AUTHENTICATE = {"WWW-Authenticate": "Bearer"}
 
@@ -33,3 +35,27 @@ async def call_tenancy(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any
         return await run_in_threadpool(fn, *args, **kwargs)
     except TenancyError as e:
         raise APIError(e.status, e.message, headers=WWW_AUTHENTICATE if e.status == 401 else None) from e
+
+
+def check_admin(request: Request, tenancy: Tenancy) -> None:
+    """APIError unless the request carries the admin token: 503 when none is configured (the
+    admin API is never open by default), 401 for a missing or wrong one."""
+    expected = tenancy.admin_token
+    if not expected:
+        # No Retry-After: waiting will not help, only configuration will.
+        raise APIError(503, f"The admin API is disabled because no admin token is configured: set the "
+                            f"{ADMIN_TOKEN_ENV} env var (or tenancy.admin_token in the config) for the "
+                            "ingress and restart it.")
+    token = bearer_token(request)
+    if token is None:
+        raise APIError(401, "Missing admin token: send `Authorization: Bearer <admin token>` "
+                            f"(the value of {ADMIN_TOKEN_ENV}).", headers=WWW_AUTHENTICATE)
+    # Compare digests, not the tokens: equal lengths, so not even the token's length leaks.
+    if not hmac.compare_digest(_digest(token), _digest(expected)):
+        raise APIError(401, f"Invalid admin token: use the value of {ADMIN_TOKEN_ENV} that the ingress "
+                            "was started with (a tenant API key is not an admin token).",
+                       headers=WWW_AUTHENTICATE)
+
+
+def _digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode("utf-8")).digest()

@@ -13,21 +13,30 @@ from loraplex.ingress.engine_client import ServeEngineClient
 
 class Ingress:
     def __init__(self, engine_handle, config: PlatformConfig):
+        from loraplex.accounting import Accounting
         from loraplex.db import make_engine
         from loraplex.registry.registry import build_registry
         from loraplex.tenancy import Tenancy
 
         self.engine = ServeEngineClient(engine_handle)
         self.config = config
-        self.app_name = serve.get_replica_context().app_name
+        context = serve.get_replica_context()
+        self.app_name = context.app_name
         db = make_engine(config.database_url)
         self.tenancy = Tenancy.from_config(config.tenancy, db)
         self.registry = build_registry(config, db)
+        self.accounting = Accounting.start(
+            config.accounting, db, f"ingress-{context.replica_id.unique_id}", plan_of=self.tenancy.service.plan_of
+        )
 
     def __serve_build_asgi_app__(self):
         return build_ingress_app(
-            self.engine, self.config, self.engine_replica_health, tenancy=self.tenancy, registry=self.registry
+            self.engine, self.config, self.engine_replica_health, tenancy=self.tenancy, registry=self.registry,
+            accounting=self.accounting,
         )
+
+    def __del__(self):
+        self.accounting.close()
 
     async def engine_replica_health(self) -> tuple[int, int]:
         # serve.status() blocks on the controller; keep it off the event loop.

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import logging
+import time
+import uuid
 from typing import Any, AsyncIterator
 
 from pydantic import BaseModel, ValidationError
@@ -17,11 +19,15 @@ from starlette.routing import Route
 from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
 from vllm.entrypoints.openai.completion.protocol import CompletionRequest
 
-from loraplex.engine.protocol import AdapterTarget, EngineError, RequestUsage
+from loraplex.engine.protocol import AdapterTarget, EngineError, RequestMeta, RequestUsage
 from loraplex.ingress.errors import APIError
 from loraplex.ingress.tenant_context import TenantContext
 
 logger = logging.getLogger(__name__)
+
+# The ledger's id of a request (also in the reply's `id`). Not X-Request-Id: Ray Serve's proxy
+# sets that one to its own id, which a client may choose.
+REQUEST_ID_HEADER = "X-LoRAPlex-Request-Id"
 
 
 async def read_json(request: Request, max_bytes: int) -> dict[str, Any]:
@@ -53,11 +59,14 @@ def parse(model: type[BaseModel], data: dict[str, Any]) -> BaseModel:
 
 
 class OpenAIRoutes:
-    def __init__(self, engine, max_body_bytes: int, tenants: TenantContext | None = None):
+    def __init__(self, engine, max_body_bytes: int, tenants: TenantContext | None = None, ledger=None):
         self.engine = engine
         self.max_body_bytes = max_body_bytes
-        # None: an open single-tenant deployment (no keys, base model only).
+        # None: an open single-tenant deployment (no keys, base model only, nothing metered).
         self.tenants = tenants
+        # The UsageLedger that counts requests refused before the engine (never billed). The
+        # billable record is written by the Engine replica, which sees every token.
+        self.ledger = ledger
 
     def routes(self) -> list[Route]:
         return [
@@ -83,18 +92,35 @@ class OpenAIRoutes:
         return JSONResponse({"object": "list", "data": base + await self.tenants.adapter_models(principal)})
 
     async def _generate(self, request: Request, method: str, model: type[BaseModel]) -> Response:
-        adapter, cache_salt = None, None
-        if self.tenants is not None:
-            principal = await self.tenants.authenticate(request)
-        data = await read_json(request, self.max_body_bytes)
-        oai_request = parse(model, data)
-        if self.tenants is not None:
-            adapter = await self.tenants.resolve_adapter(principal, oai_request.model)
-            cache_salt = self.tenants.cache_salt(principal)
-        return await self.generate(method, oai_request, adapter, cache_salt)
+        arrival = time.time()
+        principal = None
+        try:
+            if self.tenants is not None:
+                principal = await self.tenants.authenticate(request)
+            oai_request = parse(model, await read_json(request, self.max_body_bytes))
+            adapter, cache_salt, meta = None, None, None
+            # Ours, never the client's: it is the ledger's idempotency key and vLLM's request id,
+            # so a client-chosen value could collide with another request.
+            oai_request.request_id = uuid.uuid4().hex
+            if principal is not None:
+                adapter = await self.tenants.resolve_adapter(principal, oai_request.model)
+                cache_salt = self.tenants.cache_salt(principal)
+                meta = RequestMeta(
+                    request_id=oai_request.request_id, tenant_id=principal.tenant_id, api_key_id=principal.key_id,
+                    adapter=adapter.label if adapter else None, arrival_time=arrival,
+                )
+            response = await self.generate(method, oai_request, adapter, cache_salt, meta)
+        except APIError as exc:
+            if self.ledger is not None:
+                self.ledger.reject(principal.tenant_id if principal else None, str(exc.status))
+            raise
+        response.headers[REQUEST_ID_HEADER] = oai_request.request_id
+        return response
 
-    async def generate(self, method: str, oai_request, adapter: AdapterTarget | None = None, cache_salt=None) -> Response:
-        items = self.engine.stream(method, oai_request, adapter, cache_salt)
+    async def generate(
+        self, method: str, oai_request, adapter: AdapterTarget | None = None, cache_salt=None, meta=None
+    ) -> Response:
+        items = self.engine.stream(method, oai_request, adapter, cache_salt, meta)
         try:
             first = await anext(items)
         except StopAsyncIteration:

@@ -40,7 +40,7 @@ class TenantContext:
         v = entry.version
         return AdapterTarget(
             lora_name=entry.lora_name, lora_int_id=entry.id, tenant=v.tenant, name=v.name,
-            sha256=v.sha256, requested_as=model,
+            sha256=v.sha256, requested_as=model, version=v.version,
         )
 
     def cache_salt(self, principal) -> str | None:

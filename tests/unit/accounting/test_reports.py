@@ -12,7 +12,7 @@ from usage_builders import T0, make_record
 
 NOV = (datetime(2026, 11, 1, tzinfo=timezone.utc), datetime(2026, 12, 1, tzinfo=timezone.utc))
 PRICES = PriceBook.from_config(PricingConfig(
-    plans={"standard": TokenPrice(input=Decimal("0.50"), cached_input=Decimal("0.05"), output=Decimal("1.50")),
+    plans={"default": TokenPrice(input=Decimal("0.50"), cached_input=Decimal("0.05"), output=Decimal("1.50")),
            "pro": TokenPrice(input=Decimal("0.40"), cached_input=Decimal("0.04"), output=Decimal("1.20"))},
     tenant_overrides={"t2": TokenPrice(input=Decimal("2"), cached_input=Decimal("0.2"), output=Decimal("6"))}))
 # make_record: 100 prompt (40 cached), 20 completion tokens
@@ -87,12 +87,12 @@ def test_bad_arguments_raise_value_error(ledger):
 def test_price_book_resolution():
     book = PriceBook.from_config(PRICES_CFG, plan_of={"t3": "pro", "t4": "gone"}.get)
     assert book.plan_for("t2") == "override" and book.plan_for("t3") == "pro"
-    assert book.plan_for("t4") == "standard" and book.plan_for("nobody") == "standard"
+    assert book.plan_for("t4") == "default" and book.plan_for("nobody") == "default"
     assert book.cost("t3", 1_000_000, 0, 0) == Decimal("0.40")
 
 
 PRICES_CFG = PricingConfig(
-    plans={"standard": TokenPrice(input="0.50", cached_input="0.05", output="1.50"),
+    plans={"default": TokenPrice(input="0.50", cached_input="0.05", output="1.50"),
            "pro": TokenPrice(input="0.40", cached_input="0.04", output="1.20")},
     tenant_overrides={"t2": TokenPrice(input="2", cached_input="0.2", output="6")})
 
@@ -104,7 +104,7 @@ def test_monthly_statement_is_exact_and_rounds_once(db_url, tmp_path):
         ledger.append(make_record(2, tenant="t3", at=datetime(2026, 12, 1, tzinfo=timezone.utc)))  # December
         ledger.flush()
         st = monthly_statement(ledger.engine, PRICES, "t3", "2026-11")
-    assert st.requests == 1 and st.plan == "standard"
+    assert st.requests == 1 and st.plan == "default"
     assert [(ln.meter, ln.quantity, ln.amount) for ln in st.lines] == [
         ("input_tokens", 2_000_001, Decimal("1.0000005")),
         ("cached_input_tokens", 1_000_000, Decimal("0.05")),

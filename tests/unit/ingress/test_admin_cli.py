@@ -1,19 +1,16 @@
 """The `loraplex` CLI's main() against a real uvicorn server on a loopback port."""
 
-import contextlib
 import json
 import socket
-import threading
-import time
 
 import pytest
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.routing import Route
 
 from fake_engine import FakeEngineClient
+from live_server import serving
 from loraplex.cli import main
 from loraplex.config import PlatformConfig
 from loraplex.db import make_engine
@@ -21,25 +18,6 @@ from loraplex.ingress.app import build_ingress_app
 from loraplex.tenancy import Tenancy, TenantService
 
 ADMIN = "cli-admin-token"
-
-
-@contextlib.contextmanager
-def serving(app):
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
 
 
 @pytest.fixture
@@ -161,7 +139,7 @@ def test_tenant_commands_send_the_contract_requests(tmp_path, capsys):
         assert code == 0 and out.splitlines()[1].split()[:3] == ["bot", "1", "ab"]
         assert run(capsys, *base, "adapters", "delete", "bot@1")[0] == 0
         code, out, _ = run(capsys, *base, "usage", "--start", "2026-11-01", "--group-by", "day")
-        assert code == 0 and "2026-11-01" in out and "total" in out
+        assert code == 0 and "2026-11-01" in out and "TOTAL" in out
         code, out, _ = run(capsys, *base, "usage", "--format", "csv")
         assert code == 0 and out.startswith("day,prompt_tokens")
         code, _, _ = run(capsys, "--url", url, "--admin-token", "adm", "usage", "--admin", "--tenant", "ten_1")

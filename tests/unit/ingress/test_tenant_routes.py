@@ -10,6 +10,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from fake_engine import FakeEngineClient
+from loraplex.accounting import Accounting, rejection_counts
 from loraplex.config import PlatformConfig
 from loraplex.db import make_engine
 from loraplex.engine.protocol import AdapterTarget
@@ -25,9 +26,10 @@ from loraplex.registry import BaseModelSpec  # noqa: E402
 BASE = "SmolLM2-135M-Instruct"
 
 
-def script(method, request, adapter=None, cache_salt=None):
-    # Echo what the engine was asked to run with, so tests can see resolution and salting.
-    yield {"model": request.model, "adapter": adapter.lora_name if adapter else None, "salt": cache_salt}
+def script(method, request, adapter=None, cache_salt=None, meta=None):
+    # Echo what the engine was asked to run with, so tests can see resolution, salting and metering.
+    yield {"model": request.model, "adapter": adapter.lora_name if adapter else None, "salt": cache_salt,
+           "meta": vars(meta) if meta else None, "request_id": request.request_id}
 
 
 @pytest.fixture
@@ -44,8 +46,11 @@ def setup(tmp_path):
     service = TenantService(db)
     tenancy = Tenancy(service, admin_token="admin")
     engine = FakeEngineClient(script, calls={"list_models": {"object": "list", "data": [{"id": BASE, "parent": None}]}})
-    client = TestClient(build_ingress_app(engine, config, tenancy=tenancy, registry=build_registry(config, db)),
-                        raise_server_exceptions=False)
+    accounting = Accounting.start(config.accounting.model_copy(update={"spool_dir": str(tmp_path / "spool")}),
+                                  db, "ingress-test", plan_of=service.plan_of)
+    client = TestClient(build_ingress_app(engine, config, tenancy=tenancy, registry=build_registry(config, db),
+                                          accounting=accounting), raise_server_exceptions=False)
+    client.accounting = accounting
     keys = {}
     for name in ("acme", "globex"):
         tenant = service.create_tenant(name)
@@ -153,3 +158,37 @@ def test_upload_over_the_limit_is_413(setup):
     response = client.post("/v1/adapters", headers=keys["acme"], data={"name": "big"},
                            files={"file": ("a.tar.gz", big, "application/gzip")})
     assert response.status_code == 413
+
+
+def test_every_request_carries_its_metering_context(setup):
+    client, keys, engine, archives = setup
+    assert upload(client, keys["acme"], "style", archives[4]).status_code == 201
+    body = {"model": "style", "messages": [{"role": "user", "content": "hi"}], "request_id": "client-chosen"}
+    reply = client.post("/v1/chat/completions", headers=keys["acme"], json=body)
+    assert reply.status_code == 200
+    meta = reply.json()["meta"]
+    # The id is ours (a client-chosen one could collide in the ledger and in vLLM), and echoed.
+    assert reply.json()["request_id"] == meta["request_id"] == reply.headers["x-loraplex-request-id"] != "client-chosen"
+    acme = client.get("/v1/models", headers=keys["acme"]).json()["data"][1]["owned_by"]
+    assert meta["tenant_id"] == acme and meta["adapter"] == "style@1" and meta["api_key_id"].startswith("key")
+    assert meta["arrival_time"] > 0
+    second = chat(client, keys["acme"], BASE)
+    assert second.json()["meta"]["adapter"] is None
+    assert second.headers["x-loraplex-request-id"] != reply.headers["x-loraplex-request-id"]
+
+
+def test_refusals_before_the_engine_are_counted_not_billed(setup):
+    from datetime import datetime, timedelta, timezone
+
+    client, keys, engine, _ = setup
+    sent = len(engine.requests)
+    assert chat(client, {}, BASE).status_code == 401
+    assert chat(client, keys["acme"], "no-such-adapter").status_code == 404
+    assert client.post("/v1/chat/completions", headers=keys["acme"], content=b"{").status_code == 400
+    assert len(engine.requests) == sent  # none reached the engine
+    client.accounting.ledger.flush()
+    now = datetime.now(timezone.utc)
+    counts = {(c.tenant_id == "-", c.reason): c.count for c in
+              rejection_counts(client.accounting.db, now - timedelta(hours=2), now + timedelta(hours=1))}
+    assert counts == {(True, "401"): 1, (False, "404"): 1, (False, "400"): 1}
+    assert chat(client, keys["acme"], BASE).status_code == 200  # still serving

@@ -1,0 +1,72 @@
+"""`serve run CONFIG` as an operator starts it, in its own process group, until ready."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BASE_URL = "http://127.0.0.1:8000"  # serve_config.yaml's http_options
+BIN = Path(sys.executable).parent
+
+
+def port_in_use(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def wait_ready(proc: subprocess.Popen, log_path: Path, timeout_s: float = 600) -> None:
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"`serve run` exited with {proc.returncode}:\n{log_path.read_text()[-4000:]}")
+        try:
+            if httpx.get(f"{BASE_URL}/readyz", timeout=30).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(2)
+    pytest.fail(f"not ready after {timeout_s} s:\n{log_path.read_text()[-4000:]}")
+
+
+@contextmanager
+def serve_run(config: str, log_path: Path, admin_token: str):
+    if port_in_use(8000):
+        pytest.fail("port 8000 is taken; stop whatever serves there (serve_config.yaml binds it)")
+    log = open(log_path, "w")
+    # A fresh local cluster, as on an operator's first run.
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["LORAPLEX_ADMIN_TOKEN"] = admin_token
+    proc = subprocess.Popen([str(BIN / "serve"), "run", config], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                            env=env, start_new_session=True)
+    try:
+        wait_ready(proc, log_path)
+        yield proc
+    finally:
+        # Ctrl-C, as an operator stops it: serve run shuts Serve and its local Ray down.
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGINT)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        subprocess.run([str(BIN / "ray"), "stop", "--force"], capture_output=True)
+        log.close()
+
+
+def new_tenant_key(admin_token: str, name: str) -> str:
+    """An operator's first steps: a tenant, then a key for it, over the admin API."""
+    admin = {"Authorization": f"Bearer {admin_token}"}
+    tenant = httpx.post(f"{BASE_URL}/admin/tenants", json={"name": name}, headers=admin, timeout=30)
+    assert tenant.status_code == 201, tenant.text
+    key = httpx.post(f"{BASE_URL}/admin/tenants/{tenant.json()['id']}/keys", headers=admin, timeout=30)
+    assert key.status_code == 201, key.text
+    return key.json()["key"]

@@ -1,0 +1,82 @@
+"""kill -9 the engine replica holding unflushed usage records after its replies were sent: the
+replica Serve starts in its place replays them, and every request is in the ledger exactly once."""
+
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+from sqlalchemy import func, select
+
+from loraplex.accounting.tables import usage_records
+from loraplex.db import make_engine
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from serve_process import BASE_URL, ROOT, new_tenant_key, serve_run, wait_ready  # noqa: E402
+
+pytestmark = pytest.mark.e2e
+
+ADMIN_TOKEN = secrets.token_urlsafe(16)
+ENGINE_PROCESS = "ServeReplica:loraplex:Engine"  # Ray's process title of an Engine replica
+
+
+def engine_pids() -> set[int]:
+    out = subprocess.run(["pgrep", "-f", ENGINE_PROCESS], capture_output=True, text=True).stdout
+    return {int(p) for p in out.split()}
+
+
+def test_records_survive_kill_9_exactly_once(tmp_path):
+    config = yaml.safe_load((ROOT / "serve_config.yaml").read_text())
+    args = config["applications"][0]["args"]
+    db_url = f"sqlite:///{tmp_path}/loraplex.db"
+    args["database_url"] = db_url
+    args["registry"] = {"store_url": str(tmp_path / "adapters"), "cache_dir": str(tmp_path / "cache")}
+    # Nothing is flushed while serving: every record is only in the replica's spool when it dies.
+    args["accounting"] = {"spool_dir": str(tmp_path / "spool"), "flush_interval_s": 3600}
+    config_path = tmp_path / "serve_config.yaml"
+    config_path.write_text(yaml.safe_dump(config))
+
+    with serve_run(str(config_path), tmp_path / "serve_run.log", ADMIN_TOKEN) as proc:
+        key = new_tenant_key(ADMIN_TOKEN, "crash")
+        sent = {}
+        with httpx.Client(base_url=BASE_URL, headers={"Authorization": f"Bearer {key}"}, timeout=120) as client:
+            for i in range(6):
+                body = {"model": "SmolLM2-135M-Instruct", "messages": [{"role": "user", "content": f"Say {i}."}],
+                        "max_tokens": 3 + i, "temperature": 0}
+                reply = client.post("/v1/chat/completions", json=body)
+                assert reply.status_code == 200, reply.text
+                sent[reply.headers["x-loraplex-request-id"]] = reply.json()["usage"]
+        db = make_engine(db_url)
+        with db.connect() as conn:
+            assert conn.execute(select(func.count()).select_from(usage_records)).scalar() == 0
+
+        [pid] = engine_pids()
+        os.kill(pid, signal.SIGKILL)
+        # Serve notices the dead actor and starts another replica, which replays the dead one's spool.
+        deadline = time.time() + 300
+        while time.time() < deadline and not (engine_pids() - {pid}):
+            time.sleep(1)
+        time.sleep(5)  # let Serve mark the replica dead before /readyz is asked
+        wait_ready(proc, tmp_path / "serve_run.log")
+        deadline = time.time() + 60
+        while True:
+            with db.connect() as conn:
+                rows = {r.request_id: r for r in conn.execute(select(usage_records))}
+            if len(rows) >= len(sent) or time.time() > deadline:
+                break
+            time.sleep(1)
+        assert set(rows) == set(sent)
+        for request_id, usage in sent.items():
+            assert rows[request_id].prompt_tokens == usage["prompt_tokens"]
+            assert rows[request_id].completion_tokens == usage["completion_tokens"]
+        # And the new replica serves and meters.
+        with httpx.Client(base_url=BASE_URL, headers={"Authorization": f"Bearer {key}"}, timeout=120) as client:
+            again = client.post("/v1/chat/completions", json={
+                "model": "SmolLM2-135M-Instruct", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+        assert again.status_code == 200
