@@ -28,7 +28,7 @@ def run(config: TraceConfig, replicas: int, policies: list[str],
 def print_table(results: list[SimResult]) -> None:
     print(f"{'policy':<22}| replicas | zipf | hit rate | max/mean load | peak max/mean")
     for r in results:
-        print(f"{r.policy:<22}| {r.replicas:>8} | {r.zipf:>4} | {r.hit_rate:>8.3f} "
+        print(f"{r.policy:<22}| {r.replicas:>8} | {r.zipf:>4} | {r.hit_rate:>8.4f} "
               f"| {r.max_mean_load:>13.2f} | {r.peak_max_mean:>13.2f}")
 
 
@@ -37,7 +37,7 @@ def print_hot_table(results: list[SimResult]) -> None:
           f"| max/mean load")
     for r in results:
         print(f"{r.policy:<22}| {r.replicas:>8} | {r.zipf:>4} | {r.hot_share:>9.2f} "
-              f"| {r.hit_rate:>8.3f} | {r.hot_hit_rate:>14.3f} | {r.max_mean_load:>13.2f}")
+              f"| {r.hit_rate:>8.4f} | {r.hot_hit_rate:>14.4f} | {r.max_mean_load:>13.2f}")
 
 
 def verdict(results: list[SimResult]) -> str:

@@ -8,6 +8,7 @@ from typing import Any, Optional
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from loraplex.accounting.config import AccountingConfig
+from loraplex.routing.config import RoutingConfig
 from loraplex.tenancy.config import TenancyConfig
 
 
@@ -111,6 +112,10 @@ class EngineDeploymentConfig(BaseModel):
     )
     ready_probe_max_age_s: float = Field(
         30.0, gt=0, description="/readyz accepts a replica whose last real generation is this fresh."
+    )
+    routing: RoutingConfig = Field(
+        default_factory=RoutingConfig,
+        description="How ingress replicas pick an Engine replica: tenant affinity under a load bound by default.",
     )
 
 

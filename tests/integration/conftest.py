@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from model_dir import MODEL_NAME, default_model_dir  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from tenant_keys import new_tenant_key  # noqa: E402
+from tenant_keys import ADMIN_TOKEN, new_tenant_key  # noqa: E402
 
 APP = "loraplex"
 
@@ -36,8 +36,6 @@ def wait_ready(base_url: str, timeout_s: float = 600) -> None:
         time.sleep(2)
     raise TimeoutError(f"LoRAPlex not ready after {timeout_s}s: {last!r}")
 
-
-ADMIN_TOKEN = "integration-admin-token"
 
 
 @pytest.fixture(scope="session")

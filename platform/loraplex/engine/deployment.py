@@ -14,6 +14,8 @@ from loraplex.engine.engine_counters import read_engine_counters
 from loraplex.engine.metering import usage_record
 from loraplex.engine.protocol import RequestMeta, RequestUsage
 from loraplex.engine.vllm_engine import EngineItem, VLLMEngine
+from loraplex.routing.request_key import routing_key
+from loraplex.routing.served_keys import ServedKeys, routing_stats
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +40,8 @@ class Engine:
         db = make_engine(config.database_url)
         self.catalog = AdapterCatalog(db)
         self.base_model = config.engine.model_id
+        # The affinity keys this replica served lately, reported to the routers (record_routing_stats).
+        self.served_keys = ServedKeys(config.engine_deployment.routing.served_keys)
         self.engine = engine_cls(config.engine, replica_id=replica_id, adapter_store=store)
         await self.engine.start()
         # This replica writes the usage record of every request it serves: it alone sees every
@@ -50,14 +54,22 @@ class Engine:
         self._free_deleted = asyncio.create_task(self._free_deleted_adapters(registry.deletion_poll_s))
 
     async def chat(self, request, adapter=None, cache_salt=None, meta: RequestMeta | None = None) -> AsyncIterator[EngineItem]:
+        self.served_keys.touch(routing_key((request, adapter, cache_salt, meta), {}))
         async for item in self.engine.chat(request, adapter, cache_salt, self._meter(meta)):
             yield item
 
     async def completions(
         self, request, adapter=None, cache_salt=None, meta: RequestMeta | None = None
     ) -> AsyncIterator[EngineItem]:
+        self.served_keys.touch(routing_key((request, adapter, cache_salt, meta), {}))
         async for item in self.engine.completions(request, adapter, cache_salt, self._meter(meta)):
             yield item
+
+    def record_routing_stats(self) -> dict[str, Any]:
+        """Serve collects this every routing stats period and hands it to every router."""
+        gauges = read_engine_counters()
+        return routing_stats(self.served_keys.recent(), running=gauges["num_requests_running"],
+                             waiting=gauges["num_requests_waiting"], kv_usage=gauges["kv_cache_usage"])
 
     def _meter(self, meta: RequestMeta | None):
         if meta is None:  # not a tenant request (tests calling the handle directly)
@@ -126,4 +138,5 @@ def engine_deployment(deployment: EngineDeploymentConfig):
         health_check_period_s=deployment.health_check_period_s,
         health_check_timeout_s=deployment.health_check_timeout_s,
         ray_actor_options={"num_cpus": deployment.num_cpus, "num_gpus": deployment.num_gpus},
+        request_router_config=deployment.routing.request_router_config(),
     )

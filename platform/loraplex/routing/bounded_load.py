@@ -2,7 +2,9 @@
 
 "Consistent Hashing with Bounded Loads" (Mirrokni, Thorup, Zadimoghaddam, 2018) caps every
 replica at c x the mean load, so a hot key spills onto its next-ranked replicas instead of
-melting its first one, while cold keys stay exactly where rendezvous hashing puts them.
+melting its first one, while other keys stay where rendezvous hashing puts them. A key goes to a
+replica that does not hold it only if that replica is under a tighter bound, c_new x the mean
+(see rank_tenant_affinity and docs/route_sim.md).
 """
 import math
 from collections.abc import Collection, Mapping
@@ -10,6 +12,8 @@ from collections.abc import Collection, Mapping
 from loraplex.routing.rendezvous import rendezvous_order
 
 DEFAULT_LOAD_FACTOR = 1.25
+# The bound for placing a key no replica holds yet (see rank_tenant_affinity).
+DEFAULT_NEW_KEY_LOAD_FACTOR = 1.1
 
 
 def load_bound(total_load: int, num_replicas: int, c: float = DEFAULT_LOAD_FACTOR,
@@ -28,20 +32,29 @@ def load_bound(total_load: int, num_replicas: int, c: float = DEFAULT_LOAD_FACTO
 
 
 def rank_tenant_affinity(key: str, loads: Mapping[str, int], holders: Collection[str] = (),
-                         c: float = DEFAULT_LOAD_FACTOR, min_bound: int = 0) -> list[str]:
+                         c: float = DEFAULT_LOAD_FACTOR, min_bound: int = 0,
+                         c_new: float | None = None) -> list[str]:
     """All replica ids, best first, for a request with affinity key `key`.
 
     1. replicas that already hold the key and fit under the bound, least loaded first;
-    2. the other replicas under the bound, in the key's rendezvous order;
-    3. the replicas over the bound, least loaded first.
+    2. the other replicas that fit under the new-key bound (c_new x the mean), in the key's
+       rendezvous order;
+    3. the other replicas under the bound, in the key's rendezvous order;
+    4. the replicas over the bound, least loaded first.
+    c_new (None: c; never above c) is for keys the replica does not hold yet: such a request
+    misses wherever it goes, so placing it only where there is room to spare balances the pool
+    at no cost in hits, while held keys may use the whole bound to stay where they are cached.
     Ties keep rendezvous order, so the result depends only on the arguments' values.
     """
     order = rendezvous_order(key, loads)
     if not order:
         return []
-    bound = load_bound(sum(loads.values()), len(order), c, min_bound)
+    total, n = sum(loads.values()), len(order)
+    bound = load_bound(total, n, c, min_bound)
+    new_bound = bound if c_new is None or c_new >= c else load_bound(total, n, c_new, min_bound)
     fits = [r for r in order if loads[r] + 1 <= bound]
     held = sorted((r for r in fits if r in holders), key=loads.__getitem__)
-    fresh = [r for r in fits if r not in holders]
+    roomy = [r for r in fits if r not in holders and loads[r] + 1 <= new_bound]
+    rest = [r for r in fits if r not in holders and loads[r] + 1 > new_bound]
     over = sorted((r for r in order if loads[r] + 1 > bound), key=loads.__getitem__)
-    return held + fresh + over
+    return held + roomy + rest + over

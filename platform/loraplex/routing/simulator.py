@@ -36,10 +36,10 @@ def default_cache_blocks(config: TraceConfig, replicas: int, pool_factor: float 
 
 def sim_policy(name: str, cache_blocks: int, config: TraceConfig) -> RoutingPolicy:
     """A policy told what a real deployment would configure: the replicas' cache size."""
-    # A key's footprint is a whole prompt (its prefix and, until evicted, a suffix).
-    prompt_blocks = config.prefix_blocks + sum(config.suffix_blocks) / 2
     options = {
-        "tenant_affinity": {"keys_per_replica": max(1, int(cache_blocks / prompt_blocks))},
+        # The router mirrors each replica's prefix cache in tokens, as the prefix policies
+        # mirror it in blocks.
+        "tenant_affinity": {"tokens_per_replica": cache_blocks * config.block_tokens},
         "prefix_tree": {"blocks_per_replica": cache_blocks, "seed": config.seed},
         "cache_aware": {"blocks_per_replica": cache_blocks},
         "power_of_two": {"seed": config.seed},

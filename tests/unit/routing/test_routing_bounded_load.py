@@ -19,6 +19,13 @@ def cases(draw):
     return draw(keys), loads, holders, draw(factors)
 
 
+@st.composite
+def cases_new(draw):
+    """Like cases, plus a new-key factor c_new (None, below, at or above c)."""
+    key, loads, holders, c = draw(cases())
+    return key, loads, holders, c, draw(st.one_of(st.none(), factors))
+
+
 def fits(loads, r, bound):
     return loads[r] + 1 <= bound
 
@@ -36,29 +43,57 @@ def test_deterministic_and_independent_of_argument_order(case, rnd):
 
 
 @relaxed
-@given(cases())
+@given(cases_new())
 def test_first_choice_never_exceeds_the_bound(case):
-    key, loads, holders, c = case
+    key, loads, holders, c, c_new = case
     bound = load_bound(sum(loads.values()), len(loads), c)
     # For c >= 1 the least loaded replica always fits, so capacity always exists ...
     assert fits(loads, min(loads, key=loads.get), bound)
-    # ... and the chosen replica is never pushed above the bound.
-    assert fits(loads, rank_tenant_affinity(key, loads, holders, c)[0], bound)
+    # ... and the chosen replica is never pushed above the bound, whatever c_new is.
+    assert fits(loads, rank_tenant_affinity(key, loads, holders, c, c_new=c_new)[0], bound)
 
 
 @relaxed
-@given(cases())
+@given(cases_new())
 def test_prefers_least_loaded_holder_then_rendezvous_order(case):
-    key, loads, holders, c = case
-    bound = load_bound(sum(loads.values()), len(loads), c)
-    first = rank_tenant_affinity(key, loads, holders, c)[0]
+    key, loads, holders, c, c_new = case
+    total, n = sum(loads.values()), len(loads)
+    bound = load_bound(total, n, c)
+    new_bound = min(bound, load_bound(total, n, c_new)) if c_new is not None else bound
+    first = rank_tenant_affinity(key, loads, holders, c, c_new=c_new)[0]
     fitting_holders = [r for r in holders if fits(loads, r, bound)]
+    order = rendezvous_order(key, loads)
+    roomy = [r for r in order if r not in holders and fits(loads, r, new_bound)]
     if fitting_holders:
         assert first in holders
         assert loads[first] == min(loads[r] for r in fitting_holders)
+    elif roomy:
+        # A replica that lacks the key takes it only with room under c_new x the mean ...
+        assert first == roomy[0]
     else:
-        order = rendezvous_order(key, loads)
+        # ... else the first in rendezvous order under the bound.
         assert first == next(r for r in order if fits(loads, r, bound))
+
+
+@relaxed
+@given(cases_new())
+def test_ranking_is_a_permutation_with_holders_first(case):
+    key, loads, holders, c, c_new = case
+    ranked = rank_tenant_affinity(key, loads, holders, c, c_new=c_new)
+    assert sorted(ranked) == sorted(loads)
+    bound = load_bound(sum(loads.values()), len(loads), c)
+    fitting_holders = {r for r in holders if fits(loads, r, bound)}
+    assert set(ranked[:len(fitting_holders)]) == fitting_holders
+
+
+def test_new_keys_go_where_there_is_room_held_keys_stay():
+    # Mean 10 with the new request: bound 13 (c 1.25), new-key bound 11 (c_new 1.1).
+    order = rendezvous_order("t", ["a", "b", "c", "d"])
+    loads = dict(zip(order, [12, 9, 9, 9]))
+    assert rank_tenant_affinity("t", loads, c=1.25)[0] == order[0]  # fits under 13
+    assert rank_tenant_affinity("t", loads, c=1.25, c_new=1.1)[0] == order[1]
+    # Once the home holds the key, it keeps it up to the full bound.
+    assert rank_tenant_affinity("t", loads, {order[0]}, c=1.25, c_new=1.1)[0] == order[0]
 
 
 def test_falls_back_to_least_loaded_when_nothing_fits():
@@ -86,16 +121,16 @@ def test_membership_change_moves_only_the_changed_replicas_keys(key_list, replic
     loads = dict.fromkeys(replicas, 0)
     smaller = dict.fromkeys(replicas - {gone}, 0)
     for key in key_list:
-        before = rank_tenant_affinity(key, loads, min_bound=1)[0]
-        after = rank_tenant_affinity(key, smaller, min_bound=1)[0]
+        before = rank_tenant_affinity(key, loads, min_bound=1, c_new=1.1)[0]
+        after = rank_tenant_affinity(key, smaller, min_bound=1, c_new=1.1)[0]
         assert after == before or before == gone
-        back = rank_tenant_affinity(key, loads, min_bound=1)[0]
+        back = rank_tenant_affinity(key, loads, min_bound=1, c_new=1.1)[0]
         assert back == before
 
 
 @relaxed
-@given(keys, st.integers(2, 16), st.integers(1, 200), factors)
-def test_hot_key_spreads_over_a_prefix_of_its_order_and_within_the_bound(key, n, m, c):
+@given(keys, st.integers(2, 16), st.integers(1, 200), factors, st.one_of(st.none(), factors))
+def test_hot_key_spreads_over_a_prefix_of_its_order_and_within_the_bound(key, n, m, c, c_new):
     # One key's requests arrive and never finish: it takes its first replica, then the next
     # in its rendezvous order, and only as many as its load needs.
     replicas = [f"r{i}" for i in range(n)]
@@ -103,7 +138,7 @@ def test_hot_key_spreads_over_a_prefix_of_its_order_and_within_the_bound(key, n,
     holders: set[str] = set()
     for _ in range(m):
         bound = load_bound(sum(loads.values()), n, c)
-        first = rank_tenant_affinity(key, loads, holders, c)[0]
+        first = rank_tenant_affinity(key, loads, holders, c, c_new=c_new)[0]
         assert loads[first] + 1 <= bound
         loads[first] += 1
         holders.add(first)

@@ -1,0 +1,268 @@
+"""TenantAffinityRouter: Ray Serve's RequestRouter around any loraplex RoutingPolicy.
+
+Set on the Engine deployment by `RoutingConfig.request_router_config()`; every DeploymentHandle
+to the Engine (the ingress replicas') builds one and routes each call through it. One class
+serves every policy in `loraplex.routing.POLICIES`, chosen by `request_router_kwargs`, so the
+policies run side by side on the same deployment.
+
+Per call:
+- the affinity key and a prompt summary come from the call's arguments (`route_request`);
+  calls without a tenant (health probes, list_models, ready, ...) get Serve's power of two;
+- each candidate's load is its queue length as Serve knows it (the cache its probes and the
+  replicas' accept/reject replies fill; missing entries are probed now), and its pending
+  tokens are what this router sent there and has not seen complete;
+- the policy ranks the replicas; Serve tries the first `ranked_choices` one at a time, in that
+  order, then the least loaded of the rest, skipping replicas whose queue is full.
+After routing, the policy learns where the request went; the engines' routing stats
+(`served_keys.routing_stats`) correct what it believes each replica holds, and replicas that
+leave are dropped from it. Any error in the policy is logged and the call falls back to the
+power of two: routing never fails a request.
+"""
+import logging
+import time
+from collections import OrderedDict
+from typing import Any
+
+from ray.serve._private.request_router.pow_2_router import PowerOfTwoChoicesRequestRouter
+from ray.serve.request_router import (LocalityMixin, MultiplexMixin, PendingRequest, ReplicaID,
+                                      RequestRouter, RunningReplica)
+
+from loraplex.routing.policies import make_policy
+from loraplex.routing.policy import RoutingPolicy
+from loraplex.routing.request_key import (DEFAULT_BLOCK_CHARS, DEFAULT_MAX_PREFIX_CHARS,
+                                          DEFAULT_OUTPUT_TOKENS, expected_tokens, route_request,
+                                          routing_key)
+from loraplex.routing.snapshot import ReplicaSnapshot, RouteRequest
+
+logger = logging.getLogger("ray.serve")
+
+__all__ = ["TenantAffinityRouter", "routing_key"]
+
+# The RouteRequest (or False: no key), cached on the PendingRequest across routing rounds.
+_ROUTE_ATTR = "_loraplex_route"
+_ERROR_LOG_INTERVAL_S = 60.0
+
+
+class TenantAffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
+    # No FIFOMixin: a replica chosen for a request's key must go to that request, not to
+    # whichever request waits longest.
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._policy: RoutingPolicy | None = None
+        self._pending_tokens: dict[str, int] = {}  # replica unique id -> tokens in flight
+        self._in_flight: dict[str, tuple[str, int]] = {}  # internal request id -> (replica, tokens)
+        self._recent: dict[str, OrderedDict[str, float]] = {}  # replica -> key -> routed at
+        self._reported: dict[str, tuple] = {}  # replica -> the held_keys last applied
+        self._kv_usage: dict[str, float] = {}
+        self._last_error_log: dict[str, float] = {}
+        self.initialize_state()
+
+    def initialize_state(self, policy: str = "tenant_affinity", ranked_choices: int = 3,
+                         stats_window_s: float = 10.0, block_chars: int = DEFAULT_BLOCK_CHARS,
+                         max_prefix_chars: int = DEFAULT_MAX_PREFIX_CHARS,
+                         output_tokens: int = DEFAULT_OUTPUT_TOKENS, **options: Any) -> None:
+        """Called by Serve with RequestRouterConfig.request_router_kwargs.
+
+        policy: a name in POLICIES; options (every other kwarg) go to its constructor.
+        ranked_choices: how many of the ranking's first replicas Serve tries one by one before
+            it takes the least loaded of the rest.
+        stats_window_s: keys routed to a replica within this many seconds survive an engine
+            report that does not list them yet (the report may predate them).
+        block_chars, max_prefix_chars: prompt hashing for the prefix policies.
+        output_tokens: completion tokens assumed when a request sets no max_tokens.
+        """
+        self.policy_name = policy
+        self.ranked_choices = max(1, int(ranked_choices))
+        self.stats_window_s = stats_window_s
+        self.block_chars = block_chars
+        self.max_prefix_chars = max_prefix_chars
+        self.output_tokens = output_tokens
+        try:
+            self._policy = make_policy(policy, **options)
+        except Exception:
+            # A bad config must not take requests down with it: route by power of two.
+            logger.exception("routing policy %r with %r failed to build; using power of two",
+                             policy, options)
+            self._policy = None
+
+    @property
+    def policy(self) -> RoutingPolicy | None:
+        return self._policy
+
+    # -- choosing ----------------------------------------------------------------------------
+
+    async def choose_replicas(self, candidate_replicas: list[RunningReplica],
+                              pending_request: PendingRequest | None = None
+                              ) -> list[list[RunningReplica]]:
+        if self._policy is not None and pending_request is not None and candidate_replicas:
+            try:
+                ranks = await self._ranked(candidate_replicas, pending_request)
+            except Exception:
+                self._log_error("rank")
+                ranks = None
+            if ranks:
+                # Back off between rounds when every ranked replica refused (queues full).
+                pending_request.routing_context.should_backoff = True
+                return ranks
+        return await PowerOfTwoChoicesRequestRouter.choose_replicas(
+            self, candidate_replicas=candidate_replicas, pending_request=pending_request)
+
+    async def _ranked(self, candidates: list[RunningReplica],
+                      pending_request: PendingRequest) -> list[list[RunningReplica]] | None:
+        route = self._route_of(pending_request)
+        if route is None:
+            return None
+        snapshots, by_id = await self._snapshots(candidates)
+        if not snapshots:
+            return None
+        ranked = self._policy.rank(route, snapshots)
+        full = {s.replica_id for s in snapshots
+                if s.running >= by_id[s.replica_id].max_ongoing_requests}
+        head, seen = [], set()
+        for replica_id in ranked:
+            replica = by_id.get(replica_id)
+            if replica is None or replica_id in seen:
+                continue
+            seen.add(replica_id)
+            if replica_id not in full:  # Serve would only probe a full one to skip it
+                head.append(replica)
+        if not seen:
+            return None
+        tail = head[self.ranked_choices:]
+        head = head[:self.ranked_choices]
+        # The rest: Serve takes the least loaded of them (full queues last, re-probed).
+        tail += [r for r in candidates
+                 if r.replica_id.unique_id not in seen or r.replica_id.unique_id in full]
+        return [[r] for r in head] + ([tail] if tail else [])
+
+    def _route_of(self, pending_request: PendingRequest) -> RouteRequest | None:
+        route = getattr(pending_request, _ROUTE_ATTR, None)
+        if route is None:
+            route = route_request(pending_request.args, pending_request.kwargs,
+                                  prefix_hashes=self._policy.needs_prefix_hashes,
+                                  block_chars=self.block_chars,
+                                  max_prefix_chars=self.max_prefix_chars)
+            setattr(pending_request, _ROUTE_ATTR, route or False)
+        return route if isinstance(route, RouteRequest) else None
+
+    async def _snapshots(self, candidates: list[RunningReplica]
+                         ) -> tuple[list[ReplicaSnapshot], dict[str, RunningReplica]]:
+        queue_lens: dict[str, int] = {}
+        missing = []
+        for r in candidates:
+            q = (self._replica_queue_len_cache.get(r.replica_id)
+                 if self._use_replica_queue_len_cache else None)
+            if q is None:
+                missing.append(r)
+            else:
+                queue_lens[r.replica_id.unique_id] = q
+        if missing:
+            # Fills the cache too; replicas that do not answer in time are left out this round.
+            for r, q in await self._probe_queue_lens(missing, 0):
+                if q is not None:
+                    queue_lens[r.replica_id.unique_id] = q
+        by_id = {r.replica_id.unique_id: r for r in candidates}
+        snapshots = [
+            ReplicaSnapshot(uid, running=q, pending_tokens=self._pending_tokens.get(uid, 0),
+                            kv_usage=self._kv_usage.get(uid, 0.0))
+            for uid, q in queue_lens.items()]
+        return snapshots, by_id
+
+    # -- learning ----------------------------------------------------------------------------
+
+    def on_request_routed(self, pending_request: PendingRequest, replica_id: ReplicaID,
+                          result: Any) -> None:
+        super().on_request_routed(pending_request, replica_id, result)
+        route = getattr(pending_request, _ROUTE_ATTR, None)
+        if not isinstance(route, RouteRequest) or self._policy is None:
+            return
+        uid = replica_id.unique_id
+        try:
+            self._policy.on_routed(route, uid)
+        except Exception:
+            self._log_error("on_routed")
+        now = time.monotonic()
+        recent = self._recent.setdefault(uid, OrderedDict())
+        recent.pop(route.key, None)
+        recent[route.key] = now
+        _drop_older(recent, now - self.stats_window_s)
+        tokens = expected_tokens(pending_request.args, pending_request.kwargs,
+                                 route.prompt_tokens, self.output_tokens)
+        internal_id = pending_request.metadata.internal_request_id
+        self._in_flight[internal_id] = (uid, tokens)
+        self._pending_tokens[uid] = self._pending_tokens.get(uid, 0) + tokens
+
+    def on_request_completed(self, replica_id: ReplicaID, internal_request_id: str) -> None:
+        super().on_request_completed(replica_id, internal_request_id)
+        entry = self._in_flight.pop(internal_request_id, None)
+        if entry is not None:
+            uid, tokens = entry
+            left = self._pending_tokens.get(uid, 0) - tokens
+            if left > 0:
+                self._pending_tokens[uid] = left
+            else:
+                self._pending_tokens.pop(uid, None)
+
+    def update_replicas(self, replicas: list[RunningReplica]) -> None:
+        before = set(self._replica_id_set)
+        super().update_replicas(replicas)
+        for replica_id in before - self._replica_id_set:
+            self._forget_replica(replica_id)
+        for r in replicas:
+            self._apply_stats(r)
+
+    def on_replica_actor_died(self, replica_id: ReplicaID) -> None:
+        super().on_replica_actor_died(replica_id)
+        self._forget_replica(replica_id)
+
+    def _forget_replica(self, replica_id: ReplicaID) -> None:
+        uid = replica_id.unique_id
+        for d in (self._pending_tokens, self._recent, self._reported, self._kv_usage):
+            d.pop(uid, None)
+        self._in_flight = {k: v for k, v in self._in_flight.items() if v[0] != uid}
+        if self._policy is not None:
+            try:
+                self._policy.on_replica_removed(uid)
+            except Exception:
+                self._log_error("on_replica_removed")
+
+    def _apply_stats(self, replica: RunningReplica) -> None:
+        """Take a replica's routing stats (see served_keys) into the router and the policy."""
+        try:
+            stats = replica.routing_stats
+        except Exception:
+            return
+        if not isinstance(stats, dict) or not stats:
+            return
+        uid = replica.replica_id.unique_id
+        kv = stats.get("kv_usage")
+        if isinstance(kv, (int, float)):
+            self._kv_usage[uid] = float(kv)
+        held = stats.get("held_keys")
+        if not isinstance(held, list) or self._policy is None:
+            return
+        held = tuple(k for k in held if isinstance(k, str))
+        if self._reported.get(uid) == held:
+            return  # a rebroadcast of a report already applied
+        self._reported[uid] = held
+        # The report may predate what this router routed there since: keep those keys.
+        recent = self._recent.get(uid, OrderedDict())
+        _drop_older(recent, time.monotonic() - self.stats_window_s)
+        keys = [*reversed(held), *recent]  # least recent first
+        try:
+            self._policy.on_stats(uid, keys)
+        except Exception:
+            self._log_error("on_stats")
+
+    def _log_error(self, what: str) -> None:
+        now = time.monotonic()
+        if now - self._last_error_log.get(what, -_ERROR_LOG_INTERVAL_S) >= _ERROR_LOG_INTERVAL_S:
+            self._last_error_log[what] = now
+            logger.exception("routing policy %s failed in %s; falling back to power of two "
+                             "(logged at most once a minute)", self.policy_name, what)
+
+
+def _drop_older(recent: OrderedDict, horizon: float) -> None:
+    while recent and next(iter(recent.values())) < horizon:
+        recent.popitem(last=False)

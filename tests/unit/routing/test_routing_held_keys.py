@@ -1,0 +1,64 @@
+from hypothesis import given, settings, strategies as st
+
+from loraplex.routing.held_keys import HeldKeys
+
+
+def test_count_cap_forgets_the_least_recent_key():
+    held = HeldKeys(keys_per_replica=2)
+    for key in ("a", "b", "a", "c"):
+        held.add("r0", key)
+    assert held.keys("r0") == ["a", "c"]
+    assert held.holders("b") == set()
+
+
+def test_token_budget_mirrors_an_lru_cache_of_prefixes_and_tails():
+    held = HeldKeys(tokens_per_replica=1000)
+    held.add("r0", "a", 300)  # shared estimate 300, no tail yet
+    held.add("r0", "a", 200)  # shared 200 now; the 300-token entry is refreshed to 200
+    assert held.holders("a") == {"r0"}
+    held.add("r0", "b", 400)  # a 200 + b 400
+    held.add("r0", "b", 700)  # + a 300-token tail of b's longer prompt: 900 in all
+    assert held.holders("a") == {"r0"}
+    held.add("r0", "c", 300)  # 1,200 > 1,000: a (least recent) goes, b's tail stays
+    assert held.holders("a") == set()
+    assert held.keys("r0") == ["b", "c"]
+
+
+def test_a_busy_replica_forgets_sooner():
+    # Same key history, but r1 also serves long unique tails of one hot key.
+    held = HeldKeys(tokens_per_replica=2000)
+    for r in ("r0", "r1"):
+        held.add(r, "cold", 500)
+    for _ in range(10):
+        held.add("r1", "hot", 100)
+        held.add("r1", "hot", 400)  # 300 tokens of tail each time
+    assert held.holders("cold") == {"r0"}
+    assert held.holders("hot") == {"r1"}
+
+
+def test_reports_replace_and_removal_forgets():
+    held = HeldKeys(keys_per_replica=10)
+    held.add("r0", "a")
+    held.add("r1", "a")
+    held.replace("r0", ["b", "c"])
+    assert held.holders("a") == {"r1"} and held.keys("r0") == ["b", "c"]
+    held.remove_replica("r1")
+    assert held.holders("a") == set()
+
+
+@settings(deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["r0", "r1", "r2"]), st.sampled_from("abcdefgh"),
+                          st.integers(0, 600)), max_size=80),
+       st.one_of(st.none(), st.integers(1, 4)), st.one_of(st.none(), st.integers(1, 2000)))
+def test_indexes_agree_and_caps_hold(ops, keys_cap, tokens_cap):
+    held = HeldKeys(keys_cap, tokens_cap)
+    for replica, key, tokens in ops:
+        held.add(replica, key, tokens)
+        assert replica in held.holders(key)  # what was just served is held
+        keys = held.keys(replica)
+        if keys_cap is not None:
+            assert len(keys) <= keys_cap
+        if tokens_cap is not None and len(held._lru[replica]) > 1:
+            assert held._tokens[replica] <= tokens_cap
+    for key in "abcdefgh":
+        assert held.holders(key) == {r for r in ("r0", "r1", "r2") if key in held.keys(r)}
