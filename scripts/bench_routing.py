@@ -90,7 +90,7 @@ def build_workload(tokenizer, args, rng: random.Random):
 
 
 # -- deployment --------------------------------------------------------------------------------
-def kv_bytes_per_token(model_dir: Path, dtype_bytes: int = 2) -> int:
+def kv_bytes_per_token(model_dir: Path, dtype_bytes: int = 4) -> int:
     cfg = json.loads((model_dir / "config.json").read_text())
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
     kv_heads = cfg.get("num_key_value_heads") or cfg["num_attention_heads"]
@@ -104,12 +104,13 @@ def app_args(policy: str, state: Path, model_dir: Path, args) -> dict:
         "tenancy": {"admin_token": ADMIN},
         "accounting": {"spool_dir": str(state / "spool"), "flush_interval_s": 0.5},
         "engine": {
-            "model": str(model_dir), "max_model_len": 2048, "max_num_seqs": 16, "dtype": "bfloat16",
+            "model": str(model_dir), "max_model_len": 2048, "max_num_seqs": 16, "dtype": "float32",
             "gpu_memory_utilization": 0.25,
             "engine_kwargs": {"kv_cache_memory_bytes": args.kv_tokens * kv_bytes_per_token(model_dir)},
         },
         "engine_deployment": {"num_replicas": args.replicas, "num_cpus": 1,
-                              "routing": {"policy": policy}},
+                              "routing": {"policy": policy, **({"min_bound": args.min_bound}
+                                                              if policy == "tenant_affinity" else {})}},
     }
 
 
@@ -237,14 +238,15 @@ def main() -> None:
     ap.add_argument("--policies", default="tenant_affinity,power_of_two,round_robin,least_pending_tokens,"
                                           "prefix_tree,cache_aware")
     ap.add_argument("--replicas", type=int, default=2)
-    ap.add_argument("--tenants", type=int, default=12)
+    ap.add_argument("--tenants", type=int, default=6)
     ap.add_argument("--users", type=int, default=4, help="users per tenant")
-    ap.add_argument("--requests", type=int, default=96, help="measured requests (after one warm-up per tenant)")
-    ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--requests", type=int, default=48, help="measured requests (after one warm-up per tenant)")
+    ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--system-tokens", type=int, default=1024)
     ap.add_argument("--max-question-tokens", type=int, default=64)
-    ap.add_argument("--max-tokens", type=int, default=8)
-    ap.add_argument("--kv-tokens", type=int, default=8192, help="KV cache per replica, in tokens")
+    ap.add_argument("--max-tokens", type=int, default=4)
+    ap.add_argument("--kv-tokens", type=int, default=4096, help="KV cache per replica, in tokens")
+    ap.add_argument("--min-bound", type=int, default=4, help="tenant_affinity's routing.min_bound")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--model", default=str(ROOT / "models" / "SmolLM2-135M-Instruct"))
     args = ap.parse_args()
@@ -260,7 +262,8 @@ def main() -> None:
     print(f"{args.tenants} tenants x {args.system_tokens}-token system prompts = ~{prompts} tokens; "
           f"KV cache {args.kv_tokens} tokens per replica x {args.replicas} replicas; "
           f"{len(plan)} measured requests, {args.concurrency} at a time", flush=True)
-    ray.init(num_cpus=8, object_store_memory=256 * 1024**2, include_dashboard=False, logging_level="ERROR")
+    ray.init(num_cpus=8, object_store_memory=256 * 1024**2, include_dashboard=False, logging_level="ERROR",
+             log_to_driver=False)
     port = 8123
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     rows = []

@@ -5,12 +5,14 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import readiness  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE_URL = "http://127.0.0.1:8000"  # serve_config.yaml's http_options
@@ -23,17 +25,13 @@ def port_in_use(port: int) -> bool:
 
 
 def wait_ready(proc: subprocess.Popen, log_path: Path, timeout_s: float = 600) -> None:
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"`serve run` exited with {proc.returncode}:\n{log_path.read_text()[-4000:]}")
-        try:
-            if httpx.get(f"{BASE_URL}/readyz", timeout=30).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(2)
-    pytest.fail(f"not ready after {timeout_s} s:\n{log_path.read_text()[-4000:]}")
+    def exited():
+        return None if proc.poll() is None else f"`serve run` exited with {proc.returncode}"
+
+    try:
+        readiness.wait_ready(BASE_URL, timeout_s, alive=exited)
+    except (RuntimeError, TimeoutError) as exc:
+        pytest.fail(f"{exc}:\n{log_path.read_text()[-4000:]}")
 
 
 @contextmanager

@@ -31,6 +31,12 @@ def engine_pids() -> set[int]:
     return {int(p) for p in out.split()}
 
 
+def descendants(pid: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    children = [int(p) for p in out.split()]
+    return children + [d for c in children for d in descendants(c)]
+
+
 def test_records_survive_kill_9_exactly_once(tmp_path):
     config = yaml.safe_load((ROOT / "serve_config.yaml").read_text())
     args = config["applications"][0]["args"]
@@ -57,7 +63,15 @@ def test_records_survive_kill_9_exactly_once(tmp_path):
             assert conn.execute(select(func.count()).select_from(usage_records)).scalar() == 0
 
         [pid] = engine_pids()
+        engine_core = descendants(pid)
         os.kill(pid, signal.SIGKILL)
+        # vLLM's EngineCore does not watch its parent: without this it would live on, orphaned,
+        # holding the memory the replacement replica needs.
+        for child in engine_core:
+            try:
+                os.kill(child, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         # Serve notices the dead actor and starts another replica, which replays the dead one's spool.
         deadline = time.time() + 300
         while time.time() < deadline and not (engine_pids() - {pid}):

@@ -2,7 +2,6 @@
 
 import socket
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -10,6 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from model_dir import MODEL_NAME, default_model_dir  # noqa: E402
+from readiness import wait_ready  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tenant_keys import ADMIN_TOKEN, new_tenant_key  # noqa: E402
@@ -21,21 +21,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def wait_ready(base_url: str, timeout_s: float = 600) -> None:
-    deadline = time.time() + timeout_s
-    last = None
-    while time.time() < deadline:
-        try:
-            last = httpx.get(f"{base_url}/readyz", timeout=30)
-            if last.status_code == 200:
-                return
-        except httpx.HTTPError as exc:
-            last = exc
-        time.sleep(2)
-    raise TimeoutError(f"LoRAPlex not ready after {timeout_s}s: {last!r}")
-
 
 
 @pytest.fixture(scope="session")
@@ -61,7 +46,7 @@ def serve_app(tmp_path_factory):
             "max_model_len": 2048,
             "max_num_seqs": 16,
             "gpu_memory_utilization": 0.25,
-            "dtype": "bfloat16",
+            "dtype": "float32",
         },
         "engine_deployment": {"health_check_period_s": 5},
     }

@@ -1,6 +1,5 @@
 """Bad input gets a clear OpenAI-style 4xx from the real stack, and the server keeps serving."""
 
-import httpx
 import pytest
 
 pytestmark = pytest.mark.integration

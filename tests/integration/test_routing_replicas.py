@@ -14,6 +14,7 @@ from sqlalchemy import select
 from loraplex.accounting.tables import usage_records
 from loraplex.db import make_engine
 from model_dir import default_model_dir
+from readiness import wait_ready
 from tenant_keys import ADMIN_TOKEN, new_tenant_key
 
 pytestmark = pytest.mark.integration
@@ -30,7 +31,7 @@ def routed_args(state, replicas: int) -> dict:
         "tenancy": {"admin_token": ADMIN_TOKEN},
         "accounting": {"spool_dir": str(state / "spool"), "flush_interval_s": 0.2},
         "engine": {"model": str(default_model_dir()), "max_model_len": 2048, "max_num_seqs": 4,
-                   "dtype": "bfloat16", "engine_kwargs": {"kv_cache_memory_bytes": 128 << 20}},
+                   "dtype": "float32", "engine_kwargs": {"kv_cache_memory_bytes": 128 << 20}},
         "engine_deployment": {"num_replicas": replicas, "num_cpus": 0.5, "health_check_period_s": 5,
                               "routing": {"policy": "tenant_affinity", "stats_period_s": 2}},
         "ingress": {"num_cpus": 0.25},
@@ -53,16 +54,7 @@ def routed(serve_app, tmp_path_factory):
     state = tmp_path_factory.mktemp("routing-state")
     serve.run(build_app(routed_args(state, 3)), name=APP, route_prefix=PREFIX, blocking=False)
     base_url = serve_app[0].rstrip("/") + PREFIX
-    deadline = time.time() + 900
-    while time.time() < deadline:
-        try:
-            if httpx.get(f"{base_url}/readyz", timeout=60).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        time.sleep(2)
-    else:
-        pytest.fail("routing app not ready in 900 s")
+    wait_ready(base_url, timeout_s=900)
     yield base_url, state
     serve.delete(APP)
 

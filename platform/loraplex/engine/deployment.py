@@ -104,8 +104,10 @@ class Engine:
 
     async def check_health(self) -> None:
         # Serve calls this every health_check_period_s; a replica that cannot produce a token
-        # is replaced. Skip the probe when real traffic or a recent probe already proved it.
-        if time.time() - self.engine.last_probe_ok > self.ready_probe_max_age_s / 2:
+        # is replaced. Skip the probe when real traffic or a recent probe already proved it:
+        # a busy engine answers a probe only after the prefills queued before it, and a
+        # replica restarted for being busy would lose its whole prefix cache.
+        if time.time() - self.engine.last_progress() > self.ready_probe_max_age_s / 2:
             await self.engine.probe()
 
     async def _free_deleted_adapters(self, period_s: float) -> None:

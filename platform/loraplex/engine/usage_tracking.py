@@ -54,6 +54,9 @@ def record_output(usage: RequestUsage, output: RequestOutput, kind: RequestOutpu
 class UsageTrackingAsyncLLM(AsyncLLM):
     """AsyncLLM that also adds every output's token counts to the current RequestUsage."""
 
+    # time.time() of the last output of any request: the engine is alive and making progress.
+    last_output_at: float = 0.0
+
     def generate(self, prompt, sampling_params, request_id, **kwargs) -> AsyncGenerator:
         # A plain def on purpose: vLLM's serving layer calls generate() while our Engine
         # replica's context is current, and we bind the RequestUsage right then rather than at
@@ -64,14 +67,14 @@ class UsageTrackingAsyncLLM(AsyncLLM):
             return outputs
         usage.engine_request_ids.append(request_id)
         kind = getattr(sampling_params, "output_kind", RequestOutputKind.CUMULATIVE)
-        return _counted(outputs, usage, kind)
+        return self._counted(outputs, usage, kind)
 
-
-async def _counted(outputs, usage: RequestUsage, kind: RequestOutputKind) -> AsyncGenerator:
-    try:
-        async for output in outputs:
-            record_output(usage, output, kind)
-            yield output
-    finally:
-        # Closing the inner generator now (not at GC) makes AsyncLLM abort the request at once.
-        await outputs.aclose()
+    async def _counted(self, outputs, usage: RequestUsage, kind: RequestOutputKind) -> AsyncGenerator:
+        try:
+            async for output in outputs:
+                self.last_output_at = time.time()
+                record_output(usage, output, kind)
+                yield output
+        finally:
+            # Closing the inner generator now (not at GC) makes AsyncLLM abort the request at once.
+            await outputs.aclose()

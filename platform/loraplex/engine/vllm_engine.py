@@ -188,6 +188,10 @@ class VLLMEngine:
     def num_unfinished_requests(self) -> int:
         return self.llm.get_num_unfinished_requests()
 
+    def last_progress(self) -> float:
+        """When this engine last proved it works: a probe, or any request's output."""
+        return max(self.last_probe_ok, self.llm.last_output_at if self.llm else 0.0)
+
     async def probe(self, timeout_s: float = 60.0) -> float:
         """Generate one real token; raise if the engine cannot. Returns the probe's seconds."""
         started = time.monotonic()

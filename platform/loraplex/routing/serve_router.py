@@ -158,16 +158,31 @@ class TenantAffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
             else:
                 queue_lens[r.replica_id.unique_id] = q
         if missing:
-            # Fills the cache too; replicas that do not answer in time are left out this round.
+            # Fills the cache too. A replica that does not answer within the probe deadline (a
+            # busy host) stays a candidate, loaded with what this router has in flight there:
+            # leaving it out would starve it, since only routed requests refresh the cache.
+            sent = self._in_flight_counts()
             for r, q in await self._probe_queue_lens(missing, 0):
-                if q is not None:
-                    queue_lens[r.replica_id.unique_id] = q
+                uid = r.replica_id.unique_id
+                if q is None:
+                    # Into Serve's cache too, or Serve would skip the replica for the same
+                    # missed probe; its reply to the routed request corrects the estimate.
+                    q = sent.get(uid, 0)
+                    if self._use_replica_queue_len_cache:
+                        self._replica_queue_len_cache.update(r.replica_id, q)
+                queue_lens[uid] = q
         by_id = {r.replica_id.unique_id: r for r in candidates}
         snapshots = [
             ReplicaSnapshot(uid, running=q, pending_tokens=self._pending_tokens.get(uid, 0),
                             kv_usage=self._kv_usage.get(uid, 0.0))
             for uid, q in queue_lens.items()]
         return snapshots, by_id
+
+    def _in_flight_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for uid, _ in self._in_flight.values():
+            counts[uid] = counts.get(uid, 0) + 1
+        return counts
 
     # -- learning ----------------------------------------------------------------------------
 

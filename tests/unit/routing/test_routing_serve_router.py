@@ -60,6 +60,8 @@ class FakeReplica(RunningReplica):
 
     async def get_queue_len(self, *, deadline_s: float) -> int:
         self.probes += 1
+        if self.queue_len is None:  # a busy replica that misses every probe deadline
+            await asyncio.sleep(deadline_s + 1)
         return self.queue_len
 
     def push_proxy_handle(self, handle) -> None:
@@ -129,6 +131,16 @@ async def test_a_tenant_always_goes_to_its_rendezvous_replica(use_cache):
     # An adapter makes another key, with its own home.
     assert await route(router, *tenant_call("ten_a", "bot")) == rendezvous_order(
         "ten_a/bot", IDS8)[0]
+
+
+async def test_a_replica_that_misses_probe_deadlines_still_gets_its_tenants():
+    replicas = fleet(2)
+    router = make_router(replicas, min_bound=0)  # with Serve's queue-length cache, as deployed
+    tenants = [f"ten_{i}" for i in range(12)]
+    homes = {t: rendezvous_order(t, ["r0", "r1"])[0] for t in tenants}
+    replicas[1].queue_len = None  # r1's probes never answer in time
+    got = {t: await route(router, *tenant_call(t)) for t in tenants}
+    assert got == homes and "r1" in got.values()
 
 
 async def test_tenants_spread_over_the_replicas():
