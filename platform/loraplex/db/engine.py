@@ -1,3 +1,4 @@
+import contextlib
 from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, event
@@ -42,6 +43,16 @@ def _tune_sqlite(engine: Engine) -> None:
     def on_begin(conn):
         # Writers that read first (migrations) ask for IMMEDIATE to avoid SQLITE_BUSY_SNAPSHOT.
         conn.exec_driver_sql(conn.get_execution_options().get("sqlite_begin", "BEGIN"))
+
+
+@contextlib.contextmanager
+def write_transaction(engine: Engine):
+    """A transaction that reads and then writes. On SQLite it starts with BEGIN IMMEDIATE: a
+    deferred one that read first fails at once with "database is locked" (SQLITE_BUSY_SNAPSHOT)
+    when another connection, such as the usage ledger's flusher, committed meanwhile. Postgres
+    ignores the option."""
+    with engine.connect().execution_options(sqlite_begin="BEGIN IMMEDIATE") as conn, conn.begin():
+        yield conn
 
 
 def session_factory(engine: Engine) -> sessionmaker:

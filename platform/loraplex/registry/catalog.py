@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 
 from sqlalchemy import JSON, BigInteger, Column, Engine, Index, Integer, String, Table, UniqueConstraint, select, update
 
-from loraplex.db import Base, Migration, UTCDateTime, migrate
+from loraplex.db import Base, Migration, UTCDateTime, migrate, write_transaction
 from loraplex.registry.errors import AdapterNotFound
 from loraplex.registry.version import AdapterVersion
 
@@ -75,7 +75,7 @@ class AdapterCatalog:
     def record(self, v: AdapterVersion) -> CatalogEntry:
         """Insert a stored version; the same weights again (even after a delete) keep their id."""
         t = adapter_versions
-        with self.engine.begin() as conn:
+        with write_transaction(self.engine) as conn:
             row = conn.execute(
                 select(t.c.id).where(t.c.tenant_id == v.tenant, t.c.name == v.name, t.c.sha256 == v.sha256)
             ).first()
@@ -119,7 +119,7 @@ class AdapterCatalog:
         if not entries:
             raise AdapterNotFound(f"The adapter `{ref}` does not exist.")
         ids = [e.id for e in entries]
-        with self.engine.begin() as conn:
+        with write_transaction(self.engine) as conn:
             conn.execute(update(adapter_versions).where(adapter_versions.c.id.in_(ids))
                          .values(deleted_at=datetime.now(timezone.utc)))
         return entries

@@ -7,7 +7,6 @@ suspension holds from the very next request on every replica.
 
 from __future__ import annotations
 
-import contextlib
 from datetime import datetime, timezone
 from typing import Any, Optional
 
@@ -15,7 +14,7 @@ from pydantic import ValidationError
 from sqlalchemy import Engine, Row, select
 from sqlalchemy.exc import IntegrityError
 
-from loraplex.db import make_engine, migrate
+from loraplex.db import make_engine, migrate, write_transaction
 from loraplex.tenancy.errors import (
     DuplicateTenantName, InvalidAPIKey, InvalidTenantField, TenantSuspended, UnknownKey, UnknownTenant,
 )
@@ -149,11 +148,9 @@ class TenantService:
                          limits=TenantLimits.model_validate(row.limits), key_id=row.id)
 
     # -- helpers ------------------------------------------------------------------------------
-    @contextlib.contextmanager
     def _write(self):
         # BEGIN IMMEDIATE on SQLite (the Postgres path ignores it): read-modify-write stays atomic.
-        with self.engine.connect().execution_options(sqlite_begin="BEGIN IMMEDIATE") as conn, conn.begin():
-            yield conn
+        return write_transaction(self.engine)
 
     def _tenant_row(self, conn, tenant_id: str, for_update: bool = False) -> Row:
         query = select(tenants).where(tenants.c.id == tenant_id)
