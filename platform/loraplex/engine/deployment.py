@@ -84,10 +84,6 @@ class Engine:
         """vLLM's own token counters and gauges, plus the probes no tenant pays for."""
         return {**read_engine_counters(), "probes": self.engine.probes_done, "replica_id": self.replica_id}
 
-    def flush_usage(self) -> dict:
-        """Copy this replica's pending usage records into the database now (tests, shutdown)."""
-        return vars(self.ledger.flush())
-
     async def list_models(self) -> dict[str, Any]:
         return await self.engine.list_models()
 

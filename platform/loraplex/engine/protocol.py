@@ -76,13 +76,3 @@ class RequestUsage:
     # The vLLM request ids serving this client request (one per prompt of a batched completion).
     engine_request_ids: list = field(default_factory=list, repr=False)
     _completion_by_output: dict = field(default_factory=dict, repr=False)
-
-    def as_dict(self) -> dict:
-        return {
-            "prompt_tokens": self.prompt_tokens,
-            "cached_prompt_tokens": self.cached_prompt_tokens,
-            "completion_tokens": self.completion_tokens,
-            "finish_reason": self.finish_reason,
-            "status": self.status,
-            "replica_id": self.replica_id,
-        }

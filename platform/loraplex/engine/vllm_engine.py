@@ -171,8 +171,6 @@ class VLLMEngine:
             # engine must stop at once.
             await self.llm.abort(usage.engine_request_ids)
             logger.info("%s after %s completion tokens", usage.status, usage.completion_tokens)
-        elif usage.completion_tokens:
-            self.last_probe_ok = time.time()  # real traffic proves the engine generates
         # A refusal with no tokens (bad params, prompt too long) is not a usage record; the
         # ingress counts it as a rejection.
         metered = usage.engine_request_ids and not (refused and usage.prompt_tokens + usage.completion_tokens == 0)
@@ -189,7 +187,7 @@ class VLLMEngine:
         return self.llm.get_num_unfinished_requests()
 
     def last_progress(self) -> float:
-        """When this engine last proved it works: a probe, or any request's output."""
+        """When this engine last proved it works: a probe, or any request's output (real traffic)."""
         return max(self.last_probe_ok, self.llm.last_output_at if self.llm else 0.0)
 
     async def probe(self, timeout_s: float = 60.0) -> float:

@@ -134,23 +134,19 @@ class OpenAIRoutes:
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
             )
-        async for item in items:
-            self._on_usage(item)
+        # Drain the stream to its end (only the RequestUsage follows): the Engine replica has
+        # already metered the request, and an early close would read as a disconnect.
+        async for _ in items:
+            pass
         return JSONResponse(first)
 
     async def _sse(self, first: str, items: AsyncIterator) -> AsyncIterator[str]:
         try:
             yield first
             async for item in items:
-                if isinstance(item, RequestUsage):
-                    self._on_usage(item)
-                else:
+                if not isinstance(item, RequestUsage):  # metered by the Engine replica already
                     yield item
         finally:
             # On client disconnect Starlette cancels us here; closing the engine stream
             # cancels the engine request.
             await items.aclose()
-
-    def _on_usage(self, item: Any) -> None:
-        if isinstance(item, RequestUsage):
-            logger.debug("usage %s", item.as_dict())
