@@ -1,9 +1,14 @@
-"""What an Engine replica streams back to the ingress besides OpenAI payloads."""
+"""The contract between the ingress, the router and an Engine replica.
+
+The ingress builds one `EngineCall` per request and calls `Engine.generate(call, request)`;
+the router reads the call's `routing_key` and `prompt_tokens`; the Engine replica meters from
+it. The replica streams back `EngineChunk`s (SSE or JSON bytes, coalesced) or one `EngineError`.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import NamedTuple, Optional
 
 
 @dataclass
@@ -44,16 +49,51 @@ class AdapterTarget:
         return f"{self.name}@{self.version}"
 
 
-@dataclass(frozen=True)
-class RequestMeta:
-    """Who a request is metered to. The ingress fills it in; the Engine replica writes the one
-    usage record when the request ends, since only it sees every token, even after a disconnect."""
+def affinity_key(tenant_id: str, adapter_name: str | None = None) -> str:
+    """"tenant" for base-model requests, "tenant/adapter" when an adapter is used: versions of
+    one adapter share a key, since a tenant's traffic on it shares its prompts."""
+    return f"{tenant_id}/{adapter_name}" if adapter_name else tenant_id
+
+
+@dataclass(frozen=True, slots=True)
+class EngineCall:
+    """Everything about one request besides its OpenAI body, built once by the ingress.
+
+    Who pays (tenant, key), what runs (adapter version, cache salt), when it must end
+    (deadline), how it is placed (routing key, prompt estimate, priority). Never built from the
+    client's JSON: a client cannot choose its tenant, salt or key.
+    """
 
     request_id: str  # the ledger's idempotency key; also vLLM's request id and the reply's id
-    tenant_id: str
+    tenant_id: Optional[str] = None  # None: an open deployment without tenants (nothing metered)
     api_key_id: Optional[str] = None
-    adapter: Optional[str] = None  # name@version; None for the base model
+    adapter: Optional[AdapterTarget] = None  # None: the base model
+    cache_salt: Optional[str] = None  # mixed into vLLM's KV block hashes: no sharing across tenants
     arrival_time: float = 0.0  # epoch seconds when the ingress received the request
+    deadline: Optional[float] = None  # epoch seconds after which the request is cut; None: no limit
+    priority: int = 0  # load shedding: higher is shed later
+    stream: bool = False
+    # Routing: the affinity key ("tenant" or "tenant/adapter"; None routes by load only), the
+    # prompt length estimate and the completion cap the router counts as pending work.
+    routing_key: Optional[str] = None
+    prompt_tokens: int = 0
+    max_tokens: Optional[int] = None
+
+    @property
+    def adapter_label(self) -> Optional[str]:
+        return self.adapter.label if self.adapter is not None else None
+
+
+class EngineChunk(NamedTuple):
+    """One stream item from an Engine replica: ready-to-send bytes (SSE events, or the JSON body
+    of a non-stream reply) and the request's token counts so far. The ingress passes `data`
+    through untouched and keeps the counts: if the replica dies, they are what the client got."""
+
+    data: bytes
+    prompt_tokens: int
+    cached_prompt_tokens: int
+    completion_tokens: int
+    first_token_time: Optional[float] = None
 
 
 @dataclass
@@ -76,3 +116,7 @@ class RequestUsage:
     # The vLLM request ids serving this client request (one per prompt of a batched completion).
     engine_request_ids: list = field(default_factory=list, repr=False)
     _completion_by_output: dict = field(default_factory=dict, repr=False)
+
+    def chunk(self, data: bytes) -> EngineChunk:
+        return EngineChunk(data, self.prompt_tokens, self.cached_prompt_tokens, self.completion_tokens,
+                           self.first_token_time)
