@@ -121,8 +121,8 @@ class Engine:
         """vLLM's own token counters and gauges, plus the probes no tenant pays for."""
         return {**read_engine_counters(), "probes": self.engine.probes_done, "replica_id": self.replica_id}
 
-    async def list_models(self) -> dict[str, Any]:
-        return await self.engine.list_models()
+    async def base_models(self) -> dict[str, Any]:
+        return await self.engine.base_models()
 
     async def ready(self) -> dict[str, Any]:
         """A real 1-token generation on this replica, for /readyz."""

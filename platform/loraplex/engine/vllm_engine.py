@@ -165,8 +165,11 @@ class VLLMEngine:
             await self.llm.abort(usage.engine_request_ids)
             logger.info("%s after %s completion tokens", usage.status, usage.completion_tokens)
 
-    async def list_models(self) -> dict[str, Any]:
-        return (await self.models.show_available_models()).model_dump(mode="json")
+    async def base_models(self) -> dict[str, Any]:
+        """The served base model(s) as OpenAI lists them. Never the LoRAs vLLM has registered:
+        those are every tenant's, and a tenant sees only its own (from the catalog)."""
+        models = (await self.models.show_available_models()).model_dump(mode="json")
+        return {**models, "data": [m for m in models["data"] if m.get("parent") is None]}
 
     def num_unfinished_requests(self) -> int:
         return self.llm.get_num_unfinished_requests()

@@ -93,12 +93,10 @@ class OpenAIRoutes:
 
     async def models(self, request: Request) -> Response:
         if self.tenants is None:
-            return JSONResponse(await self.engine.call("list_models"))
+            return JSONResponse(await self.engine.call("base_models"))
         # Authenticate first: a caller without a key costs no engine round trip.
         principal = await self.tenants.authenticate(request)
-        models = await self.engine.call("list_models")
-        # Never the engine's own LoRA list: it holds every tenant's loaded adapters.
-        base = [m for m in models["data"] if m.get("parent") is None]
+        base = (await self.engine.call("base_models"))["data"]
         return JSONResponse({"object": "list", "data": base + await self.tenants.adapter_models(principal)})
 
     async def _generate(self, request: Request, model: type[BaseModel]) -> Response:

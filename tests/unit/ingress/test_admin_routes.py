@@ -16,7 +16,7 @@ AUTH = {"Authorization": f"Bearer {ADMIN}"}
 
 
 def build(tenancy: Tenancy):
-    engine = FakeEngineClient(lambda method, request, *context: iter(()), calls={"list_models": {"object": "list", "data": []}})
+    engine = FakeEngineClient(lambda method, request, *context: iter(()), calls={"base_models": {"object": "list", "data": []}})
     app = build_ingress_app(engine, PlatformConfig.from_args(None), tenancy=tenancy)
 
     async def whoami(request: Request):

@@ -30,7 +30,7 @@ def script(method, call, request):
 def engine():
     return FakeEngineClient(
         script,
-        calls={"list_models": {"object": "list", "data": [{"id": MODEL}]}, "ready": {"replica_id": "r1", "probe_seconds": 0.01}},
+        calls={"base_models": {"object": "list", "data": [{"id": MODEL}]}, "ready": {"replica_id": "r1", "probe_seconds": 0.01}},
     )
 
 

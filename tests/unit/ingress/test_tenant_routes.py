@@ -47,7 +47,7 @@ def setup(tmp_path):
     db = make_engine(config.database_url)
     service = TenantService(db)
     tenancy = Tenancy(service, admin_token="admin")
-    engine = FakeEngineClient(script, calls={"list_models": {"object": "list", "data": [{"id": BASE, "parent": None}]}})
+    engine = FakeEngineClient(script, calls={"base_models": {"object": "list", "data": [{"id": BASE, "parent": None}]}})
     accounting = Accounting.start(config.accounting.model_copy(update={"spool_dir": str(tmp_path / "spool")}),
                                   db, "ingress-test", plan_of=service.plan_of)
     client = TestClient(build_ingress_app(engine, config, tenancy=tenancy, registry=build_registry(config, db),
