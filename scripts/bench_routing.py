@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import statistics
 import sys
@@ -35,6 +36,9 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # bench/ sits at the repository root, next to scripts/
+
+from bench.routing.policies import serve_policy  # noqa: E402
 ADMIN = "bench-admin-token"
 APP = "bench"
 
@@ -109,7 +113,7 @@ def app_args(policy: str, state: Path, model_dir: Path, args) -> dict:
             "engine_kwargs": {"kv_cache_memory_bytes": args.kv_tokens * kv_bytes_per_token(model_dir)},
         },
         "engine_deployment": {"num_replicas": args.replicas, "num_cpus": 1,
-                              "routing": {"policy": policy, **({"min_bound": args.min_bound}
+                              "routing": {"policy": serve_policy(policy), **({"min_bound": args.min_bound}
                                                               if policy == "tenant_affinity" else {})}},
     }
 
@@ -262,8 +266,12 @@ def main() -> None:
     print(f"{args.tenants} tenants x {args.system_tokens}-token system prompts = ~{prompts} tokens; "
           f"KV cache {args.kv_tokens} tokens per replica x {args.replicas} replicas; "
           f"{len(plan)} measured requests, {args.concurrency} at a time", flush=True)
+    # The router runs comparison policies from bench/ inside the Serve replicas (ingress and
+    # engine), which are started by Ray, not by this script: they get the repository root on
+    # their path from the job's environment.
+    pythonpath = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
     ray.init(num_cpus=8, object_store_memory=256 * 1024**2, include_dashboard=False, logging_level="ERROR",
-             log_to_driver=False)
+             log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": pythonpath}})
     port = 8123
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     rows = []

@@ -3,15 +3,22 @@
     python scripts/route_sim.py                # the full table (about 90 s of CPU on one core)
     python scripts/route_sim.py --replicas 8 --zipf 1.1 --policies tenant_affinity sticky_hash
 
-Every policy is the code the Ray router runs (loraplex.routing); see docs/route_sim.md.
+Every policy is the code the Ray router runs (loraplex.routing for tenant affinity,
+bench.routing for the comparison policies); see docs/route_sim.md.
 """
 import argparse
+import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 
-from loraplex.routing.policies import POLICIES
-from loraplex.routing.simulator import SimResult, default_cache_blocks, sim_policy, simulate
-from loraplex.routing.trace import TraceConfig, make_trace
+# bench/ sits at the repository root, next to scripts/.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.routing.policies import POLICIES  # noqa: E402
+from bench.routing.simulator import (SimResult, default_cache_blocks, sim_policy,  # noqa: E402
+                                     simulate)
+from bench.routing.trace import TraceConfig, make_trace  # noqa: E402
 
 LOAD_LIMIT = 1.25  # the max/mean load the issue's acceptance test allows
 STICKY_SLACK = 0.95  # tenant affinity must keep this share of sticky hashing's hit rate

@@ -33,7 +33,8 @@ def load_bound(total_load: int, num_replicas: int, c: float = DEFAULT_LOAD_FACTO
 
 def rank_tenant_affinity(key: str, loads: Mapping[str, int], holders: Collection[str] = (),
                          c: float = DEFAULT_LOAD_FACTOR, min_bound: int = 0,
-                         c_new: float | None = None) -> list[str]:
+                         c_new: float | None = None,
+                         kv_usage: Mapping[str, float] | None = None) -> list[str]:
     """All replica ids, best first, for a request with affinity key `key`.
 
     1. replicas that already hold the key and fit under the bound, least loaded first;
@@ -44,7 +45,10 @@ def rank_tenant_affinity(key: str, loads: Mapping[str, int], holders: Collection
     c_new (None: c; never above c) is for keys the replica does not hold yet: such a request
     misses wherever it goes, so placing it only where there is room to spare balances the pool
     at no cost in hits, while held keys may use the whole bound to stay where they are cached.
-    Ties keep rendezvous order, so the result depends only on the arguments' values.
+    "Least loaded first" breaks ties on kv_usage (fraction of the replica's KV cache in use, as
+    its engine last reported; missing: 0): of two replicas with as many requests, the one with
+    free KV blocks takes a new prompt without preempting or queueing. Remaining ties keep
+    rendezvous order, so the result depends only on the arguments' values.
     """
     order = rendezvous_order(key, loads)
     if not order:
@@ -52,9 +56,14 @@ def rank_tenant_affinity(key: str, loads: Mapping[str, int], holders: Collection
     total, n = sum(loads.values()), len(order)
     bound = load_bound(total, n, c, min_bound)
     new_bound = bound if c_new is None or c_new >= c else load_bound(total, n, c_new, min_bound)
+    kv = kv_usage or {}
+
+    def least_loaded(r: str) -> tuple[int, float]:
+        return loads[r], kv.get(r, 0.0)
+
     fits = [r for r in order if loads[r] + 1 <= bound]
-    held = sorted((r for r in fits if r in holders), key=loads.__getitem__)
+    held = sorted((r for r in fits if r in holders), key=least_loaded)
     roomy = [r for r in fits if r not in holders and loads[r] + 1 <= new_bound]
     rest = [r for r in fits if r not in holders and loads[r] + 1 > new_bound]
-    over = sorted((r for r in order if loads[r] + 1 > bound), key=loads.__getitem__)
+    over = sorted((r for r in order if loads[r] + 1 > bound), key=least_loaded)
     return held + roomy + rest + over

@@ -1,19 +1,37 @@
 """The interface every routing policy implements.
 
-A policy ranks candidate replicas for one request and may learn from where requests went. The
-Ray RequestRouter wrapper builds the snapshots, takes the first ranked replica that accepts
-(falling back to Serve's own choice for replicas the ranking leaves out), and forwards the
-callbacks; the simulator does the same with simulated replicas.
+A policy turns an Engine call into the RouteRequest it ranks by, ranks candidate replicas for
+it, and may learn from where requests went. The Ray RequestRouter wrapper builds the snapshots,
+takes the first ranked replica that accepts (falling back to Serve's own choice for replicas
+the ranking leaves out), and forwards the callbacks; the simulator does the same with
+simulated replicas.
 """
+from __future__ import annotations
+
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from loraplex.routing.snapshot import ReplicaSnapshot, RouteRequest
+
+if TYPE_CHECKING:
+    from loraplex.engine.protocol import EngineCall
+    from loraplex.routing.config import RoutingConfig
 
 
 class RoutingPolicy:
     name = "base"
-    # Whether rank() reads RouteRequest.prefix_hashes; callers skip hashing prompts otherwise.
-    needs_prefix_hashes = False
+
+    @classmethod
+    def from_config(cls, config: RoutingConfig) -> RoutingPolicy:
+        """The policy a deployment's `routing:` config asks for; policies that read other
+        config fields (load factors, cache size) override this."""
+        return cls(**config.policy_options)
+
+    def route(self, call: EngineCall, request: Any) -> RouteRequest:
+        """What to rank by for a call that has a routing key. `request` is the call's OpenAI
+        request (vLLM's ChatCompletionRequest or CompletionRequest); only policies that match
+        prompts read it, the others need no more than the key and the prompt estimate."""
+        return RouteRequest(call.routing_key, call.prompt_tokens)
 
     def rank(self, request: RouteRequest, replicas: Sequence[ReplicaSnapshot]) -> list[str]:
         """Replica ids, most preferred first; a non-empty prefix when replicas is non-empty."""

@@ -2,21 +2,25 @@
 
 Set on the Engine deployment by `RoutingConfig.request_router_config()`; every DeploymentHandle
 to the Engine (the ingress replicas') builds one and routes each call through it. One class
-serves every policy in `loraplex.routing.POLICIES`, chosen by `request_router_kwargs`, so the
-policies run side by side on the same deployment.
+serves every policy a RoutingConfig can name (built in, or loaded by import path), so policies
+run side by side on the same deployment.
 
-Per call:
-- the affinity key and a prompt summary come from the call's arguments (`route_request`);
-  calls without a tenant (health probes, list_models, ready, ...) get Serve's power of two;
+Per call of `Engine.generate(call, request)`:
+- the call's `EngineCall` (the first argument, or the keyword `call`) carries the routing key,
+  the prompt estimate and max_tokens; the policy turns it into its RouteRequest
+  (`RoutingPolicy.route`; prefix-matching policies also read the OpenAI request). Calls whose
+  first argument is no EngineCall (health probes, list_models, ready, ...) or whose
+  routing_key is None get Serve's power of two;
 - each candidate's load is its queue length as Serve knows it (the cache its probes and the
-  replicas' accept/reject replies fill; missing entries are probed now), and its pending
-  tokens are what this router sent there and has not seen complete;
+  replicas' accept/reject replies fill; missing entries are probed now), plus the requests its
+  engine last reported waiting (see ReplicaSnapshot.load); its pending tokens are what this
+  router sent there (prompt + max_tokens, or `output_tokens`) and has not seen complete;
 - the policy ranks the replicas; Serve tries the first `ranked_choices` one at a time, in that
   order, then the least loaded of the rest, skipping replicas whose queue is full.
 After routing, the policy learns where the request went; the engines' routing stats
-(`served_keys.routing_stats`) correct what it believes each replica holds, and replicas that
-leave are dropped from it. Any error in the policy is logged and the call falls back to the
-power of two: routing never fails a request.
+(`served_keys`) correct what it believes each replica holds, and replicas that leave are
+dropped from it. Any error in the policy is logged and the call falls back to the power of
+two: routing never fails a request.
 """
 import logging
 import time
@@ -27,18 +31,15 @@ from ray.serve._private.request_router.pow_2_router import PowerOfTwoChoicesRequ
 from ray.serve.request_router import (LocalityMixin, MultiplexMixin, PendingRequest, ReplicaID,
                                       RequestRouter, RunningReplica)
 
-from loraplex.routing.policies import make_policy
+from loraplex.engine.protocol import EngineCall
+from loraplex.routing.config import RoutingConfig
 from loraplex.routing.policy import RoutingPolicy
-from loraplex.routing.request_key import (DEFAULT_BLOCK_CHARS, DEFAULT_MAX_PREFIX_CHARS,
-                                          DEFAULT_OUTPUT_TOKENS, expected_tokens, route_request,
-                                          routing_key)
+from loraplex.routing.served_keys import EngineReport
 from loraplex.routing.snapshot import ReplicaSnapshot, RouteRequest
 
 logger = logging.getLogger("ray.serve")
 
-__all__ = ["TenantAffinityRouter", "routing_key"]
-
-# The RouteRequest (or False: no key), cached on the PendingRequest across routing rounds.
+# (RouteRequest, pending tokens), or False: no key; cached on the PendingRequest across rounds.
 _ROUTE_ATTR = "_loraplex_route"
 _ERROR_LOG_INTERVAL_S = 60.0
 
@@ -54,37 +55,30 @@ class TenantAffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
         self._in_flight: dict[str, tuple[str, int]] = {}  # internal request id -> (replica, tokens)
         self._recent: dict[str, OrderedDict[str, float]] = {}  # replica -> key -> routed at
         self._reported: dict[str, tuple] = {}  # replica -> the held_keys last applied
-        self._kv_usage: dict[str, float] = {}
+        self._reports: dict[str, EngineReport] = {}  # replica -> its engine's last stats
         self._last_error_log: dict[str, float] = {}
         self.initialize_state()
 
-    def initialize_state(self, policy: str = "tenant_affinity", ranked_choices: int = 3,
-                         stats_window_s: float = 10.0, block_chars: int = DEFAULT_BLOCK_CHARS,
-                         max_prefix_chars: int = DEFAULT_MAX_PREFIX_CHARS,
-                         output_tokens: int = DEFAULT_OUTPUT_TOKENS, **options: Any) -> None:
-        """Called by Serve with RequestRouterConfig.request_router_kwargs.
+    def initialize_state(self, **config: Any) -> None:
+        """Called by Serve with RequestRouterConfig.request_router_kwargs: a RoutingConfig as
+        JSON (see RoutingConfig.request_router_kwargs); without arguments, the defaults.
 
-        policy: a name in POLICIES; options (every other kwarg) go to its constructor.
-        ranked_choices: how many of the ranking's first replicas Serve tries one by one before
-            it takes the least loaded of the rest.
-        stats_window_s: keys routed to a replica within this many seconds survive an engine
-            report that does not list them yet (the report may predate them).
-        block_chars, max_prefix_chars: prompt hashing for the prefix policies.
-        output_tokens: completion tokens assumed when a request sets no max_tokens.
+        Besides the policy, the router reads ranked_choices, output_tokens and stats_period_s:
+        keys routed to a replica within two periods survive an engine report that does not
+        list them yet (a report can be a period old when it arrives, plus jitter).
         """
-        self.policy_name = policy
-        self.ranked_choices = max(1, int(ranked_choices))
-        self.stats_window_s = stats_window_s
-        self.block_chars = block_chars
-        self.max_prefix_chars = max_prefix_chars
-        self.output_tokens = output_tokens
         try:
-            self._policy = make_policy(policy, **options)
+            self.config = RoutingConfig(**config)
+            self._policy = self.config.make_policy()
         except Exception:
             # A bad config must not take requests down with it: route by power of two.
-            logger.exception("routing policy %r with %r failed to build; using power of two",
-                             policy, options)
+            logger.exception("routing config %r failed to build its policy; using power of two",
+                             config)
+            self.config = RoutingConfig(policy="power_of_two")
             self._policy = None
+        self.ranked_choices = self.config.ranked_choices
+        self.stats_window_s = 2 * self.config.stats_period_s
+        self.output_tokens = self.config.output_tokens
 
     @property
     def policy(self) -> RoutingPolicy | None:
@@ -110,15 +104,15 @@ class TenantAffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
 
     async def _ranked(self, candidates: list[RunningReplica],
                       pending_request: PendingRequest) -> list[list[RunningReplica]] | None:
-        route = self._route_of(pending_request)
-        if route is None:
+        routed = self._route_of(pending_request)
+        if routed is None:
             return None
         snapshots, by_id = await self._snapshots(candidates)
         if not snapshots:
             return None
-        ranked = self._policy.rank(route, snapshots)
+        ranked = self._policy.rank(routed[0], snapshots)
         full = {s.replica_id for s in snapshots
-                if s.running >= by_id[s.replica_id].max_ongoing_requests}
+                if s.in_flight >= by_id[s.replica_id].max_ongoing_requests}
         head, seen = [], set()
         for replica_id in ranked:
             replica = by_id.get(replica_id)
@@ -136,15 +130,21 @@ class TenantAffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
                  if r.replica_id.unique_id not in seen or r.replica_id.unique_id in full]
         return [[r] for r in head] + ([tail] if tail else [])
 
-    def _route_of(self, pending_request: PendingRequest) -> RouteRequest | None:
-        route = getattr(pending_request, _ROUTE_ATTR, None)
-        if route is None:
-            route = route_request(pending_request.args, pending_request.kwargs,
-                                  prefix_hashes=self._policy.needs_prefix_hashes,
-                                  block_chars=self.block_chars,
-                                  max_prefix_chars=self.max_prefix_chars)
-            setattr(pending_request, _ROUTE_ATTR, route or False)
-        return route if isinstance(route, RouteRequest) else None
+    def _route_of(self, pending_request: PendingRequest) -> tuple[RouteRequest, int] | None:
+        routed = getattr(pending_request, _ROUTE_ATTR, None)
+        if routed is None:
+            routed = self._route(pending_request.args, pending_request.kwargs) or False
+            setattr(pending_request, _ROUTE_ATTR, routed)
+        return routed or None
+
+    def _route(self, args: list, kwargs: dict) -> tuple[RouteRequest, int] | None:
+        """The policy's RouteRequest and the call's pending tokens, for an EngineCall with a key."""
+        call = args[0] if args else kwargs.get("call")
+        if not isinstance(call, EngineCall) or call.routing_key is None:
+            return None
+        request = args[1] if len(args) > 1 else kwargs.get("request")
+        tokens = call.prompt_tokens + (call.max_tokens or self.output_tokens)
+        return self._policy.route(call, request), tokens
 
     async def _snapshots(self, candidates: list[RunningReplica]
                          ) -> tuple[list[ReplicaSnapshot], dict[str, RunningReplica]]:
@@ -159,23 +159,28 @@ class TenantAffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
                 queue_lens[r.replica_id.unique_id] = q
         if missing:
             # Fills the cache too. A replica that does not answer within the probe deadline (a
-            # busy host) stays a candidate, loaded with what this router has in flight there:
-            # leaving it out would starve it, since only routed requests refresh the cache.
+            # busy host) stays a candidate, loaded with the larger of what this router has in
+            # flight there and what its engine last reported (every router's requests, but up
+            # to a stats period old): leaving it out would starve it, since only routed
+            # requests refresh the cache.
             sent = self._in_flight_counts()
             for r, q in await self._probe_queue_lens(missing, 0):
                 uid = r.replica_id.unique_id
                 if q is None:
+                    report = self._reports.get(uid, EngineReport())
                     # Into Serve's cache too, or Serve would skip the replica for the same
                     # missed probe; its reply to the routed request corrects the estimate.
-                    q = sent.get(uid, 0)
+                    q = max(sent.get(uid, 0), report.running + report.waiting)
                     if self._use_replica_queue_len_cache:
                         self._replica_queue_len_cache.update(r.replica_id, q)
                 queue_lens[uid] = q
         by_id = {r.replica_id.unique_id: r for r in candidates}
-        snapshots = [
-            ReplicaSnapshot(uid, running=q, pending_tokens=self._pending_tokens.get(uid, 0),
-                            kv_usage=self._kv_usage.get(uid, 0.0))
-            for uid, q in queue_lens.items()]
+        snapshots = []
+        for uid, q in queue_lens.items():
+            report = self._reports.get(uid, EngineReport())
+            snapshots.append(ReplicaSnapshot(
+                uid, in_flight=q, waiting=report.waiting, kv_usage=report.kv_usage,
+                pending_tokens=self._pending_tokens.get(uid, 0)))
         return snapshots, by_id
 
     def _in_flight_counts(self) -> dict[str, int]:
@@ -189,9 +194,10 @@ class TenantAffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
     def on_request_routed(self, pending_request: PendingRequest, replica_id: ReplicaID,
                           result: Any) -> None:
         super().on_request_routed(pending_request, replica_id, result)
-        route = getattr(pending_request, _ROUTE_ATTR, None)
-        if not isinstance(route, RouteRequest) or self._policy is None:
+        routed = getattr(pending_request, _ROUTE_ATTR, None)
+        if not routed or self._policy is None:
             return
+        route, tokens = routed
         uid = replica_id.unique_id
         try:
             self._policy.on_routed(route, uid)
@@ -202,8 +208,6 @@ class TenantAffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
         recent.pop(route.key, None)
         recent[route.key] = now
         _drop_older(recent, now - self.stats_window_s)
-        tokens = expected_tokens(pending_request.args, pending_request.kwargs,
-                                 route.prompt_tokens, self.output_tokens)
         internal_id = pending_request.metadata.internal_request_id
         self._in_flight[internal_id] = (uid, tokens)
         self._pending_tokens[uid] = self._pending_tokens.get(uid, 0) + tokens
@@ -233,7 +237,7 @@ class TenantAffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
 
     def _forget_replica(self, replica_id: ReplicaID) -> None:
         uid = replica_id.unique_id
-        for d in (self._pending_tokens, self._recent, self._reported, self._kv_usage):
+        for d in (self._pending_tokens, self._recent, self._reported, self._reports):
             d.pop(uid, None)
         self._in_flight = {k: v for k, v in self._in_flight.items() if v[0] != uid}
         if self._policy is not None:
@@ -245,19 +249,16 @@ class TenantAffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
     def _apply_stats(self, replica: RunningReplica) -> None:
         """Take a replica's routing stats (see served_keys) into the router and the policy."""
         try:
-            stats = replica.routing_stats
+            report = EngineReport.of(replica.routing_stats)
         except Exception:
             return
-        if not isinstance(stats, dict) or not stats:
+        if report is None:
             return
         uid = replica.replica_id.unique_id
-        kv = stats.get("kv_usage")
-        if isinstance(kv, (int, float)):
-            self._kv_usage[uid] = float(kv)
-        held = stats.get("held_keys")
-        if not isinstance(held, list) or self._policy is None:
+        self._reports[uid] = report
+        held = report.held_keys
+        if held is None or self._policy is None:
             return
-        held = tuple(k for k in held if isinstance(k, str))
         if self._reported.get(uid) == held:
             return  # a rebroadcast of a report already applied
         self._reported[uid] = held
@@ -275,7 +276,7 @@ class TenantAffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
         if now - self._last_error_log.get(what, -_ERROR_LOG_INTERVAL_S) >= _ERROR_LOG_INTERVAL_S:
             self._last_error_log[what] = now
             logger.exception("routing policy %s failed in %s; falling back to power of two "
-                             "(logged at most once a minute)", self.policy_name, what)
+                             "(logged at most once a minute)", self.config.policy, what)
 
 
 def _drop_older(recent: OrderedDict, horizon: float) -> None:

@@ -1,24 +1,27 @@
-"""The Engine replica's side of routing: which affinity keys it served lately, and the stats dict
-its `record_routing_stats()` returns to Ray Serve.
+"""The routing-stats contract between Engine replicas and routers.
 
 Serve calls `record_routing_stats()` on every replica each `request_routing_stats_period_s`
-and hands the dict to every router as `RunningReplica.routing_stats`. The contract
-(`routing_stats` builds it; every field is optional to the router):
+and hands the dict to every router as `RunningReplica.routing_stats`. The Engine builds it with
+`routing_stats`; the router reads it with `EngineReport.of`. Every field is optional:
 
     {
       "held_keys": ["ten_a/bot", "ten_b", ...],  # affinity keys, most recently served first
-      "running": 3,      # requests the engine is running
-      "waiting": 0,      # requests queued in the engine
+      "running": 3,      # requests in the engine's batch
+      "waiting": 0,      # requests queued in the engine (no batch slot or KV blocks yet)
       "kv_usage": 0.42,  # fraction of the KV cache in use
     }
 
 The router takes held_keys as the truth for that replica (keeping keys it routed there since
 the report), which drops keys the engine evicted and teaches every ingress replica the keys
-the others routed. The dict travels through the controller to every router, so held_keys is
-capped (max_keys).
+the others routed. waiting adds to the replica's load, kv_usage breaks ties between equally
+loaded replicas, and running + waiting stand in for a queue-length probe the replica missed
+(see ReplicaSnapshot, rank_tenant_affinity, TenantAffinityRouter). The dict travels through the
+controller to every router, so held_keys is capped (max_keys).
 """
 from collections import OrderedDict
 from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
 
 DEFAULT_SERVED_KEYS = 256
 DEFAULT_MAX_REPORTED_KEYS = 256
@@ -41,10 +44,6 @@ class ServedKeys:
         self._keys[key] = None
         if len(self._keys) > self.capacity:
             self._keys.popitem(last=False)
-
-    def discard(self, key: str) -> None:
-        """Forget a key, e.g. when its adapter was unloaded or deleted."""
-        self._keys.pop(key, None)
 
     def recent(self) -> list[str]:
         """The keys, most recently served first."""
@@ -72,3 +71,31 @@ def routing_stats(held_keys: Iterable[str], running: int | None = None,
     if kv_usage is not None:
         stats["kv_usage"] = float(kv_usage)
     return stats
+
+
+@dataclass(frozen=True)
+class EngineReport:
+    """One replica's routing stats as the router reads them; absent or malformed numbers are 0."""
+
+    held_keys: tuple[str, ...] | None = None  # most recent first; None: not reported
+    running: int = 0
+    waiting: int = 0
+    kv_usage: float = 0.0
+
+    @classmethod
+    def of(cls, stats: Any) -> "EngineReport | None":
+        """The report in a routing-stats dict; None when there is none (not a dict, or empty)."""
+        if not isinstance(stats, dict) or not stats:
+            return None
+        held = stats.get("held_keys")
+        return cls(
+            held_keys=tuple(k for k in held if isinstance(k, str))
+            if isinstance(held, list) else None,
+            running=_count(stats.get("running")),
+            waiting=_count(stats.get("waiting")),
+            kv_usage=float(kv) if isinstance(kv := stats.get("kv_usage"), (int, float)) else 0.0,
+        )
+
+
+def _count(value: Any) -> int:
+    return max(int(value), 0) if isinstance(value, (int, float)) else 0

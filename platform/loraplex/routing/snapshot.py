@@ -12,9 +12,6 @@ class RouteRequest:
 
     key: str  # affinity key: "tenant" or "tenant/adapter"
     prompt_tokens: int = 0  # prompt length in tokens (or an estimate); 0 when unknown
-    # Chained hashes of the prompt's fixed-size blocks (see prefix_index.chain_hashes); only the
-    # prefix-matching policies read them, so callers may leave them empty for the others.
-    prefix_hashes: tuple[int, ...] = ()
 
 
 @dataclass(slots=True)
@@ -22,9 +19,12 @@ class ReplicaSnapshot:
     """What the router knows about one candidate replica right now."""
 
     replica_id: str
-    running: int = 0  # requests the engine is running
-    waiting: int = 0  # requests queued at the replica (or in the engine's waiting queue)
-    pending_tokens: int = 0  # prompt + expected output tokens of the requests above
+    in_flight: int = 0  # requests at the replica (Serve's queue length), running or queued
+    # Of those, the requests the engine last reported queued rather than in its batch (0 when
+    # unknown). They count twice in `load`: a new request there waits behind them for a batch
+    # slot or KV blocks, where on a replica with the same in_flight all running it joins at once.
+    waiting: int = 0
+    pending_tokens: int = 0  # prompt + expected output tokens this router has in flight there
     kv_usage: float = 0.0  # fraction of the KV cache in use, from the engine's stats
     # Keys the engine reports it holds (e.g. loaded adapters). None means "no report": the
     # policy then relies on what it routed itself.
@@ -32,5 +32,4 @@ class ReplicaSnapshot:
 
     @property
     def load(self) -> int:
-        # In-flight requests: what Serve's queue-length probe measures.
-        return self.running + self.waiting
+        return self.in_flight + self.waiting

@@ -1,5 +1,8 @@
 """TenantAffinityPolicy: rank_tenant_affinity plus the router's memory of who holds what."""
+from __future__ import annotations
+
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from loraplex.routing.bounded_load import (DEFAULT_LOAD_FACTOR, DEFAULT_NEW_KEY_LOAD_FACTOR,
                                            rank_tenant_affinity)
@@ -7,15 +10,20 @@ from loraplex.routing.held_keys import HeldKeys
 from loraplex.routing.policy import RoutingPolicy
 from loraplex.routing.snapshot import ReplicaSnapshot, RouteRequest
 
+if TYPE_CHECKING:
+    from loraplex.routing.config import RoutingConfig
+
 
 class TenantAffinityPolicy(RoutingPolicy):
     """Options:
 
-    c: the load bound, c x the mean in-flight requests (held keys may fill up to it);
+    c: the load bound, c x the mean load (held keys may fill up to it);
     c_new: the bound for placing a key on a replica that does not hold it (None: c);
     min_bound: a floor on both bounds, so a nearly idle pool keeps keys together;
     keys_per_replica / tokens_per_replica: how much the router remembers per replica (see
     HeldKeys); tokens_per_replica is the replica's prefix-cache capacity in tokens.
+    A replica's load is ReplicaSnapshot.load (in flight, plus what its engine queues); its KV
+    usage breaks ties between equally loaded replicas.
     """
 
     name = "tenant_affinity"
@@ -28,6 +36,12 @@ class TenantAffinityPolicy(RoutingPolicy):
         self.min_bound = min_bound
         self.held = HeldKeys(keys_per_replica, tokens_per_replica)
 
+    @classmethod
+    def from_config(cls, config: RoutingConfig) -> TenantAffinityPolicy:
+        return cls(**{"c": config.load_factor, "c_new": config.new_key_load_factor,
+                      "min_bound": config.min_bound, "keys_per_replica": config.keys_per_replica,
+                      "tokens_per_replica": config.tokens_per_replica, **config.policy_options})
+
     def rank(self, request: RouteRequest, replicas: Sequence[ReplicaSnapshot]) -> list[str]:
         loads = {r.replica_id: r.load for r in replicas}
         tracked = self.held.holders(request.key)
@@ -36,7 +50,7 @@ class TenantAffinityPolicy(RoutingPolicy):
                    if r.replica_id in tracked
                    or (r.held_keys is not None and request.key in r.held_keys)}
         return rank_tenant_affinity(request.key, loads, holders, self.c, self.min_bound,
-                                    self.c_new)
+                                    self.c_new, {r.replica_id: r.kv_usage for r in replicas})
 
     def on_routed(self, request: RouteRequest, replica_id: str) -> None:
         self.held.add(replica_id, request.key, request.prompt_tokens)

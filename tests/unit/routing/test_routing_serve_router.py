@@ -9,6 +9,8 @@ from ray.serve._private.common import (DeploymentHandleSource, DeploymentID, Rep
                                        RequestMetadata)
 from ray.serve.request_router import PendingRequest, RunningReplica
 
+from bench.routing.policies import POLICIES, serve_policy
+from loraplex.engine.protocol import AdapterTarget, EngineCall, affinity_key
 from loraplex.routing import rendezvous_order
 from loraplex.routing.bounded_load import load_bound
 from loraplex.routing.config import RoutingConfig
@@ -68,24 +70,12 @@ class FakeReplica(RunningReplica):
         pass
 
 
-@dataclass(frozen=True)
-class Meta:  # the fields of loraplex.engine.protocol.RequestMeta the router reads
-    request_id: str
-    tenant_id: str
-    adapter: str | None = None
-
-
-@dataclass(frozen=True)
-class Adapter:  # the fields of AdapterTarget the router reads
-    tenant: str
-    name: str
-    lora_name: str = ""
-
-
 @dataclass
 class Chat:
+    """Stands in for vLLM's ChatCompletionRequest (importing vLLM takes seconds): the router
+    never reads it, the prefix policies read `messages` (bench.routing.prompt_hashes)."""
+
     messages: list = field(default_factory=lambda: [{"role": "user", "content": "hi"}])
-    max_tokens: int | None = None
 
 
 def make_router(replicas, use_cache: bool = True, **kwargs) -> TenantAffinityRouter:
@@ -101,16 +91,24 @@ def fleet(n: int, **kwargs) -> list[FakeReplica]:
     return [FakeReplica(f"r{i}", **kwargs) for i in range(n)]
 
 
-def tenant_call(tenant: str, adapter: str | None = None, text: str = "hi") -> tuple:
-    target = Adapter(tenant, adapter, f"{tenant}/{adapter}@abc") if adapter else None
-    chat = Chat([{"role": "user", "content": text}])
-    return chat, target, f"salt-{tenant}", Meta(f"req-{next(_ids)}", tenant)
+def engine_call(tenant: str, adapter: str | None = None, **fields) -> EngineCall:
+    """What the ingress builds for a tenant's request (routing key from affinity_key)."""
+    target = AdapterTarget(f"{tenant}/{adapter}@abc", 7, tenant, adapter, "abc", adapter,
+                           version=1) if adapter else None
+    return EngineCall(f"req-{next(_ids)}", tenant, "key_1", target, f"salt-{tenant}",
+                      routing_key=affinity_key(tenant, adapter), **fields)
+
+
+def tenant_call(tenant: str, adapter: str | None = None, text: str = "hi", **fields) -> tuple:
+    """The arguments of Engine.generate(call, request)."""
+    return (engine_call(tenant, adapter, **{"prompt_tokens": len(text) // 4, **fields}),
+            Chat([{"role": "user", "content": text}]))
 
 
 async def route(router: TenantAffinityRouter, *args, complete: bool = True, **kwargs) -> str:
     """Route one call as Serve's Router does; `complete` finishes it at once (load back to 0)."""
     pr = PendingRequest(args=list(args), kwargs=kwargs, metadata=RequestMetadata(
-        request_id="r", internal_request_id=f"int-{next(_ids)}", call_method="chat"))
+        request_id="r", internal_request_id=f"int-{next(_ids)}", call_method="generate"))
     replica = await asyncio.wait_for(router._choose_replica_for_request(pr), timeout=5)
     router.on_send_request(replica.replica_id)
     router.on_request_routed(pr, replica.replica_id, None)
@@ -155,7 +153,7 @@ async def test_tenants_spread_over_the_replicas():
 
 
 async def test_a_hot_tenant_spreads_over_its_rendezvous_order_within_the_bound():
-    router = make_router(fleet(4), c=1.25, min_bound=0)
+    router = make_router(fleet(4), load_factor=1.25, min_bound=0)
     placed = [await route(router, *tenant_call("ten_hot"), complete=False) for _ in range(40)]
     loads = {r: placed.count(r) for r in set(placed)}
     assert max(loads.values()) <= load_bound(39, 4, 1.25)
@@ -190,13 +188,24 @@ async def test_removing_a_replica_moves_only_its_keys():
     assert await route(router, *tenant_call("ten_1")) != victim
 
 
-async def test_calls_without_a_tenant_still_route():
+async def test_calls_without_a_routing_key_still_route():
     replicas = fleet(3)
     router = make_router(replicas)
     ids = {r.replica_id.unique_id for r in replicas}
     assert await route(router) in ids  # list_models(), ready(), num_unfinished_requests()
-    assert await route(router, Chat()) in ids  # a request without meta
-    assert not router.policy.held.holders("")
+    assert await route(router, EngineCall("q1"), Chat()) in ids  # an open deployment
+    # Only an EngineCall carries a key: a client's request naming a tenant is not one.
+    chat = Chat()
+    chat.tenant_id, chat.routing_key = "ten_x", "ten_x"
+    assert await route(router, chat, engine_call("ten_a")) in ids
+    assert router.policy.held._by_key == {}
+
+
+async def test_the_call_may_come_by_keyword():
+    router = make_router(fleet(8), min_bound=0)
+    call, chat = tenant_call("ten_a")
+    assert await route(router, call=call, request=chat) == rendezvous_order("ten_a", IDS8)[0]
+    assert router.policy.held.holders("ten_a")
 
 
 class Broken(RoutingPolicy):
@@ -213,23 +222,26 @@ async def test_a_failing_policy_falls_back_to_power_of_two():
     router = make_router(fleet(3))
     router._policy = Broken()
     assert await route(router, *tenant_call("ten_a")) in {"r0", "r1", "r2"}
-    # A policy that cannot even be built (bad options) routes by power of two too.
-    router = make_router(fleet(3), policy="tenant_affinity", no_such_option=1)
-    assert router.policy is None
-    assert await route(router, *tenant_call("ten_a")) in {"r0", "r1", "r2"}
+    # A config that cannot even build its policy routes by power of two too.
+    for bad in ({"no_such_option": 1}, {"policy_options": {"no_such_option": 1}},
+                {"policy": "no_such_policy"}, {"policy": "bench.routing.nowhere:Policy"}):
+        router = make_router(fleet(3), **bad)
+        assert router.policy is None
+        assert await route(router, *tenant_call("ten_a")) in {"r0", "r1", "r2"}
 
 
 async def test_engine_reports_teach_and_correct_the_router():
     replicas = fleet(4)
     ids = [r.replica_id.unique_id for r in replicas]
-    router = make_router(replicas, min_bound=0, stats_window_s=0.0)
+    router = make_router(replicas, min_bound=0)
+    router.stats_window_s = 0.0  # every key this router routed is older than the reports
     order = rendezvous_order("ten_a", ids)
     # Another ingress sent ten_a to its last choice; that engine's report says so.
     last = next(r for r in replicas if r.replica_id.unique_id == order[-1])
     last.stats = {"held_keys": ["ten_a", "ten_b"], "running": 1, "kv_usage": 0.5}
     router.update_replicas(replicas)
     assert await route(router, *tenant_call("ten_a")) == order[-1]
-    assert router._kv_usage[order[-1]] == 0.5
+    assert router._reports[order[-1]].kv_usage == 0.5
     # Then it evicted ten_a: the next report drops it, and ten_a goes home.
     last.stats = {"held_keys": ["ten_b"]}
     router.update_replicas(replicas)
@@ -248,33 +260,59 @@ async def test_a_report_keeps_keys_routed_after_it_was_taken():
 
 
 async def test_pending_tokens_count_what_is_in_flight():
-    router = make_router(fleet(2), policy="least_pending_tokens")
-    long_prompt = "x" * 4000  # ~1,000 tokens
-    first = await route(router, Chat([{"role": "user", "content": long_prompt}], max_tokens=50),
-                        None, None, Meta("q1", "ten_a"), complete=False)
-    assert router._pending_tokens[first] == 1000 + len("user: \n") // 4 + 50
-    # The next request avoids the replica with the pending tokens.
-    second = await route(router, *tenant_call("ten_b"), complete=False)
+    router = make_router(fleet(2), policy=serve_policy("least_pending_tokens"))
+    first = await route(router, *tenant_call("ten_a", max_tokens=50, prompt_tokens=1000),
+                        complete=False)
+    assert router._pending_tokens[first] == 1000 + 50
+    # The next request avoids the replica with the pending tokens; without max_tokens it
+    # counts the configured output_tokens.
+    second = await route(router, *tenant_call("ten_b", prompt_tokens=10), complete=False)
     assert second != first
+    assert router._pending_tokens[second] == 10 + RoutingConfig().output_tokens
     for internal_id, (uid, _) in list(router._in_flight.items()):
         router.on_request_completed(ReplicaID(unique_id=uid, deployment_id=DEPLOYMENT),
                                     internal_id)
     assert router._pending_tokens == {}
 
 
+async def test_an_engines_waiting_queue_adds_to_its_load():
+    replicas = fleet(2, queue_len=0)
+    home, other = rendezvous_order("ten_a", ["r0", "r1"])
+    router = make_router(replicas, use_cache=False, min_bound=4)  # probes read queue_len
+    home_replica = next(r for r in replicas if r.replica_id.unique_id == home)
+    home_replica.queue_len = 2
+    assert await route(router, *tenant_call("ten_a")) == home  # 2 + 1 <= the bound, 4
+    # Its engine then reports 4 requests queued, no batch slot for them: 2 in flight + 4
+    # waiting = 6, over the bound of ceil(1.25 x (6 + 1) / 2) = 5, so ten_a goes elsewhere.
+    home_replica.stats = {"held_keys": ["ten_a"], "running": 0, "waiting": 4}
+    router.update_replicas(replicas)
+    assert await route(router, *tenant_call("ten_a")) == other
+
+
+async def test_a_missed_probe_is_filled_from_the_engines_report():
+    replicas = fleet(2)
+    router = make_router(replicas, use_cache=False)
+    replicas[1].queue_len = None  # r1 misses every probe deadline
+    replicas[1].stats = {"held_keys": [], "running": 5, "waiting": 2, "kv_usage": 0.9}
+    router.update_replicas(replicas)
+    snapshots, _ = await router._snapshots(replicas)
+    r1 = next(s for s in snapshots if s.replica_id == "r1")
+    assert (r1.in_flight, r1.waiting, r1.load, r1.kv_usage) == (7, 2, 9, 0.9)
+
+
 async def test_prefix_policies_follow_the_shared_prompt():
-    router = make_router(fleet(8), policy="prefix_tree", block_chars=16)
+    router = make_router(fleet(8), policy=serve_policy("prefix_tree"),
+                         policy_options={"block_chars": 16})
     system = "You are the support bot of a company that sells garden furniture. " * 4
     first = await route(router, *tenant_call("ten_a", text=system + "Where is my chair?"))
     for question in ("Do you ship to Norway?", "Is the teak oiled?"):
         assert await route(router, *tenant_call("ten_a", text=system + question)) == first
 
 
-@pytest.mark.parametrize("policy", ["tenant_affinity", "power_of_two", "round_robin",
-                                    "least_pending_tokens", "prefix_tree", "cache_aware",
-                                    "sticky_hash"])
+@pytest.mark.parametrize("policy", sorted(POLICIES))
 async def test_every_policy_routes_through_the_config(policy):
-    config = RoutingConfig(policy=policy, tokens_per_replica=100_000)
+    # Built-in names as they are, comparison policies by import path (as bench_routing does).
+    config = RoutingConfig(policy=serve_policy(policy), tokens_per_replica=100_000)
     router_config = config.request_router_config()
     cls = router_config.get_request_router_class()  # what Serve unpickles on each handle
     assert cls.__name__ == "TenantAffinityRouter"
@@ -282,7 +320,11 @@ async def test_every_policy_routes_through_the_config(policy):
     router = cls(deployment_id=DEPLOYMENT, handle_source=DeploymentHandleSource.REPLICA,
                  use_replica_queue_len_cache=True)
     router.initialize_state(**router_config.request_router_kwargs)
-    assert router.policy is not None and router.policy.name == policy
+    assert router.config == config
+    if policy == "power_of_two":
+        assert router.policy is None  # Serve's own router
+    else:
+        assert router.policy is not None and router.policy.name == policy
     router.update_replicas(fleet(3))
     assert await route(router, *tenant_call("ten_a", "bot")) in {"r0", "r1", "r2"}
     assert await route(router) in {"r0", "r1", "r2"}

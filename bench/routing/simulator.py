@@ -7,11 +7,12 @@ not modelled), so a policy's imbalance shows up directly as the load it causes.
 import heapq
 from dataclasses import dataclass
 
-from loraplex.routing.block_cache import BlockCache
-from loraplex.routing.policies import make_policy
+from bench.routing.block_cache import BlockCache
+from bench.routing.policies import make_policy
+from bench.routing.prefix_index import PrefixPolicy, PrefixRequest
+from bench.routing.trace import Trace, TraceConfig
 from loraplex.routing.policy import RoutingPolicy
 from loraplex.routing.snapshot import ReplicaSnapshot, RouteRequest
-from loraplex.routing.trace import Trace, TraceConfig
 
 _SUFFIX_BASE = 1 << 48  # block ids above this are per-request suffix blocks
 
@@ -65,18 +66,20 @@ def simulate(policy: RoutingPolicy, trace: Trace, replicas: int, cache_blocks: i
         now = float(trace.arrival[n])
         while departures and departures[0][0] <= now:
             _, i, tokens = heapq.heappop(departures)
-            snaps[i].running -= 1
+            snaps[i].in_flight -= 1
             snaps[i].pending_tokens -= tokens
             in_flight -= 1
         tenant, suffix = int(trace.tenant[n]), int(trace.suffix_blocks[n])
-        request = RouteRequest(f"tenant-{tenant}", trace.prompt_tokens(n))
-        if policy.needs_prefix_hashes:
+        key, prompt_tokens = f"tenant-{tenant}", trace.prompt_tokens(n)
+        if isinstance(policy, PrefixPolicy):
             # A tenant's prefix block i is the same chain for all its requests; a suffix's
             # blocks are unique to the request.
             if tenant not in prefix_hashes:
                 prefix_hashes[tenant] = tuple(tenant * 4096 + b for b in range(cfg.prefix_blocks))
-            request.prefix_hashes = prefix_hashes[tenant] + tuple(
-                _SUFFIX_BASE + n * 64 + b for b in range(suffix))
+            request = PrefixRequest(key, prompt_tokens, prefix_hashes[tenant] + tuple(
+                _SUFFIX_BASE + n * 64 + b for b in range(suffix)))
+        else:
+            request = RouteRequest(key, prompt_tokens)
         replica_id = policy.rank(request, snaps)[0]
         policy.on_routed(request, replica_id)
         i = slot[replica_id]
@@ -87,7 +90,7 @@ def simulate(policy: RoutingPolicy, trace: Trace, replicas: int, cache_blocks: i
 
         tokens = request.prompt_tokens + int(trace.output_tokens[n])
         service = trace.service_time(n)
-        snaps[i].running += 1
+        snaps[i].in_flight += 1
         snaps[i].pending_tokens += tokens
         in_flight += 1
         heapq.heappush(departures, (now + service, i, tokens))
@@ -95,7 +98,7 @@ def simulate(policy: RoutingPolicy, trace: Trace, replicas: int, cache_blocks: i
             hit += cached
             prompt += request.prompt_tokens
             work[i] += service
-            peak_sum += max(s.running for s in snaps) / (in_flight / replicas)
+            peak_sum += max(s.in_flight for s in snaps) / (in_flight / replicas)
             if tenant == 0:
                 hot_hit += cached
                 hot_prompt += request.prompt_tokens

@@ -8,25 +8,23 @@ takes the least loaded of those candidates.
 import math
 from collections.abc import Sequence
 
-from loraplex.routing.baselines import PowerOfTwoPolicy
-from loraplex.routing.policy import RoutingPolicy
-from loraplex.routing.prefix_index import PrefixIndex
-from loraplex.routing.snapshot import ReplicaSnapshot, RouteRequest
+from bench.routing.baselines import PowerOfTwoPolicy
+from bench.routing.prefix_index import PrefixPolicy, PrefixRequest
+from loraplex.routing.snapshot import ReplicaSnapshot
 
 
-class PrefixTreePolicy(RoutingPolicy):
+class PrefixTreePolicy(PrefixPolicy):
     name = "prefix_tree"
-    needs_prefix_hashes = True
 
     def __init__(self, blocks_per_replica: int = 1 << 20, match_rate_threshold: float = 0.1,
-                 imbalanced_threshold: float = math.inf, seed: int | None = None):
-        self.index = PrefixIndex(blocks_per_replica)
+                 imbalanced_threshold: float = math.inf, seed: int | None = None, **hashing):
+        super().__init__(blocks_per_replica, **hashing)
         self.match_rate_threshold = match_rate_threshold
         self.imbalanced_threshold = imbalanced_threshold
         self._fallback = PowerOfTwoPolicy(seed)
 
-    def rank(self, request: RouteRequest, replicas: Sequence[ReplicaSnapshot]) -> list[str]:
-        by_load = sorted(replicas, key=lambda r: (r.running + r.waiting, r.replica_id))
+    def rank(self, request: PrefixRequest, replicas: Sequence[ReplicaSnapshot]) -> list[str]:
+        by_load = sorted(replicas, key=lambda r: (r.load, r.replica_id))
         spread = by_load[-1].load - by_load[0].load
         if not request.prefix_hashes or spread > self.imbalanced_threshold:
             return self._fallback.rank(request, replicas)
@@ -40,9 +38,3 @@ class PrefixTreePolicy(RoutingPolicy):
             chosen = {r for r in ids if self.index.size(r) == smallest}
         # Serve takes the least loaded candidate; the others stay as a fallback.
         return [r for r in ids if r in chosen] + [r for r in ids if r not in chosen]
-
-    def on_routed(self, request: RouteRequest, replica_id: str) -> None:
-        self.index.insert(replica_id, request.prefix_hashes)
-
-    def on_replica_removed(self, replica_id: str) -> None:
-        self.index.remove_replica(replica_id)

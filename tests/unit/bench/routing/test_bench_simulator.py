@@ -1,6 +1,6 @@
-from loraplex.routing.block_cache import BlockCache
-from loraplex.routing.simulator import default_cache_blocks, sim_policy, simulate
-from loraplex.routing.trace import TraceConfig, make_trace
+from bench.routing.block_cache import BlockCache
+from bench.routing.simulator import default_cache_blocks, sim_policy, simulate
+from bench.routing.trace import TraceConfig, make_trace
 
 SMALL = TraceConfig(tenants=60, zipf=1.1, requests=3000, inflight_per_replica=16, seed=3)
 

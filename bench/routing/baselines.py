@@ -8,7 +8,8 @@ from loraplex.routing.snapshot import ReplicaSnapshot, RouteRequest
 
 
 class PowerOfTwoPolicy(RoutingPolicy):
-    """Ray Serve's default: sample two replicas, prefer the one with the shorter queue."""
+    """Ray Serve's default: sample two replicas, prefer the one with the shorter queue. The
+    simulator's model of it; on real replicas `power_of_two` is Serve's own router."""
 
     name = "power_of_two"
 

@@ -7,24 +7,23 @@ tree is smallest (most room to cache something new). Defaults are sgl-router's.
 """
 from collections.abc import Sequence
 
-from loraplex.routing.policy import RoutingPolicy
-from loraplex.routing.prefix_index import PrefixIndex
-from loraplex.routing.snapshot import ReplicaSnapshot, RouteRequest
+from bench.routing.prefix_index import PrefixPolicy, PrefixRequest
+from loraplex.routing.snapshot import ReplicaSnapshot
 
 
-class CacheAwarePolicy(RoutingPolicy):
+class CacheAwarePolicy(PrefixPolicy):
     name = "cache_aware"
-    needs_prefix_hashes = True
 
     def __init__(self, blocks_per_replica: int = 1 << 20, cache_threshold: float = 0.3,
-                 balance_abs_threshold: int = 64, balance_rel_threshold: float = 1.5):
-        self.index = PrefixIndex(blocks_per_replica)
+                 balance_abs_threshold: int = 64, balance_rel_threshold: float = 1.5,
+                 **hashing):
+        super().__init__(blocks_per_replica, **hashing)
         self.cache_threshold = cache_threshold
         self.balance_abs_threshold = balance_abs_threshold
         self.balance_rel_threshold = balance_rel_threshold
 
-    def rank(self, request: RouteRequest, replicas: Sequence[ReplicaSnapshot]) -> list[str]:
-        by_load = sorted(replicas, key=lambda r: (r.running + r.waiting, r.replica_id))
+    def rank(self, request: PrefixRequest, replicas: Sequence[ReplicaSnapshot]) -> list[str]:
+        by_load = sorted(replicas, key=lambda r: (r.load, r.replica_id))
         ids = [r.replica_id for r in by_load]
         lo, hi = by_load[0].load, by_load[-1].load
         imbalanced = (hi - lo > self.balance_abs_threshold
@@ -39,9 +38,3 @@ class CacheAwarePolicy(RoutingPolicy):
         else:
             first = min(ids, key=self.index.size)  # min keeps the least loaded on ties
         return [first] + [r for r in ids if r != first]
-
-    def on_routed(self, request: RouteRequest, replica_id: str) -> None:
-        self.index.insert(replica_id, request.prefix_hashes)
-
-    def on_replica_removed(self, replica_id: str) -> None:
-        self.index.remove_replica(replica_id)
