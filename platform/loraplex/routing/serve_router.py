@@ -9,7 +9,7 @@ Per call of `Engine.generate(call, request)`:
 - the call's `EngineCall` (the first argument, or the keyword `call`) carries the routing key,
   the prompt estimate and max_tokens; the policy turns it into its RouteRequest
   (`RoutingPolicy.route`; prefix-matching policies also read the OpenAI request). Calls whose
-  first argument is no EngineCall (health probes, list_models, ready, ...) or whose
+  first argument is no EngineCall (health probes, base_models, ready, ...) or whose
   routing_key is None get Serve's power of two;
 - each candidate's load is its queue length as Serve knows it (the cache its probes and the
   replicas' accept/reject replies fill; missing entries are probed now), plus the requests its
