@@ -110,6 +110,12 @@ class EngineDeploymentConfig(BaseModel):
     health_check_timeout_s: float = Field(
         60.0, gt=0, description="A probe slower than this marks the replica unhealthy."
     )
+    graceful_shutdown_timeout_s: float = Field(
+        60.0, ge=0,
+        description="On scale-down, redeploy or shutdown, a replica takes no new requests and "
+        "lets its running ones finish for up to this long; then it flushes its usage spool to the "
+        "database and exits. Requests still running then are cut (and billed for what they made).",
+    )
     ready_probe_max_age_s: float = Field(
         30.0, gt=0, description="/readyz accepts a replica whose last real generation is this fresh."
     )
@@ -144,6 +150,13 @@ class IngressDeploymentConfig(BaseModel):
     max_ongoing_requests: int = Field(256, gt=0, description="Concurrent HTTP requests per replica.")
     max_request_body_bytes: int = Field(
         1 << 20, gt=0, description="Bigger JSON bodies on /v1 generation routes get 413."
+    )
+    request_timeout_s: float = Field(
+        300.0, gt=0,
+        description="Deadline of a generation request, from its arrival: the engine request is "
+        "aborted then (504, or an error event in a stream; billed as `timeout`). A client may "
+        "ask for less with the header X-LoRAPlex-Timeout, never more. Keep it under the proxy's "
+        "http_options.request_timeout_s, or the proxy cuts the stream first, without an error event.",
     )
 
 

@@ -14,7 +14,7 @@ from loraplex.config import EngineDeploymentConfig, PlatformConfig
 from loraplex.engine.engine_counters import read_engine_counters
 from loraplex.engine.metering import usage_record
 from loraplex.engine.protocol import SSE_DONE, EngineCall, EngineChunk, EngineError, RequestUsage, sse_error
-from loraplex.engine.stream_batcher import StreamBatcher
+from loraplex.engine.stream_batcher import DeadlineExceeded, StreamBatcher
 from loraplex.engine.vllm_engine import VLLMEngine
 from loraplex.routing.served_keys import ServedKeys, routing_stats
 
@@ -64,12 +64,13 @@ class Engine:
         Writes the request's one usage record before the last chunk leaves (a client that saw
         its reply end was metered), or, if the stream ends otherwise (client gone, engine
         error), when it ends. An engine failure after the request started ends the stream with
-        an error event (a stream) or a 503 EngineError, billed as `engine_error`.
+        an error event (a stream) or a 503 EngineError, billed as `engine_error`; the call's
+        deadline aborts the engine request and ends it the same way with 504, billed as `timeout`.
         """
         self.served_keys.touch(call.routing_key)
         usage = RequestUsage(replica_id=self.replica_id)
         source = self.engine.generate(call, request, usage)
-        batches = self.batcher.batches(source)
+        batches = self.batcher.batches(source, call.deadline)
         metered = refused = False
         try:
             async for items in batches:
@@ -85,6 +86,18 @@ class Engine:
                     yield usage.chunk(json.dumps(last, separators=(",", ":")).encode())
                 else:
                     yield usage.chunk("".join(items).encode())
+        except DeadlineExceeded:
+            # The batcher cancelled the engine request; bill what it produced, as a timeout.
+            usage.status, usage.finish_time = "timeout", time.time()
+            self._meter(call, usage)
+            metered = True
+            message = ("The request ran past its deadline and was stopped; ask for fewer tokens, "
+                       "or a longer X-LoRAPlex-Timeout (up to the server's limit).")
+            if call.stream and usage.engine_request_ids:
+                yield usage.chunk(sse_error(504, message, "timeout_error") + SSE_DONE.encode())
+            else:
+                yield EngineError(status=504, message=message, type="timeout_error",
+                                  billed=bool(usage.engine_request_ids))
         except Exception as exc:
             logger.exception("request %s failed in the engine", call.request_id)
             usage.status = "engine_error"
@@ -172,6 +185,10 @@ def engine_deployment(deployment: EngineDeploymentConfig):
         max_ongoing_requests=deployment.max_ongoing_requests,
         health_check_period_s=deployment.health_check_period_s,
         health_check_timeout_s=deployment.health_check_timeout_s,
+        # Serve stops routing to a stopping replica, waits for its running requests up to this
+        # long, then calls __del__ (engine shutdown, ledger flush).
+        graceful_shutdown_timeout_s=deployment.graceful_shutdown_timeout_s,
+        graceful_shutdown_wait_loop_s=1.0,
         ray_actor_options={"num_cpus": deployment.num_cpus, "num_gpus": deployment.num_gpus},
         request_router_config=deployment.routing.request_router_config(),
     )

@@ -27,6 +27,7 @@ from vllm.utils.argparse_utils import FlexibleArgumentParser
 
 from loraplex.config import EngineConfig
 from loraplex.engine.loaded_adapters import AdapterGone, LoadedAdapters
+from loraplex.engine.orphan_guard import start_guard
 from loraplex.engine.protocol import SSE_DONE, AdapterTarget, EngineCall, EngineError, RequestUsage
 from loraplex.engine.usage_tracking import UsageTrackingAsyncLLM, current_usage
 
@@ -50,6 +51,7 @@ class VLLMEngine:
         self.replica_id = replica_id
         self.adapter_store = adapter_store  # where adapter versions are fetched from (registry)
         self.llm: UsageTrackingAsyncLLM | None = None
+        self._orphan_guard = None
         self.adapters: LoadedAdapters | None = None
         self.last_probe_ok: float = 0.0
         # Probes are real generations that no tenant pays for: reconciling the ledger with the
@@ -57,6 +59,8 @@ class VLLMEngine:
         self.probes_done = 0
 
     async def start(self) -> None:
+        # Before vLLM forks EngineCore: if this replica is killed, the guard kills EngineCore.
+        self._orphan_guard = start_guard()
         engine_args = AsyncEngineArgs(**self.config.engine_args())
         self.llm = UsageTrackingAsyncLLM.from_engine_args(engine_args)
         state = State()
@@ -196,6 +200,8 @@ class VLLMEngine:
     async def shutdown(self) -> None:
         if self.llm is not None:
             self.llm.shutdown()
+        if self._orphan_guard is not None:
+            self._orphan_guard.kill()
 
 
 def _renamed(item: EngineItem, adapter: AdapterTarget) -> EngineItem:

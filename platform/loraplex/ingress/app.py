@@ -45,7 +45,8 @@ def build_ingress_app(
     routes = [
         *OpenAIRoutes(engine, config.ingress.max_request_body_bytes, tenants,
                       ledger=accounting.ledger if accounting is not None else None,
-                      base_model=config.engine.model_id).routes(),
+                      base_model=config.engine.model_id,
+                      request_timeout_s=config.ingress.request_timeout_s).routes(),
         *HealthRoutes(engine, replica_health).routes(),
     ]
     if tenancy is not None:

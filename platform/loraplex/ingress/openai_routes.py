@@ -31,6 +31,7 @@ logger = logging.getLogger(__name__)
 # sets that one to its own id, which a client may choose.
 REQUEST_ID_HEADER = "X-LoRAPlex-Request-Id"
 RETRY_AFTER = {"Retry-After": "1"}
+TIMEOUT_HEADER = "X-LoRAPlex-Timeout"
 
 
 async def read_json(request: Request, max_bytes: int) -> dict[str, Any]:
@@ -67,8 +68,9 @@ def parse(model: type[BaseModel], data: dict[str, Any]) -> BaseModel:
 
 class OpenAIRoutes:
     def __init__(self, engine, max_body_bytes: int, tenants: TenantContext | None = None, ledger=None,
-                 base_model: str = ""):
+                 base_model: str = "", request_timeout_s: float = 300.0):
         self.engine = engine
+        self.request_timeout_s = request_timeout_s
         self.base_model = base_model
         self.max_body_bytes = max_body_bytes
         # None: an open single-tenant deployment (no keys, base model only, nothing metered).
@@ -105,8 +107,9 @@ class OpenAIRoutes:
         try:
             if self.tenants is not None:
                 principal = await self.tenants.authenticate(request)
+            deadline = arrival + self._timeout_s(request)
             oai_request = parse(model, await read_json(request, self.max_body_bytes))
-            call = await self._call(principal, oai_request, arrival)
+            call = await self._call(principal, oai_request, arrival, deadline)
             response = await self.generate(call, oai_request)
         except APIError as exc:
             if self.ledger is not None and not isinstance(exc, EngineFailed):
@@ -115,13 +118,27 @@ class OpenAIRoutes:
         response.headers[REQUEST_ID_HEADER] = call.request_id
         return response
 
-    async def _call(self, principal, oai_request, arrival: float) -> EngineCall:
+    def _timeout_s(self, request: Request) -> float:
+        """The server's deadline, or less if the client asks for less (never more)."""
+        asked = request.headers.get(TIMEOUT_HEADER)
+        if asked is None:
+            return self.request_timeout_s
+        try:
+            seconds = float(asked)
+        except ValueError:
+            seconds = float("nan")
+        if not 0 < seconds < float("inf"):
+            raise APIError(400, f"{TIMEOUT_HEADER} must be a positive number of seconds, got {asked[:40]!r}.",
+                           param=TIMEOUT_HEADER)
+        return min(seconds, self.request_timeout_s)
+
+    async def _call(self, principal, oai_request, arrival: float, deadline: float) -> EngineCall:
         # Ours, never the client's: it is the ledger's idempotency key and vLLM's request id,
         # so a client-chosen value could collide with another request.
         request_id = uuid.uuid4().hex
         oai_request.request_id = request_id
         max_tokens = getattr(oai_request, "max_completion_tokens", None) or oai_request.max_tokens
-        common = dict(request_id=request_id, arrival_time=arrival, stream=bool(oai_request.stream),
+        common = dict(request_id=request_id, arrival_time=arrival, deadline=deadline, stream=bool(oai_request.stream),
                       prompt_tokens=prompt_tokens_estimate(oai_request), max_tokens=max_tokens)
         if principal is None:
             return EngineCall(**common)
