@@ -9,13 +9,17 @@ nothing, so the difference is the latency metering adds to a request.
 """
 import argparse
 import contextlib
+import sys
 import tempfile
 import threading
 import time
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 from loraplex.accounting import UsageLedger, UsageRecord
-from loraplex.db.testing import PostgresUnavailable, throwaway_postgres
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from postgres import PostgresUnavailable, throwaway_postgres  # noqa: E402  (test helper: may start the cluster)
 
 T0 = datetime(2026, 11, 3, 10, tzinfo=timezone.utc)
 

@@ -17,6 +17,7 @@ import torch
 from peft import PeftModel
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from loraplex.config import EngineConfig
 from loraplex.registry import AdapterValidator, BaseModelSpec, extract_archive
 # scripts/ is on sys.path when this file runs as a script.
 from train_adapter import greedy
@@ -38,7 +39,9 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         peft_dir = extract_archive(Path(args.adapter), Path(tmp))
-        adapter = AdapterValidator(BaseModelSpec.from_pretrained_dir(args.base)).validate(peft_dir)
+        validator = AdapterValidator(BaseModelSpec.from_pretrained_dir(args.base),
+                                     max_lora_rank=EngineConfig().max_lora_rank)  # the served default
+        adapter = validator.validate(peft_dir)
         print(f"valid: rank {adapter.rank}, targets {adapter.target_modules}")
         model = PeftModel.from_pretrained(model, str(peft_dir)).eval()
         lora_out = [greedy(model, tokenizer, q, args.max_new_tokens) for q in args.prompts]

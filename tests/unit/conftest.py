@@ -1,8 +1,11 @@
 import contextlib
+import sys
+from pathlib import Path
 
 import pytest
 
-from loraplex.db.testing import PostgresUnavailable, throwaway_postgres
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: shared test helpers
+from postgres import PostgresUnavailable, throwaway_postgres  # noqa: E402
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

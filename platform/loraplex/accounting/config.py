@@ -2,7 +2,7 @@ from decimal import Decimal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from loraplex.tenancy.requests import DEFAULT_PLAN  # the plan new tenants get: it must have prices
+from loraplex.tenancy.models import DEFAULT_PLAN  # the plan new tenants get: it must have prices
 
 
 class TokenPrice(BaseModel):

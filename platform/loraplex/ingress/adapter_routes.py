@@ -11,8 +11,7 @@ from starlette.routing import Route
 
 from loraplex.ingress.errors import APIError
 from loraplex.ingress.tenant_context import TenantContext
-from loraplex.registry import AdapterError
-from loraplex.registry.catalog import group_by_name
+from loraplex.registry import group_by_name
 
 
 class AdapterRoutes:
@@ -46,21 +45,21 @@ class AdapterRoutes:
                 raise APIError(400, "Missing `file`: attach the adapter archive as the form field `file`.", param="file")
             if not isinstance(name, str) or not name:
                 raise APIError(400, "Missing `name`: say what to call the adapter.", param="name")
-            entry = await self._call(self.registry.upload, principal.tenant_id, name, upload.file)
+            entry = await asyncio.to_thread(self.registry.upload, principal.tenant_id, name, upload.file)
         finally:
             await form.close()  # the spooled upload file
         return JSONResponse(entry.to_response(), status_code=201)
 
     async def list(self, request: Request) -> Response:
         principal = await self.tenants.authenticate(request)
-        by_name = group_by_name(await self._call(self.registry.list, principal.tenant_id))
+        by_name = group_by_name(await asyncio.to_thread(self.registry.list, principal.tenant_id))
         data = [{"name": name, "versions": [e.to_response() for e in entries]} for name, entries in by_name.items()]
         return JSONResponse({"object": "list", "data": data})
 
     async def show(self, request: Request) -> Response:
         principal = await self.tenants.authenticate(request)
         ref = request.path_params["ref"]
-        entries = group_by_name(await self._call(self.registry.list, principal.tenant_id)).get(ref)
+        entries = group_by_name(await asyncio.to_thread(self.registry.list, principal.tenant_id)).get(ref)
         if not entries:
             raise APIError(404, f"The adapter `{ref}` does not exist.", param="name")
         return JSONResponse({"name": ref, "versions": [e.to_response() for e in entries]})
@@ -68,12 +67,5 @@ class AdapterRoutes:
     async def delete(self, request: Request) -> Response:
         principal = await self.tenants.authenticate(request)
         ref = request.path_params["ref"]
-        entries = await self._call(self.registry.delete, principal.tenant_id, ref)
+        entries = await asyncio.to_thread(self.registry.delete, principal.tenant_id, ref)
         return JSONResponse({"deleted": [e.to_response() for e in entries]})
-
-    @staticmethod
-    async def _call(fn, *args):
-        try:
-            return await asyncio.to_thread(fn, *args)
-        except AdapterError as exc:
-            raise APIError(exc.status, exc.message)

@@ -5,11 +5,12 @@ The admin API is never open by default: with no admin token configured it answer
 
 from __future__ import annotations
 
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from loraplex.ingress.auth import call_tenancy, check_admin
+from loraplex.ingress.auth import check_admin
 from loraplex.ingress.openai_routes import parse, read_json
 from loraplex.tenancy import Tenancy, TenantCreate, TenantUpdate
 
@@ -35,40 +36,40 @@ class AdminRoutes:
     async def create_tenant(self, request: Request) -> Response:
         self.check_admin(request)
         body = parse(TenantCreate, await read_json(request, ADMIN_MAX_BODY_BYTES))
-        tenant = await call_tenancy(self.service.create_tenant, body.name, body.plan, body.limits)
+        tenant = await run_in_threadpool(self.service.create_tenant, body.name, body.plan, body.limits)
         return JSONResponse(tenant.to_json(), status_code=201)
 
     async def list_tenants(self, request: Request) -> Response:
         self.check_admin(request)
-        tenants = await call_tenancy(self.service.list_tenants)
+        tenants = await run_in_threadpool(self.service.list_tenants)
         return JSONResponse({"object": "list", "data": [t.to_json() for t in tenants]})
 
     async def get_tenant(self, request: Request) -> Response:
         self.check_admin(request)
-        tenant = await call_tenancy(self.service.get_tenant, request.path_params["tenant_id"])
+        tenant = await run_in_threadpool(self.service.get_tenant, request.path_params["tenant_id"])
         return JSONResponse(tenant.to_json())
 
     async def update_tenant(self, request: Request) -> Response:
         self.check_admin(request)
         body = parse(TenantUpdate, await read_json(request, ADMIN_MAX_BODY_BYTES))
-        tenant = await call_tenancy(self.service.update_tenant, request.path_params["tenant_id"],
+        tenant = await run_in_threadpool(self.service.update_tenant, request.path_params["tenant_id"],
                                     plan=body.plan, limits=body.limits, status=body.status)
         return JSONResponse(tenant.to_json())
 
     async def issue_key(self, request: Request) -> Response:
         self.check_admin(request)
-        record, key = await call_tenancy(self.service.issue_key, request.path_params["tenant_id"])
+        record, key = await run_in_threadpool(self.service.issue_key, request.path_params["tenant_id"])
         # The only time the key is ever shown: only its sha256 is stored.
         return JSONResponse({**record.to_json(), "key": key}, status_code=201, headers={"Cache-Control": "no-store"})
 
     async def list_keys(self, request: Request) -> Response:
         self.check_admin(request)
-        keys = await call_tenancy(self.service.list_keys, request.path_params["tenant_id"])
+        keys = await run_in_threadpool(self.service.list_keys, request.path_params["tenant_id"])
         return JSONResponse({"object": "list", "data": [k.to_json() for k in keys]})
 
     async def revoke_key(self, request: Request) -> Response:
         self.check_admin(request)
-        record = await call_tenancy(self.service.revoke_key, request.path_params["key_id"])
+        record = await run_in_threadpool(self.service.revoke_key, request.path_params["key_id"])
         return JSONResponse(record.to_json())
 
     def check_admin(self, request: Request) -> None:

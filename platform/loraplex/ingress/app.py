@@ -13,7 +13,8 @@ from loraplex.config import PlatformConfig
 from loraplex.ingress.adapter_routes import AdapterRoutes
 from loraplex.ingress.admin_routes import AdminRoutes
 from loraplex.ingress.auth import authenticate
-from loraplex.ingress.errors import APIError, error_response
+from loraplex.errors import StatusError
+from loraplex.ingress.errors import error_response
 from loraplex.ingress.health_routes import HealthRoutes, ReplicaHealth
 from loraplex.ingress.openai_routes import OpenAIRoutes
 from loraplex.ingress.tenant_context import TenantContext
@@ -56,20 +57,22 @@ def build_ingress_app(
     if accounting is not None and tenancy is not None:
         routes += UsageRoutes(accounting, tenants, tenancy).routes()
 
-    async def on_api_error(request: Request, exc: APIError):
-        return exc.response()
+    async def on_status_error(request: Request, exc: StatusError):
+        return error_response(exc)
 
     async def on_http_error(request: Request, exc: HTTPException):
-        return error_response(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}")
+        return error_response(StatusError(f"{request.method} {request.url.path}: {exc.detail}",
+                                          status=exc.status_code))
 
     async def on_unexpected(request: Request, exc: Exception):
         # Ray Serve raises TaskCancelledError from receive() when the client has gone away:
         # nobody is left to answer, so it is not worth a stack trace.
         if not isinstance(exc, TaskCancelledError):
             logger.exception("unhandled error on %s %s", request.method, request.url.path)
-        return error_response(500, f"Internal error: {type(exc).__name__}. The server keeps serving; retry or report it.")
+        return error_response(StatusError(
+            f"Internal error: {type(exc).__name__}. The server keeps serving; retry or report it."))
 
     return Starlette(
         routes=routes,
-        exception_handlers={APIError: on_api_error, HTTPException: on_http_error, Exception: on_unexpected},
+        exception_handlers={StatusError: on_status_error, HTTPException: on_http_error, Exception: on_unexpected},
     )

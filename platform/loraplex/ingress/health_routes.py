@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from loraplex.ingress.errors import error_response
+from loraplex.ingress.errors import APIError
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ class HealthRoutes:
             probe = await asyncio.wait_for(self.engine.call("ready"), self.timeout_s)
         except Exception as exc:  # any failure to generate means not ready
             logger.warning("readiness probe failed: %r", exc)
-            return error_response(503, f"No engine replica could generate a token: {exc!r}", headers=unready)
+            raise APIError(503, f"No engine replica could generate a token: {exc!r}", headers=unready) from exc
         body = {"status": "ready", "probe": probe}
         if self.replica_health is not None:
             healthy, total = await self.replica_health()

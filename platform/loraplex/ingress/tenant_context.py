@@ -13,9 +13,9 @@ from typing import Any
 from starlette.requests import Request
 
 from loraplex.engine.protocol import AdapterTarget
+from loraplex.errors import StatusError
 from loraplex.ingress.errors import APIError
-from loraplex.registry import AdapterError
-from loraplex.registry.catalog import group_by_name
+from loraplex.registry import group_by_name
 
 
 class TenantContext:
@@ -34,12 +34,11 @@ class TenantContext:
         if self.registry is None:
             raise APIError(404, f"The model `{model}` does not exist. Valid: {self.base_model}.", param="model")
         try:
-            entry = await asyncio.to_thread(self.registry.resolve, principal.tenant_id, model)
-        except AdapterError as exc:
-            raise APIError(exc.status, exc.message, param="model")
-        v = entry.version
+            v = await asyncio.to_thread(self.registry.resolve, principal.tenant_id, model)
+        except StatusError as exc:
+            raise exc.with_param("model")
         return AdapterTarget(
-            lora_name=entry.lora_name, lora_int_id=entry.id, tenant=v.tenant, name=v.name,
+            lora_name=v.lora_name, lora_int_id=v.id, tenant=v.tenant, name=v.name,
             sha256=v.sha256, requested_as=model, version=v.version,
         )
 
@@ -54,6 +53,6 @@ class TenantContext:
         by_name = group_by_name(await asyncio.to_thread(self.registry.list, principal.tenant_id))
         return [
             {"id": name, "object": "model", "owned_by": principal.tenant_id, "parent": self.base_model,
-             "version": versions[-1].version.version, "sha256": versions[-1].version.sha256}
+             "version": versions[-1].version, "sha256": versions[-1].sha256}
             for name, versions in by_name.items()  # versions oldest first: the last is `name`
         ]

@@ -17,7 +17,7 @@ from starlette.routing import Route
 
 from loraplex.accounting import (Accounting, billing_export, cost_model_report, monthly_statement, parse_time,
                                  period_bounds, rejection_counts, usage_report)
-from loraplex.ingress.auth import call_tenancy, check_admin
+from loraplex.ingress.auth import check_admin
 from loraplex.ingress.errors import APIError
 from loraplex.ingress.tenant_context import TenantContext
 from loraplex.tenancy import Tenancy
@@ -138,7 +138,7 @@ class UsageRoutes:
         if not tenant_id:
             raise APIError(400, "`tenant` is empty: pass a tenant id (GET /admin/tenants lists them), or leave "
                                 "it out for all tenants.", param="tenant")
-        await call_tenancy(self.tenancy.service.get_tenant, tenant_id)
+        await run_in_threadpool(self.tenancy.service.get_tenant, tenant_id)
         return tenant_id
 
 

@@ -13,11 +13,11 @@ import stat
 import tarfile
 import zipfile
 import zlib
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
-from loraplex.registry.errors import BadArchive, UploadTooLarge
+from loraplex.config import RegistryConfig
+from loraplex.errors import StatusError
 
 CHUNK = 1 << 20
 CONFIG_NAME = "adapter_config.json"
@@ -25,15 +25,23 @@ CONFIG_NAME = "adapter_config.json"
 IGNORED_TOP_LEVEL = {"__MACOSX", ".DS_Store"}
 
 
-@dataclass(frozen=True)
-class ArchiveLimits:
-    max_upload_bytes: int = 512 << 20  # the compressed upload itself
-    max_total_bytes: int = 1 << 30  # everything it decompresses to
-    max_files: int = 32  # a PEFT dir holds 2-4 files; dirs count too
+class BadArchive(StatusError):
+    """Not a readable .tar.gz/.tgz/.zip, or an entry we refuse to extract (400)."""
+
+    status = 400
 
 
-def save_upload(stream: BinaryIO, dest: Path, limits: ArchiveLimits = ArchiveLimits()) -> Path:
-    """Copy an upload stream to `dest`, refusing it (413) as soon as it passes max_upload_bytes."""
+class UploadTooLarge(StatusError):
+    """The upload, or what it would decompress to, is over a size bound (413)."""
+
+    status = 413
+
+
+def save_upload(stream: BinaryIO, dest: Path, limits: RegistryConfig | None = None) -> Path:
+    """Copy an upload stream to `dest`, refusing it (413) as soon as it passes max_upload_bytes.
+
+    `limits`: max_upload_bytes, max_unpacked_bytes and max_files (defaults: RegistryConfig's)."""
+    limits = limits or RegistryConfig()
     written = 0
     with open(dest, "wb") as out:
         while chunk := stream.read(CHUNK):
@@ -44,12 +52,13 @@ def save_upload(stream: BinaryIO, dest: Path, limits: ArchiveLimits = ArchiveLim
     return dest
 
 
-def extract_archive(archive: Path, dest: Path, limits: ArchiveLimits = ArchiveLimits()) -> Path:
+def extract_archive(archive: Path, dest: Path, limits: RegistryConfig | None = None) -> Path:
     """Extract `archive` into the empty dir `dest`; return the PEFT dir inside it.
 
     The PEFT dir is `dest` itself or its one top-level folder. Raises BadArchive (400) or
     UploadTooLarge (413). The format comes from the file's magic bytes, not its name.
     """
+    limits = limits or RegistryConfig()
     if archive.stat().st_size > limits.max_upload_bytes:
         raise _upload_too_large(limits)
     dest.mkdir(parents=True, exist_ok=True)
@@ -78,7 +87,7 @@ def find_peft_dir(root: Path) -> Path:
 class _Budget:
     """Counts files and bytes across the whole archive."""
 
-    def __init__(self, limits: ArchiveLimits):
+    def __init__(self, limits: RegistryConfig):
         self.limits, self.files, self.declared, self.actual = limits, 0, 0, 0
 
     def add_entry(self, declared_size: int) -> None:
@@ -87,12 +96,12 @@ class _Budget:
             raise BadArchive(f"the archive has more than {self.limits.max_files} entries; a LoRA "
                              "adapter needs only adapter_config.json and adapter_model.safetensors")
         self.declared += max(declared_size, 0)
-        if self.declared > self.limits.max_total_bytes:
+        if self.declared > self.limits.max_unpacked_bytes:
             raise _expands_too_large(self.limits)
 
     def add_bytes(self, n: int) -> None:
         self.actual += n
-        if self.actual > self.limits.max_total_bytes:
+        if self.actual > self.limits.max_unpacked_bytes:
             raise _expands_too_large(self.limits)
 
 
@@ -126,7 +135,7 @@ def _copy(src: BinaryIO, target: Path, budget: _Budget) -> None:
             out.write(chunk)
 
 
-def _extract_tar(archive: Path, dest: Path, limits: ArchiveLimits) -> None:
+def _extract_tar(archive: Path, dest: Path, limits: RegistryConfig) -> None:
     budget, seen = _Budget(limits), set()
     try:
         # Iterating (not getmembers()) reads headers lazily: we stop at the first bad one
@@ -161,13 +170,13 @@ class _BoundedGzip(gzip.GzipFile):
 
     HEADER_SLACK = 1 << 20
 
-    def __init__(self, path: Path, limits: ArchiveLimits):
+    def __init__(self, path: Path, limits: RegistryConfig):
         super().__init__(path, "rb")
         self.limits = limits
 
     def read(self, size=-1):
         data = super().read(size)
-        if self.tell() > self.limits.max_total_bytes + self.HEADER_SLACK:
+        if self.tell() > self.limits.max_unpacked_bytes + self.HEADER_SLACK:
             raise _expands_too_large(self.limits)
         return data
 
@@ -184,7 +193,7 @@ def _tar_kind(member: tarfile.TarInfo) -> str:
     return "special entry"
 
 
-def _extract_zip(archive: Path, dest: Path, limits: ArchiveLimits) -> None:
+def _extract_zip(archive: Path, dest: Path, limits: RegistryConfig) -> None:
     budget, seen = _Budget(limits), set()
     try:
         with zipfile.ZipFile(archive) as zf:
@@ -217,12 +226,12 @@ def _extract_zip(archive: Path, dest: Path, limits: ArchiveLimits) -> None:
                          "re-create it with `zip -r adapter.zip <dir>`") from e
 
 
-def _upload_too_large(limits: ArchiveLimits) -> UploadTooLarge:
+def _upload_too_large(limits: RegistryConfig) -> UploadTooLarge:
     return UploadTooLarge(f"the upload is larger than {limits.max_upload_bytes} bytes; "
                           "upload only adapter_config.json and adapter_model.safetensors, "
                           "or lower the adapter rank")
 
 
-def _expands_too_large(limits: ArchiveLimits) -> UploadTooLarge:
-    return UploadTooLarge(f"the archive decompresses to more than {limits.max_total_bytes} bytes; "
+def _expands_too_large(limits: RegistryConfig) -> UploadTooLarge:
+    return UploadTooLarge(f"the archive decompresses to more than {limits.max_unpacked_bytes} bytes; "
                           "upload only adapter_config.json and adapter_model.safetensors")

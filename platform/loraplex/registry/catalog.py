@@ -1,21 +1,23 @@
-"""AdapterCatalog: the database row of every adapter version, the authority engines and ingress share.
+"""AdapterCatalog: every adapter version in the database, the one authority on versions.
 
-The row's integer id is the version's `lora_int_id` in vLLM: it must be the same on every engine
-replica and never reused for other weights, which Python's hash() or a per-process counter are
-not. The store holds the weights; the catalog answers "which version does `name@v` mean for this
-tenant" and "which loaded versions were deleted" in one indexed query.
+It numbers versions (1, 2, ... per tenant and name, never reused, even after a delete), resolves
+`name`, `name@N` and `name@<sha256>` for a tenant, lists and deletes them. The store only holds
+the weights, by sha256. The row's integer id is the version's `lora_int_id` in vLLM: it must be
+the same on every engine replica and never reused for other weights, which Python's hash() or a
+per-process counter are not. Engines ask "which loaded versions were deleted" in one query.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 
-from sqlalchemy import JSON, BigInteger, Column, Engine, Index, Integer, String, Table, UniqueConstraint, select, update
+from sqlalchemy import (JSON, BigInteger, Column, Engine, Index, Integer, String, Table, UniqueConstraint, func,
+                        select, update)
+from sqlalchemy.exc import IntegrityError
 
 from loraplex.db import Base, Migration, UTCDateTime, migrate, write_transaction
-from loraplex.registry.errors import AdapterNotFound
-from loraplex.registry.version import AdapterVersion
+from loraplex.registry.store import AdapterNotFound
 
 adapter_versions = Table(
     "adapter_versions", Base.metadata,
@@ -30,34 +32,51 @@ adapter_versions = Table(
     Column("size_bytes", BigInteger, nullable=False),
     Column("created_at", UTCDateTime, nullable=False),
     Column("deleted_at", UTCDateTime),
-    UniqueConstraint("tenant_id", "name", "version"),
-    UniqueConstraint("tenant_id", "name", "sha256"),
+    # Named here: the convention's uq_<table>_<first column> would give both the same name,
+    # which Postgres refuses.
+    UniqueConstraint("tenant_id", "name", "version", name="uq_adapter_versions_tenant_name_version"),
+    UniqueConstraint("tenant_id", "name", "sha256", name="uq_adapter_versions_tenant_name_sha256"),
     Index("ix_adapter_versions_tenant_name", "tenant_id", "name"),
 )
 
 MIGRATIONS = [
     Migration("registry", 1, "adapter_versions", lambda conn: adapter_versions.create(conn, checkfirst=True)),
 ]
+ADD_ATTEMPTS = 5  # concurrent uploads to one name on Postgres: the loser of a unique key retries
 
 
 @dataclass(frozen=True)
-class CatalogEntry:
-    id: int
-    version: AdapterVersion
+class AdapterVersion:
+    """One immutable, content-addressed version of a tenant's adapter."""
+
+    id: int  # the catalog row: vLLM's lora_int_id
+    tenant: str
+    name: str
+    version: int  # 1, 2, ... per (tenant, name); never reused, even after delete
+    sha256: str  # the store's key of the weights
+    rank: int
+    target_modules: list[str]
+    base_model: str | None  # the adapter's own claim; the validator checked the real fit
+    size_bytes: int
+    created_at: str  # ISO-8601 UTC
 
     @property
     def lora_name(self) -> str:
-        return self.version.lora_name
+        # vLLM keys its prefix cache by LoRA name: the sha keeps a name bound to one set of weights.
+        return f"{self.tenant}/{self.name}@{self.sha256}"
 
     def to_response(self) -> dict:
-        return self.version.to_response()
+        """The body of `POST /v1/adapters` (201) and one entry of the adapter listings."""
+        body = asdict(self)
+        del body["id"], body["tenant"]
+        return body
 
 
-def group_by_name(entries: list[CatalogEntry]) -> dict[str, list[CatalogEntry]]:
-    """Entries per adapter name, keeping their order (AdapterCatalog.list: by name, then version)."""
-    groups: dict[str, list[CatalogEntry]] = {}
-    for entry in entries:
-        groups.setdefault(entry.version.name, []).append(entry)
+def group_by_name(versions: list[AdapterVersion]) -> dict[str, list[AdapterVersion]]:
+    """Versions per adapter name, keeping their order (AdapterCatalog.list: by name, then version)."""
+    groups: dict[str, list[AdapterVersion]] = {}
+    for v in versions:
+        groups.setdefault(v.name, []).append(v)
     return groups
 
 
@@ -72,24 +91,41 @@ class AdapterCatalog:
         self.engine = engine
         migrate(engine, MIGRATIONS)
 
-    def record(self, v: AdapterVersion) -> CatalogEntry:
-        """Insert a stored version; the same weights again (even after a delete) keep their id."""
+    def add(self, tenant: str, name: str, sha256: str, *, rank: int, target_modules: list[str],
+            base_model: str | None, size_bytes: int) -> AdapterVersion:
+        """The version of `name` holding these weights: the live one if they are already there, the
+        deleted one revived (same number and id) if they were, else a new number."""
+        attempts = ADD_ATTEMPTS
+        while True:
+            try:
+                return self._add(tenant, name, sha256, rank=rank, target_modules=list(target_modules),
+                                 base_model=base_model, size_bytes=size_bytes)
+            except IntegrityError:
+                attempts -= 1
+                if not attempts:
+                    raise
+
+    def _add(self, tenant: str, name: str, sha256: str, **facts) -> AdapterVersion:
         t = adapter_versions
+        now = datetime.now(timezone.utc)
         with write_transaction(self.engine) as conn:
             row = conn.execute(
-                select(t.c.id).where(t.c.tenant_id == v.tenant, t.c.name == v.name, t.c.sha256 == v.sha256)
+                select(t).where(t.c.tenant_id == tenant, t.c.name == name, t.c.sha256 == sha256)
             ).first()
             if row is not None:
-                conn.execute(update(t).where(t.c.id == row.id).values(deleted_at=None))
-                return CatalogEntry(row.id, v)
-            result = conn.execute(t.insert().values(
-                tenant_id=v.tenant, name=v.name, version=v.version, sha256=v.sha256, rank=v.rank,
-                target_modules=list(v.target_modules), base_model=v.base_model, size_bytes=v.size_bytes,
-                created_at=_parse_time(v.created_at),
-            ))
-            return CatalogEntry(result.inserted_primary_key[0], v)
+                if row.deleted_at is None:
+                    return _version(row)
+                conn.execute(update(t).where(t.c.id == row.id).values(deleted_at=None, created_at=now))
+                return _version({**row._mapping, "created_at": now})
+            last = conn.execute(
+                select(func.max(t.c.version)).where(t.c.tenant_id == tenant, t.c.name == name)
+            ).scalar()
+            values = dict(tenant_id=tenant, name=name, version=(last or 0) + 1, sha256=sha256, created_at=now,
+                          **facts)
+            result = conn.execute(t.insert().values(**values))
+            return _version(values | {"id": result.inserted_primary_key[0]})
 
-    def resolve(self, tenant: str, ref: str) -> CatalogEntry:
+    def resolve(self, tenant: str, ref: str) -> AdapterVersion:
         """The live version `ref` names for this tenant; another tenant's adapter is just missing."""
         name, version = parse_ref(ref)
         t = adapter_versions
@@ -104,25 +140,32 @@ class AdapterCatalog:
             row = conn.execute(query).first()
         if row is None:
             raise AdapterNotFound(f"The model `{ref}` does not exist. List yours with GET /v1/models.")
-        return _entry(row)
+        return _version(row)
 
-    def list(self, tenant: str) -> list[CatalogEntry]:
+    def list(self, tenant: str) -> list[AdapterVersion]:
+        """The tenant's live versions, by name, then version."""
         t = adapter_versions
         query = select(t).where(t.c.tenant_id == tenant, t.c.deleted_at.is_(None)).order_by(t.c.name, t.c.version)
         with self.engine.connect() as conn:
-            return [_entry(row) for row in conn.execute(query)]
+            return [_version(row) for row in conn.execute(query)]
 
-    def delete(self, tenant: str, ref: str) -> list[CatalogEntry]:
+    def delete(self, tenant: str, ref: str) -> list[AdapterVersion]:
         """Mark `name` (every version) or `name@v` deleted; new requests for it 404 from now on."""
         name, version = parse_ref(ref)
-        entries = [self.resolve(tenant, ref)] if version else group_by_name(self.list(tenant)).get(name, [])
-        if not entries:
+        versions = [self.resolve(tenant, ref)] if version else group_by_name(self.list(tenant)).get(name, [])
+        if not versions:
             raise AdapterNotFound(f"The adapter `{ref}` does not exist.")
-        ids = [e.id for e in entries]
         with write_transaction(self.engine) as conn:
-            conn.execute(update(adapter_versions).where(adapter_versions.c.id.in_(ids))
+            conn.execute(update(adapter_versions).where(adapter_versions.c.id.in_([v.id for v in versions]))
                          .values(deleted_at=datetime.now(timezone.utc)))
-        return entries
+        return versions
+
+    def sha_in_use(self, tenant: str, sha256: str) -> bool:
+        """Whether a live version of this tenant (under any name) has these weights: its blob stays."""
+        t = adapter_versions
+        query = select(t.c.id).where(t.c.tenant_id == tenant, t.c.sha256 == sha256, t.c.deleted_at.is_(None))
+        with self.engine.connect() as conn:
+            return conn.execute(query.limit(1)).first() is not None
 
     def deleted_among(self, ids: list[int]) -> set[int]:
         """Which of these (loaded) versions have been deleted since: engines poll this to free them."""
@@ -134,13 +177,11 @@ class AdapterCatalog:
             return {row.id for row in rows}
 
 
-def _parse_time(value: str) -> datetime:
-    return datetime.fromisoformat(value.replace("Z", "+00:00"))
-
-
-def _entry(row) -> CatalogEntry:
-    return CatalogEntry(row.id, AdapterVersion(
-        tenant=row.tenant_id, name=row.name, version=row.version, sha256=row.sha256, rank=row.rank,
-        target_modules=list(row.target_modules), base_model=row.base_model, size_bytes=row.size_bytes,
-        created_at=row.created_at.isoformat(timespec="seconds").replace("+00:00", "Z"),
-    ))
+def _version(row) -> AdapterVersion:
+    m = row if isinstance(row, dict) else row._mapping
+    return AdapterVersion(
+        id=m["id"], tenant=m["tenant_id"], name=m["name"], version=m["version"], sha256=m["sha256"],
+        rank=m["rank"], target_modules=list(m["target_modules"]), base_model=m["base_model"],
+        size_bytes=m["size_bytes"],
+        created_at=m["created_at"].isoformat(timespec="seconds").replace("+00:00", "Z"),
+    )

@@ -1,58 +1,74 @@
-"""AdapterRegistry: what the adapter routes call. Upload = ingest into the store + catalog row."""
+"""AdapterRegistry: what the adapter routes call.
+
+Upload = safe extraction -> validation -> the weights into the store (by sha256) -> a version in
+the catalog. It blocks (disk, hashing, database), so async callers run it in a thread:
+`await asyncio.to_thread(registry.upload, tenant, name, upload.file)`.
+"""
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from loraplex.registry.archive import ArchiveLimits
-from loraplex.registry.catalog import AdapterCatalog, CatalogEntry
-from loraplex.registry.errors import AdapterNotFound
-from loraplex.registry.ingest import AdapterIngestor
+from loraplex.config import PlatformConfig, RegistryConfig
+from loraplex.registry.archive import extract_archive, save_upload
+from loraplex.registry.catalog import AdapterCatalog, AdapterVersion
 from loraplex.registry.model_spec import BaseModelSpec
-from loraplex.registry.store import AdapterStore
+from loraplex.registry.store import AdapterStore, check_name
 from loraplex.registry.validator import AdapterValidator
 
 
 @dataclass
 class AdapterRegistry:
-    ingestor: AdapterIngestor
+    config: RegistryConfig  # the upload limits
+    validator: AdapterValidator
+    store: AdapterStore
     catalog: AdapterCatalog
 
-    def upload(self, tenant: str, name: str, upload: BinaryIO) -> CatalogEntry:
-        return self.catalog.record(self.ingestor.ingest(tenant, name, upload))
+    def upload(self, tenant: str, name: str, upload: BinaryIO | Path) -> AdapterVersion:
+        """Store an uploaded archive (stream or file path) as a version of `name`; raises a
+        StatusError (400 bad archive or name, 413 too large, 422 not a servable LoRA)."""
+        check_name(tenant, "tenant id"), check_name(name)
+        with tempfile.TemporaryDirectory(prefix="loraplex-upload-") as tmp:
+            archive = Path(upload) if isinstance(upload, (str, Path)) else \
+                save_upload(upload, Path(tmp) / "upload", self.config)
+            adapter = self.validator.validate(extract_archive(archive, Path(tmp) / "extracted", self.config))
+            blob = self.store.put(tenant, adapter)
+            version = self.catalog.add(tenant, name, blob.sha256, rank=adapter.rank,
+                                       target_modules=adapter.target_modules, base_model=adapter.base_model,
+                                       size_bytes=blob.size_bytes)
+            # A concurrent delete of the same weights under another name may have removed the blob
+            # between put and add; it is content-addressed, so putting it again is safe.
+            if not self.store.exists(tenant, blob.sha256):
+                self.store.put(tenant, adapter)
+        return version
 
-    def resolve(self, tenant: str, ref: str) -> CatalogEntry:
+    def resolve(self, tenant: str, ref: str) -> AdapterVersion:
         return self.catalog.resolve(tenant, ref)
 
-    def list(self, tenant: str) -> list[CatalogEntry]:
+    def list(self, tenant: str) -> list[AdapterVersion]:
         return self.catalog.list(tenant)
 
-    def delete(self, tenant: str, ref: str) -> list[CatalogEntry]:
+    def delete(self, tenant: str, ref: str) -> list[AdapterVersion]:
         # Catalog first: from this commit on, new requests 404. Engines free their copies
         # once the requests already running on them finish.
-        entries = self.catalog.delete(tenant, ref)
-        for entry in entries:
-            try:
-                self.ingestor.store.delete(tenant, entry.version.name, entry.version.sha256)
-            except AdapterNotFound:
-                pass  # the catalog is the authority; a missing blob is already gone
-        return entries
+        versions = self.catalog.delete(tenant, ref)
+        for sha256 in {v.sha256 for v in versions}:
+            if not self.catalog.sha_in_use(tenant, sha256):  # the same weights under another name
+                self.store.delete(tenant, sha256)
+        return versions
 
 
-def build_registry(config, db_engine) -> AdapterRegistry:
+def build_registry(config: PlatformConfig, db_engine) -> AdapterRegistry:
     """The registry for a PlatformConfig: validation against the served model, store, catalog."""
-    engine_cfg, reg = config.engine, config.registry
+    engine_cfg = config.engine
     if (Path(engine_cfg.model) / "config.json").exists():
         spec = BaseModelSpec.from_pretrained_dir(engine_cfg.model, engine_cfg.model_id)
     else:  # an HF id: the same config.json, from the HF cache
         from transformers import AutoConfig
 
         spec = BaseModelSpec.from_config(AutoConfig.from_pretrained(engine_cfg.model).to_dict(), engine_cfg.model_id)
-    limits = ArchiveLimits(
-        max_upload_bytes=reg.max_upload_bytes, max_total_bytes=reg.max_unpacked_bytes, max_files=reg.max_files
-    )
-    store = AdapterStore(reg.store_url, reg.storage_options, reg.cache_dir)
-    ingestor = AdapterIngestor(AdapterValidator(spec, max_lora_rank=engine_cfg.max_lora_rank), store, limits)
-    return AdapterRegistry(ingestor, AdapterCatalog(db_engine))
+    return AdapterRegistry(config.registry, AdapterValidator(spec, max_lora_rank=engine_cfg.max_lora_rank),
+                           AdapterStore(config.registry), AdapterCatalog(db_engine))

@@ -1,157 +1,153 @@
-"""Content-addressed adapter storage on a local dir or any fsspec URL (s3://, gs://, ...).
+"""Content-addressed adapter blobs on a local dir or any fsspec URL (s3://, gs://, ...).
 
-Layout: <root>/<tenant>/<name>/<sha256>/{adapter_config.json, adapter_model.safetensors,
-version.json}. version.json is written last, so a version exists only once all its files do
-(object stores have no atomic directory rename). Deleting removes the weights and keeps
-version.json as a tombstone, so a version number is never handed to other weights.
+A blob is the canonical form of a validated adapter, addressed by its sha256. We hash the
+canonical files, not the uploaded archive: re-packing the same adapter (another tar tool, gzip
+timestamp, file order, zip instead of tar, a top-level folder or not) must give the same sha, so
+uploads are idempotent and a vLLM LoRA name `tenant/name@sha` always means the same weights.
+Canonical = adapter_config.json re-serialized with sorted keys, plus the safetensors bytes as
+uploaded; README and other extras are dropped.
 
-The store keeps no database: version numbers come from the version.json files. Two concurrent
-uploads of *different* content to one name can pick the same number; the registry's database
-(unique (tenant, name, version)) is the authority where one is used.
+Layout: <root>/<tenant>/<sha256>/{adapter_config.json, adapter_model.safetensors, COMPLETE}.
+The tenant is in the path so tenants never share (or delete) each other's blobs. COMPLETE is
+written last and removed first, so a blob exists only while all its files do (object stores
+have no atomic directory rename). The store knows no names and no versions: the catalog
+(catalog.py) maps `name`, `name@N` and `name@<sha256>` to a sha256.
 """
 
 from __future__ import annotations
 
-import os
+import hashlib
+import json
 import re
 import shutil
 import tempfile
 import uuid
-from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import NamedTuple
 
 import fsspec
 
-from loraplex.registry.canonical import CANONICAL_FILES, dir_sha256, write_canonical
-from loraplex.registry.errors import AdapterNotFound, InvalidName
-from loraplex.registry.validator import ValidatedAdapter
-from loraplex.registry.version import AdapterVersion, utc_now
+from loraplex.config import RegistryConfig
+from loraplex.errors import StatusError
+from loraplex.registry.validator import CONFIG_FILE, WEIGHTS_FILE, ValidatedAdapter
 
-VERSION_FILE = "version.json"
+CANONICAL_FILES = (CONFIG_FILE, WEIGHTS_FILE)  # sorted: the hash order
+COMPLETE_FILE = "COMPLETE"
+CHUNK = 1 << 20
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
+class InvalidName(StatusError):
+    status = 400
+
+
+class AdapterNotFound(StatusError):
+    status = 404
+
+
 def check_name(value: str, what: str = "adapter name") -> str:
-    # Names become path segments and part of `name@version`: no '/', '@', or leading dot.
+    # Tenant ids are path segments, adapter names part of `name@version`: no '/', '@', or leading dot.
     if not isinstance(value, str) or not NAME.fullmatch(value):
         raise InvalidName(f"{what} {value!r} is not allowed; use 1-64 letters, digits, '.', '_' "
                           "or '-', starting with a letter or digit")
     return value
 
 
-@dataclass
+class Blob(NamedTuple):
+    sha256: str
+    size_bytes: int  # of the canonical files
+
+
+def canonical_config_bytes(config: dict) -> bytes:
+    return (json.dumps(config, sort_keys=True, indent=2, ensure_ascii=False) + "\n").encode()
+
+
+def write_canonical(adapter: ValidatedAdapter, out_dir: Path) -> Blob:
+    """Write the canonical files of `adapter` into `out_dir`; return their sha256 and size."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / CONFIG_FILE).write_bytes(canonical_config_bytes(adapter.config))
+    shutil.copyfile(adapter.path / WEIGHTS_FILE, out_dir / WEIGHTS_FILE)
+    return Blob(dir_sha256(out_dir), sum((out_dir / f).stat().st_size for f in CANONICAL_FILES))
+
+
+def dir_sha256(path: Path) -> str:
+    """sha256 over (name, size, bytes) of each canonical file in a fixed order."""
+    h = hashlib.sha256()
+    for name in CANONICAL_FILES:
+        file = path / name
+        h.update(f"{name}\n{file.stat().st_size}\n".encode())
+        with open(file, "rb") as f:
+            while chunk := f.read(CHUNK):
+                h.update(chunk)
+    return h.hexdigest()
+
+
 class AdapterStore:
-    root: str = "adapters"  # local path or fsspec URL
-    storage_options: dict = field(default_factory=dict)  # e.g. s3fs key/secret/client_kwargs
-    cache_dir: str = ".cache/adapters"  # where engines keep fetched copies
+    """Blobs by (tenant, sha256) in `store_url`; engines copy them into the node-local `cache_dir`."""
 
-    def __post_init__(self):
-        self.fs, self.base = fsspec.core.url_to_fs(self.root, **self.storage_options)
-        self.base = self.base.rstrip("/")
+    def __init__(self, config: RegistryConfig):
+        self.root = config.store_url
+        self.storage_options = config.storage_options
+        self.cache_dir = Path(config.cache_dir)
+        self.fs, base = fsspec.core.url_to_fs(self.root, **self.storage_options)
+        self.base = base.rstrip("/")
 
-    # --- writes -------------------------------------------------------------------------
-
-    def put(self, tenant: str, name: str, adapter: ValidatedAdapter) -> AdapterVersion:
-        """Store a validated adapter; the same content under the same name returns its version."""
-        check_name(tenant, "tenant id"), check_name(name)
-        with tempfile.TemporaryDirectory(prefix="loraplex-put-") as tmp:
-            sha = write_canonical(adapter, Path(tmp))
-            existing = self._read_version(tenant, name, sha)
-            if existing is not None and existing.deleted_at is None:
-                return existing
-            if existing is not None:  # re-upload after delete: same weights, same number
-                version = replace(existing, created_at=utc_now(), deleted_at=None)
-            else:
-                version = AdapterVersion(
-                    tenant=tenant, name=name, version=self._next_version(tenant, name), sha256=sha,
-                    rank=adapter.rank, target_modules=adapter.target_modules,
-                    base_model=adapter.base_model,
-                    size_bytes=sum(os.path.getsize(os.path.join(tmp, f)) for f in CANONICAL_FILES),
-                )
-            target = self._dir(tenant, name, sha)
-            self.fs.makedirs(target, exist_ok=True)
-            for file in CANONICAL_FILES:
-                self.fs.put_file(os.path.join(tmp, file), f"{target}/{file}")
-            self.fs.pipe_file(f"{target}/{VERSION_FILE}", version.to_json())
-        return version
-
-    def delete(self, tenant: str, name: str, sha256: str | None = None) -> list[AdapterVersion]:
-        """Delete one version (or all of `name`); returns what was deleted, 404 if nothing."""
-        versions = [self.get(tenant, name, sha256)] if sha256 else self.list_versions(tenant, name)
-        if not versions:
-            raise self._not_found(tenant, name)
-        deleted = []
-        for v in versions:
-            target = self._dir(tenant, name, v.sha256)
-            tombstone = v.deleted()
-            # Tombstone first: readers stop seeing the version before its files go.
-            self.fs.pipe_file(f"{target}/{VERSION_FILE}", tombstone.to_json())
-            for file in CANONICAL_FILES:
-                if self.fs.exists(f"{target}/{file}"):
-                    self.fs.rm_file(f"{target}/{file}")
-            deleted.append(tombstone)
-        return deleted
-
-    # --- reads --------------------------------------------------------------------------
-
-    def get(self, tenant: str, name: str, sha256: str) -> AdapterVersion:
-        check_name(tenant, "tenant id"), check_name(name)
-        v = self._read_version(tenant, name, sha256) if SHA256.fullmatch(sha256 or "") else None
-        if v is None or v.deleted_at is not None:
-            raise self._not_found(tenant, name, sha256)
-        return v
-
-    def resolve(self, tenant: str, name: str, version: str | int | None = None) -> AdapterVersion:
-        """`name` -> latest version; `name@3` -> version 3; `name@<sha256>` -> that version."""
-        versions = self.list_versions(tenant, name)
-        if version is None or version == "":
-            match = versions[-1:]
-        elif str(version).isdigit():
-            match = [v for v in versions if v.version == int(version)]
-        else:
-            match = [v for v in versions if v.sha256 == str(version)]
-        if not match:
-            raise self._not_found(tenant, name, version)
-        return match[0]
-
-    def list_versions(self, tenant: str, name: str) -> list[AdapterVersion]:
-        """Live versions of one adapter, oldest first."""
-        check_name(tenant, "tenant id"), check_name(name)
-        return [v for v in self._all_versions(f"{tenant}/{name}/*") if v.deleted_at is None]
-
-    def list_adapters(self, tenant: str) -> dict[str, list[AdapterVersion]]:
-        """The tenant's live adapters: name -> versions, oldest first."""
+    def put(self, tenant: str, adapter: ValidatedAdapter) -> Blob:
+        """Store a validated adapter's canonical form; storing the same content again is a no-op."""
         check_name(tenant, "tenant id")
-        by_name: dict[str, list[AdapterVersion]] = {}
-        for v in self._all_versions(f"{tenant}/*/*"):
-            if v.deleted_at is None:
-                by_name.setdefault(v.name, []).append(v)
-        return dict(sorted(by_name.items()))
+        with tempfile.TemporaryDirectory(prefix="loraplex-put-") as tmp:
+            blob = write_canonical(adapter, Path(tmp))
+            if not self.exists(tenant, blob.sha256):
+                target = self._dir(tenant, blob.sha256)
+                self.fs.makedirs(target, exist_ok=True)
+                for file in CANONICAL_FILES:
+                    self.fs.put_file(str(Path(tmp) / file), f"{target}/{file}")
+                self.fs.pipe_file(f"{target}/{COMPLETE_FILE}", blob.sha256.encode())
+        return blob
+
+    def exists(self, tenant: str, sha256: str) -> bool:
+        check_name(tenant, "tenant id")
+        if not SHA256.fullmatch(sha256 or ""):
+            return False
+        # Object-store metadata is cached per filesystem instance; another process may write.
+        self.fs.invalidate_cache()
+        return self.fs.exists(f"{self._dir(tenant, sha256)}/{COMPLETE_FILE}")
+
+    def delete(self, tenant: str, sha256: str) -> None:
+        """Remove a blob (idempotent). The caller checks that no live version still uses it."""
+        if not self.exists(tenant, sha256):
+            return
+        target = self._dir(tenant, sha256)
+        # Marker first: readers stop seeing the blob before its files go.
+        for file in (COMPLETE_FILE, *CANONICAL_FILES):
+            if self.fs.exists(f"{target}/{file}"):
+                self.fs.rm_file(f"{target}/{file}")
 
     # --- engine side --------------------------------------------------------------------
 
-    def fetch_to_local_cache(self, tenant: str, name: str, sha256: str,
-                             cache_dir: str | Path | None = None) -> Path:
-        """Local dir holding the adapter (what vLLM's LoRARequest needs), downloaded once.
+    def fetch_to_local_cache(self, tenant: str, sha256: str, cache_dir: str | Path | None = None) -> Path:
+        """Local dir holding the blob (what vLLM's LoRARequest needs), downloaded once per node.
 
         The copy is checked against its sha256 before it becomes visible, then renamed into
         place, so concurrent fetches on one node never see a half-written adapter.
         """
-        final = Path(cache_dir or self.cache_dir) / tenant / name / sha256
+        final = self._local_dir(tenant, sha256, cache_dir)
         if (final / CANONICAL_FILES[-1]).exists():
             return final
-        self.get(tenant, name, sha256)  # 404 before downloading anything
+        if not self.exists(tenant, sha256):  # 404 before downloading anything
+            raise AdapterNotFound(f"adapter weights {sha256} not found for this tenant (deleted?); "
+                                  "list yours with GET /v1/adapters")
         final.parent.mkdir(parents=True, exist_ok=True)
         tmp = final.parent / f".{sha256}.{uuid.uuid4().hex}"
         tmp.mkdir()
         try:
-            source = self._dir(tenant, name, sha256)
+            source = self._dir(tenant, sha256)
             for file in CANONICAL_FILES:
                 self.fs.get_file(f"{source}/{file}", str(tmp / file))
             got = dir_sha256(tmp)
             if got != sha256:
-                raise RuntimeError(f"adapter {tenant}/{name}@{sha256} in {self.root} hashes to "
+                raise RuntimeError(f"adapter blob {tenant}/{sha256} in {self.root} hashes to "
                                    f"{got}: the stored copy is corrupt; delete and re-upload it")
             try:
                 tmp.rename(final)
@@ -162,35 +158,16 @@ class AdapterStore:
             shutil.rmtree(tmp, ignore_errors=True)
         return final
 
-    def evict_from_local_cache(self, tenant: str, name: str, sha256: str | None = None,
-                               cache_dir: str | Path | None = None) -> None:
-        path = Path(cache_dir or self.cache_dir) / tenant / name
-        shutil.rmtree(path / sha256 if sha256 else path, ignore_errors=True)
+    def evict_from_local_cache(self, tenant: str, sha256: str, cache_dir: str | Path | None = None) -> None:
+        shutil.rmtree(self._local_dir(tenant, sha256, cache_dir), ignore_errors=True)
 
     # --- helpers ------------------------------------------------------------------------
 
-    def _dir(self, tenant: str, name: str, sha256: str) -> str:
-        return f"{self.base}/{tenant}/{name}/{sha256}"
+    def _dir(self, tenant: str, sha256: str) -> str:
+        return f"{self.base}/{tenant}/{sha256}"
 
-    def _read_version(self, tenant: str, name: str, sha256: str) -> AdapterVersion | None:
-        path = f"{self._dir(tenant, name, sha256)}/{VERSION_FILE}"
-        try:
-            return AdapterVersion.from_json(self.fs.cat_file(path))
-        except FileNotFoundError:
-            return None
-
-    def _all_versions(self, pattern: str) -> list[AdapterVersion]:
-        # Object-store listings are cached per filesystem instance; another process may write.
-        self.fs.invalidate_cache()
-        paths = self.fs.glob(f"{self.base}/{pattern}/{VERSION_FILE}")
-        versions = [AdapterVersion.from_json(self.fs.cat_file(p)) for p in paths]
-        return sorted(versions, key=lambda v: (v.name, v.version))
-
-    def _next_version(self, tenant: str, name: str) -> int:
-        return 1 + max((v.version for v in self._all_versions(f"{tenant}/{name}/*")), default=0)
-
-    @staticmethod
-    def _not_found(tenant: str, name: str, version=None) -> AdapterNotFound:
-        ref = f"{name}@{version}" if version not in (None, "") else name
-        return AdapterNotFound(f"adapter {ref!r} not found for this tenant; list yours with "
-                               "GET /v1/adapters")
+    def _local_dir(self, tenant: str, sha256: str, cache_dir: str | Path | None) -> Path:
+        check_name(tenant, "tenant id")
+        if not SHA256.fullmatch(sha256 or ""):
+            raise AdapterNotFound(f"{sha256!r} is not an adapter sha256")
+        return Path(cache_dir or self.cache_dir) / tenant / sha256

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from safetensors import SafetensorError, safe_open
 
-from loraplex.registry.errors import InvalidAdapter
+from loraplex.errors import StatusError
 from loraplex.registry.model_spec import BaseModelSpec
 
 CONFIG_FILE = "adapter_config.json"
@@ -27,6 +27,12 @@ TENSOR_NAME = re.compile(
     r"base_model\.model\.model\.layers\.(\d+)\.(self_attn|mlp)\.(\w+)\.lora_(A|B)\.weight"
 )
 RETRAIN = "retrain it with peft's LoraConfig on the served base model"
+
+
+class InvalidAdapter(StatusError):
+    """The archive unpacked fine but is not a LoRA adapter this base model can serve (422)."""
+
+    status = 422
 
 
 @dataclass(frozen=True)
@@ -42,7 +48,7 @@ class ValidatedAdapter:
 @dataclass
 class AdapterValidator:
     base: BaseModelSpec
-    max_lora_rank: int = 64
+    max_lora_rank: int  # EngineConfig.max_lora_rank: what the engine is started with
 
     def validate(self, peft_dir: Path) -> ValidatedAdapter:
         """Return the adapter's facts or raise InvalidAdapter (422) naming the problem and the fix."""

@@ -7,6 +7,7 @@ suspension holds from the very next request on every replica.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Optional
 
@@ -15,15 +16,42 @@ from sqlalchemy import Engine, Row, select
 from sqlalchemy.exc import IntegrityError
 
 from loraplex.db import make_engine, migrate, write_transaction
-from loraplex.tenancy.errors import (
-    DuplicateTenantName, InvalidAPIKey, InvalidTenantField, TenantSuspended, UnknownKey, UnknownTenant,
-)
+from loraplex.errors import StatusError
+from loraplex.tenancy.config import TenancyConfig
 from loraplex.tenancy.keys import KEY_SCHEME, MAX_KEY_CHARS, generate_key, hash_key, key_matches, key_prefix, new_id
-from loraplex.tenancy.limits import TenantLimits
-from loraplex.tenancy.principal import Principal
-from loraplex.tenancy.records import ApiKey, Tenant
-from loraplex.tenancy.requests import DEFAULT_PLAN, TenantCreate, TenantUpdate
-from loraplex.tenancy.tables import MIGRATIONS, api_keys, tenants
+from loraplex.tenancy.models import (
+    DEFAULT_PLAN, MIGRATIONS, ApiKey, Principal, Tenant, TenantCreate, TenantLimits, TenantUpdate, api_keys, tenants,
+)
+
+WWW_AUTHENTICATE = {"WWW-Authenticate": "Bearer"}
+
+
+class InvalidTenantField(StatusError):
+    status = 400
+
+
+class UnknownTenant(StatusError):
+    status = 404
+
+
+class UnknownKey(StatusError):
+    status = 404
+
+
+class DuplicateTenantName(StatusError):
+    status = 409
+
+
+class InvalidAPIKey(StatusError):
+    """Missing, unknown or revoked key (401, with the Bearer challenge)."""
+
+    status = 401
+    headers = WWW_AUTHENTICATE
+
+
+class TenantSuspended(StatusError):
+    status = 403
+
 
 MISSING_KEY = "Missing API key: send the header `Authorization: Bearer <your LoRAPlex API key>`."
 INVALID_KEY = "Invalid API key: check that you copied the whole key, or ask your administrator for a new one."
@@ -158,6 +186,20 @@ class TenantService:
         if row is None:
             raise UnknownTenant(f"No tenant with id {tenant_id!r}; list tenants with GET /admin/tenants.")
         return row
+
+
+
+@dataclass
+class Tenancy:
+    """What the ingress needs for tenants, built once per ingress replica."""
+
+    service: TenantService
+    admin_token: Optional[str]  # None: the /admin routes answer 503 (never open by default)
+
+    @classmethod
+    def from_config(cls, cfg: TenancyConfig, engine: Engine) -> "Tenancy":
+        """`engine`: make_engine(PlatformConfig.database_url), shared with registry and accounting."""
+        return cls(service=TenantService(engine), admin_token=cfg.resolved_admin_token())
 
 
 def _now() -> datetime:

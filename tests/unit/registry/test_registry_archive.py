@@ -11,7 +11,8 @@ import zipfile
 import pytest
 from registry_builders import tar_dir, tar_entries, zip_dir
 
-from loraplex.registry import ArchiveLimits, BadArchive, UploadTooLarge, extract_archive, save_upload
+from loraplex.config import RegistryConfig
+from loraplex.registry import BadArchive, UploadTooLarge, extract_archive, save_upload
 
 CONFIG = ("adapter_config.json", b"{}")
 
@@ -23,7 +24,7 @@ def tar_member(name: str, kind: bytes, linkname: str = "") -> tarfile.TarInfo:
 
 
 def extract(archive, tmp_path, **limits):
-    return extract_archive(archive, tmp_path / "out", ArchiveLimits(**limits))
+    return extract_archive(archive, tmp_path / "out", RegistryConfig(**limits))
 
 
 # --- accepted -----------------------------------------------------------------------------
@@ -124,7 +125,7 @@ def test_tar_bomb_is_refused_by_declared_size(tmp_path):
     archive = tar_entries(tmp_path / "bomb.tar.gz", [CONFIG, ("zeros.bin", bytes(8 << 20))])
     assert archive.stat().st_size < 64 << 10  # tiny upload, big expansion
     with pytest.raises(UploadTooLarge, match="decompresses to more than") as e:
-        extract(archive, tmp_path, max_total_bytes=1 << 20)
+        extract(archive, tmp_path, max_unpacked_bytes=1 << 20)
     assert e.value.status == 413
 
 
@@ -136,7 +137,7 @@ def test_pax_header_bomb_is_refused(tmp_path):
         info.size, info.pax_headers = 2, {"comment": "x" * (8 << 20)}
         tar.addfile(info, io.BytesIO(b"{}"))
     with pytest.raises(UploadTooLarge):
-        extract(archive, tmp_path, max_total_bytes=1 << 20)
+        extract(archive, tmp_path, max_unpacked_bytes=1 << 20)
 
 
 def test_file_and_folder_with_one_name_is_refused(tmp_path):
@@ -151,7 +152,7 @@ def test_zip_bomb_is_refused_before_writing(tmp_path):
         for i in range(4):
             zf.writestr(f"zeros{i}", bytes(1 << 20))
     with pytest.raises(UploadTooLarge) as e:
-        extract(archive, tmp_path, max_total_bytes=2 << 20)
+        extract(archive, tmp_path, max_unpacked_bytes=2 << 20)
     assert e.value.status == 413
     assert not any((tmp_path / "out").iterdir())
 
@@ -161,7 +162,7 @@ def test_actual_bytes_are_counted_even_when_headers_lie(tmp_path):
     small honest entries can still add up: the running count of written bytes catches it."""
     archive = tar_entries(tmp_path / "many.tar.gz", [(f"z{i}", bytes(300 << 10)) for i in range(5)])
     with pytest.raises(UploadTooLarge):
-        extract(archive, tmp_path, max_total_bytes=1 << 20)
+        extract(archive, tmp_path, max_unpacked_bytes=1 << 20)
 
 
 def test_zip_with_lying_size_header_is_refused(tmp_path):
@@ -174,7 +175,7 @@ def test_zip_with_lying_size_header_is_refused(tmp_path):
     data[cd + 24: cd + 28] = struct.pack("<I", 10)
     archive.write_bytes(bytes(data))
     with pytest.raises(BadArchive):  # zipfile stops at the declared size and fails the CRC
-        extract(archive, tmp_path, max_total_bytes=1 << 20)
+        extract(archive, tmp_path, max_unpacked_bytes=1 << 20)
     out = tmp_path / "out" / "zeros"
     assert not out.exists() or out.stat().st_size <= 10
 
@@ -198,6 +199,6 @@ def test_oversize_upload_stream_stops_early(tmp_path):
 
     with pytest.raises(UploadTooLarge) as e:
         save_upload(io.BufferedReader(Endless()), tmp_path / "upload",
-                    ArchiveLimits(max_upload_bytes=3 << 20))
+                    RegistryConfig(max_upload_bytes=3 << 20))
     assert e.value.status == 413
     assert (tmp_path / "upload").stat().st_size <= 3 << 20

@@ -7,7 +7,9 @@ import sys
 
 from registry_builders import REPO
 
-from loraplex.registry import AdapterIngestor, AdapterStore, AdapterValidator, BaseModelSpec
+from loraplex.config import RegistryConfig
+from loraplex.db import make_engine
+from loraplex.registry import AdapterCatalog, AdapterRegistry, AdapterStore, AdapterValidator, BaseModelSpec
 
 
 def test_trained_archive_is_accepted(real_model_dir, tmp_path):
@@ -18,6 +20,7 @@ def test_trained_archive_is_accepted(real_model_dir, tmp_path):
                     "--out", str(out), "--steps", "1", "--batch-size", "1", "--rank", "4"],
                    check=True, capture_output=True, timeout=600)
     validator = AdapterValidator(BaseModelSpec.from_pretrained_dir(real_model_dir), max_lora_rank=8)
-    version = AdapterIngestor(validator, AdapterStore(root=str(tmp_path / "store"))).ingest(
-        "acme", "banana", out)
+    cfg = RegistryConfig(store_url=str(tmp_path / "store"), cache_dir=str(tmp_path / "cache"))
+    registry = AdapterRegistry(cfg, validator, AdapterStore(cfg), AdapterCatalog(make_engine(f"sqlite:///{tmp_path}/db")))
+    version = registry.upload("acme", "banana", out)
     assert (version.rank, version.target_modules) == (4, ["q_proj", "v_proj"])

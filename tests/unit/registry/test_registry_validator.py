@@ -190,7 +190,6 @@ def test_bad_adapter_is_refused(validator, spec, tmp_path, case):
     with pytest.raises(InvalidAdapter, match=BAD[case]) as e:
         validator.validate(path)
     assert e.value.status == 422
-    assert e.value.code == "invalid_adapter"
     assert ";" in e.value.message or "—" in e.value.message  # problem; then the fix
 
 

@@ -11,7 +11,7 @@ from loraplex.tenancy import (
     TenantSuspended, UnknownKey, UnknownTenant,
 )
 from loraplex.tenancy import keys as key_material
-from loraplex.tenancy.tables import api_keys
+from loraplex.tenancy.models import api_keys
 
 LIMITS = {"requests_per_minute": 60, "tokens_per_minute": 10_000, "max_concurrent_requests": 4,
           "monthly_token_budget": 1_000_000, "priority": 2}

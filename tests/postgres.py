@@ -1,16 +1,16 @@
-"""Throwaway PostgreSQL databases for tests (the local Debian cluster, or LORAPLEX_TEST_PG_ADMIN_URL).
-
-Lives in the package so every component's tests can share it; it imports nothing test-only.
-"""
+"""Throwaway PostgreSQL databases for tests and benchmarks (the local Debian cluster, started here
+as root if it is down, or LORAPLEX_TEST_PG_ADMIN_URL). Test-only: it may run `su postgres`."""
 import contextlib
 import os
 import shutil
 import subprocess
+import time
 import uuid
 from typing import Iterator
 
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ProgrammingError
 
 ROLE = "loraplex_test"
 PASSWORD = "loraplex_test"
@@ -36,9 +36,24 @@ def throwaway_postgres() -> Iterator[str]:
     try:
         yield make_url(admin_url).set(database=name).render_as_string(hide_password=False)
     finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+        try:
+            _drop(admin, name)
+        finally:
+            admin.dispose()
+
+
+def _drop(admin, name: str, attempts: int = 5) -> None:
+    # FORCE may not signal a backend it does not own (an autovacuum worker that just started on
+    # the database): that is transient, so wait a moment and try again.
+    for attempt in range(attempts):
+        try:
+            with admin.connect() as conn:
+                conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+            return
+        except ProgrammingError:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.5)
 
 
 def _local_cluster() -> str:

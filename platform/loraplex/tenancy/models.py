@@ -1,0 +1,157 @@
+"""Tenancy's data: limits, tenants, API key records, the principal a request runs as, the admin
+request bodies (validated before anything is stored), and their database tables."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from sqlalchemy import JSON, CheckConstraint, Column, ForeignKey, Index, String, Table
+
+from loraplex.db import Base, Migration, UTCDateTime
+
+class TenantLimits(BaseModel):
+    """A missing or null limit means unlimited; suspend the tenant to block it entirely."""
+
+    # Unknown keys are refused: a typo like "request_per_minute" would otherwise be silently unlimited.
+    model_config = ConfigDict(extra="forbid")
+
+    requests_per_minute: Optional[int] = Field(None, ge=1, description="Requests admitted per rolling minute.")
+    tokens_per_minute: Optional[int] = Field(
+        None, ge=1, description="Prompt + completion tokens admitted per rolling minute."
+    )
+    max_concurrent_requests: Optional[int] = Field(None, ge=1, description="Requests in flight at once.")
+    monthly_token_budget: Optional[int] = Field(
+        None, ge=1, description="Prompt + completion tokens per calendar month (UTC)."
+    )
+    priority: int = Field(
+        0, ge=0, le=100, description="Load-shedding priority: under overload lower priorities are shed first."
+    )
+
+    def merged(self, changes: dict) -> "TenantLimits":
+        """PATCH semantics: keys present in `changes` replace (null clears a limit), others stay."""
+        return TenantLimits.model_validate({**self.model_dump(), **changes})
+
+
+# Names end up in URLs, logs, CSV exports and metric labels: keep them plain.
+NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
+DEFAULT_PLAN = "default"
+
+
+class TenantCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(
+        description="Unique tenant name: 1-64 of lowercase letters, digits, '.', '_', '-', "
+        "starting with a letter or digit.",
+    )
+    plan: str = Field(DEFAULT_PLAN, min_length=1, max_length=64, description="Pricing plan name.")
+    limits: TenantLimits = Field(default_factory=TenantLimits, description="Rate limits, budget, priority.")
+
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, name: str) -> str:
+        if not re.fullmatch(NAME_PATTERN, name):
+            raise ValueError(f"{name!r} is not a valid tenant name: use 1-64 lowercase letters, digits, "
+                             "'.', '_' or '-', starting with a letter or digit (e.g. 'acme-prod')")
+        return name
+
+
+class TenantUpdate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    plan: Optional[str] = Field(None, min_length=1, max_length=64, description="New pricing plan name.")
+    limits: Optional[dict[str, Any]] = Field(
+        None,
+        description="Limits to change; keys left out keep their value, a null value clears that limit.",
+    )
+    status: Optional[Literal["active", "suspended"]] = Field(
+        None, description="'suspended' refuses the tenant's keys with 403 from the next request on; "
+        "'active' reactivates it.",
+    )
+
+
+@dataclass(frozen=True)
+class Tenant:
+    id: str
+    name: str
+    plan: str
+    limits: TenantLimits
+    status: str
+    created_at: datetime
+    updated_at: datetime
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id, "object": "tenant", "name": self.name, "plan": self.plan,
+            "limits": self.limits.model_dump(), "status": self.status,
+            "created_at": self.created_at.isoformat(), "updated_at": self.updated_at.isoformat(),
+        }
+
+
+@dataclass(frozen=True)
+class ApiKey:
+    """A key's record; the secret itself is never stored, only its sha256."""
+
+    id: str
+    tenant_id: str
+    prefix: str
+    created_at: datetime
+    revoked_at: Optional[datetime] = None
+
+    @property
+    def revoked(self) -> bool:
+        return self.revoked_at is not None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id, "object": "api_key", "tenant_id": self.tenant_id, "prefix": self.prefix,
+            "created_at": self.created_at.isoformat(), "revoked": self.revoked,
+            "revoked_at": self.revoked_at.isoformat() if self.revoked_at else None,
+        }
+
+
+@dataclass(frozen=True)
+class Principal:
+    tenant_id: str
+    tenant_name: str
+    plan: str
+    limits: TenantLimits
+    key_id: str
+
+
+# -- tables ---------------------------------------------------------------------------------------
+tenants = Table(
+    "tenants", Base.metadata,
+    Column("id", String(64), primary_key=True),
+    Column("name", String(64), nullable=False, unique=True),
+    Column("plan", String(64), nullable=False),
+    Column("limits", JSON, nullable=False),  # TenantLimits.model_dump(): every key, null = unlimited
+    Column("status", String(16), nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    CheckConstraint("status IN ('active', 'suspended')", name="status"),
+)
+
+api_keys = Table(
+    "api_keys", Base.metadata,
+    Column("id", String(64), primary_key=True),
+    Column("tenant_id", String(64), ForeignKey("tenants.id"), nullable=False),
+    Column("prefix", String(32), nullable=False),
+    # sha256 hex of the whole key; unique so authentication is one indexed lookup.
+    Column("key_hash", String(64), nullable=False, unique=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("revoked_at", UTCDateTime),
+    Index("ix_api_keys_tenant", "tenant_id"),
+)
+
+
+def _v1(conn):
+    # Creates the tables as declared above; later versions must use explicit ALTERs.
+    Base.metadata.create_all(conn, tables=[tenants, api_keys], checkfirst=True)
+
+
+MIGRATIONS = [Migration("tenancy", 1, "tenants and api_keys", _v1)]

@@ -1,0 +1,85 @@
+"""AdapterRegistry: an upload becomes weights in the store and a version in the catalog."""
+
+from __future__ import annotations
+
+import pytest
+from registry_builders import lora_config, lora_tensors, tar_dir, write_adapter, zip_dir
+
+from loraplex.config import RegistryConfig
+from loraplex.db import make_engine
+from loraplex.registry import (AdapterCatalog, AdapterNotFound, AdapterRegistry, AdapterStore, InvalidName,
+                               UploadTooLarge)
+
+
+def make_registry(tmp_path, validator, **limits) -> AdapterRegistry:
+    cfg = RegistryConfig(store_url=str(tmp_path / "store"), cache_dir=str(tmp_path / "cache"), **limits)
+    return AdapterRegistry(cfg, validator, AdapterStore(cfg), AdapterCatalog(make_engine(f"sqlite:///{tmp_path}/db")))
+
+
+@pytest.fixture
+def registry(tmp_path, validator) -> AdapterRegistry:
+    return make_registry(tmp_path, validator)
+
+
+def test_upload_resolve_fetch_delete(registry, good_adapter, spec, tmp_path):
+    v1 = registry.upload("acme", "bot", tar_dir(good_adapter, tmp_path / "a.tar.gz"))
+    assert (v1.version, v1.rank, v1.target_modules) == (1, 8, ["q_proj", "v_proj"])
+    assert registry.resolve("acme", "bot") == v1
+    assert registry.store.fetch_to_local_cache("acme", v1.sha256).is_dir()
+
+    other = write_adapter(tmp_path / "other", lora_config(), lora_tensors(spec, fill=0.5))
+    v2 = registry.upload("acme", "bot", tar_dir(other, tmp_path / "b.tar.gz"))
+    assert (v2.version, registry.resolve("acme", "bot")) == (2, v2)
+    assert registry.delete("acme", "bot@2") == [v2]
+    assert not registry.store.exists("acme", v2.sha256) and registry.store.exists("acme", v1.sha256)
+    with pytest.raises(AdapterNotFound):
+        registry.resolve("acme", "bot@2")
+
+
+def test_same_content_same_version_whatever_the_packing(registry, good_adapter, tmp_path):
+    a = registry.upload("acme", "bot", tar_dir(good_adapter, tmp_path / "a.tar.gz"))
+    b = registry.upload("acme", "bot", zip_dir(good_adapter, tmp_path / "b.zip", prefix="bot/"))
+    (good_adapter / "README.md").write_text("peft writes one of these; it is not part of the hash")
+    with open(tar_dir(good_adapter, tmp_path / "c.tgz", prefix="x/"), "rb") as stream:
+        c = registry.upload("acme", "bot", stream)
+    assert a == b == c
+    assert [v.version for v in registry.list("acme")] == [1]
+
+
+def test_weights_shared_by_two_names_stay_until_the_last_goes(registry, good_adapter, tmp_path):
+    archive = tar_dir(good_adapter, tmp_path / "a.tar.gz")
+    a, b = registry.upload("acme", "bot", archive), registry.upload("acme", "bot-copy", archive)
+    c = registry.upload("globex", "bot", archive)
+    assert a.sha256 == b.sha256 == c.sha256 and len({a.lora_name, b.lora_name, c.lora_name}) == 3
+    assert len({a.id, b.id, c.id}) == 3  # one lora_int_id per version
+
+    registry.delete("acme", "bot")
+    assert registry.store.exists("acme", a.sha256)  # bot-copy still runs on it
+    assert registry.resolve("globex", "bot") == c
+    registry.delete("acme", "bot-copy")
+    assert not registry.store.exists("acme", a.sha256) and registry.store.exists("globex", c.sha256)
+
+
+def test_reupload_after_delete_revives_same_number(registry, good_adapter, tmp_path):
+    archive = tar_dir(good_adapter, tmp_path / "a.tar.gz")
+    v1 = registry.upload("acme", "bot", archive)
+    registry.delete("acme", "bot")
+    again = registry.upload("acme", "bot", archive)
+    assert (again.version, again.sha256, again.id) == (1, v1.sha256, v1.id)
+    assert registry.store.exists("acme", again.sha256)
+
+
+@pytest.mark.parametrize("name", ["", "../x", "a/b", "bot@2", ".hidden", "x" * 65, "sp ace"])
+def test_unsafe_names_are_refused(registry, good_adapter, tmp_path, name):
+    with pytest.raises(InvalidName) as e:
+        registry.upload("acme", name, tar_dir(good_adapter, tmp_path / "a.tar.gz"))
+    assert e.value.status == 400
+
+
+def test_oversize_stream_is_413_and_stores_nothing(tmp_path, validator, good_adapter):
+    registry = make_registry(tmp_path, validator, max_upload_bytes=1024)
+    with open(tar_dir(good_adapter, tmp_path / "a.tar.gz"), "rb") as stream:
+        with pytest.raises(UploadTooLarge) as e:
+            registry.upload("acme", "bot", stream)
+    assert e.value.status == 413
+    assert registry.list("acme") == [] and not any((tmp_path / "store").glob("*/*"))

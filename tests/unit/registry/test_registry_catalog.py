@@ -1,0 +1,103 @@
+"""AdapterCatalog: the one authority on versions (numbering, resolving, listing, deleting), on
+SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from loraplex.db import make_engine
+from loraplex.registry import AdapterCatalog, AdapterNotFound, group_by_name
+
+FACTS = {"rank": 8, "target_modules": ["q_proj", "v_proj"], "base_model": "SmolLM2-135M-Instruct",
+         "size_bytes": 1234}
+
+
+def sha(c: str) -> str:
+    return c * 64
+
+
+@pytest.fixture
+def catalog(db_url):
+    engine = make_engine(db_url)
+    yield AdapterCatalog(engine)
+    engine.dispose()  # Postgres cannot drop a database with open connections
+
+
+def test_versions_are_numbered_resolved_and_listed(catalog):
+    v1 = catalog.add("acme", "bot", sha("a"), **FACTS)
+    assert (v1.version, v1.sha256, v1.rank, v1.target_modules) == (1, sha("a"), 8, ["q_proj", "v_proj"])
+    assert v1.lora_name == f"acme/bot@{sha('a')}" and v1.created_at.endswith("Z")
+    assert catalog.add("acme", "bot", sha("a"), **FACTS) == v1  # same weights: same version, same id
+    v2 = catalog.add("acme", "bot", sha("b"), **FACTS)
+    assert v2.version == 2 and v2.id != v1.id
+
+    assert catalog.resolve("acme", "bot") == v2  # latest
+    assert catalog.resolve("acme", "bot@") == v2
+    assert catalog.resolve("acme", "bot@1") == v1
+    assert catalog.resolve("acme", f"bot@{sha('b')}") == v2
+    for ref in ("bot@3", "bot@0", f"bot@{sha('c')}", "other"):
+        with pytest.raises(AdapterNotFound) as e:
+            catalog.resolve("acme", ref)
+        assert e.value.status == 404
+    with pytest.raises(AdapterNotFound):
+        catalog.resolve("globex", "bot")  # another tenant's adapter is just missing
+
+    other = catalog.add("acme", "another", sha("a"), **FACTS)  # same weights, another name
+    assert other.version == 1 and other.id not in (v1.id, v2.id)
+    assert [(v.name, v.version) for v in catalog.list("acme")] == [("another", 1), ("bot", 1), ("bot", 2)]
+    assert list(group_by_name(catalog.list("acme"))) == ["another", "bot"]
+    assert catalog.list("globex") == []
+
+
+def test_delete_one_version_or_all_and_numbers_are_never_reused(catalog):
+    v1 = catalog.add("acme", "bot", sha("a"), **FACTS)
+    v2 = catalog.add("acme", "bot", sha("b"), **FACTS)
+    assert catalog.delete("acme", "bot@2") == [v2]
+    assert catalog.resolve("acme", "bot") == v1
+    assert catalog.deleted_among([v1.id, v2.id]) == {v2.id} and catalog.deleted_among([]) == set()
+    assert catalog.add("acme", "bot", sha("c"), **FACTS).version == 3
+
+    assert [v.version for v in catalog.delete("acme", "bot")] == [1, 3]
+    assert catalog.list("acme") == []
+    for ref in ("bot", "bot@1"):
+        with pytest.raises(AdapterNotFound):
+            catalog.delete("acme", ref)
+
+    again = catalog.add("acme", "bot", sha("a"), **FACTS)  # re-upload after delete: revived
+    assert (again.id, again.version) == (v1.id, 1)
+    assert catalog.resolve("acme", "bot") == again and again.id not in catalog.deleted_among([v1.id])
+
+
+def test_sha_in_use_counts_live_versions_of_the_tenant_only(catalog):
+    catalog.add("acme", "bot", sha("a"), **FACTS)
+    catalog.add("acme", "copy", sha("a"), **FACTS)
+    catalog.delete("acme", "bot")
+    assert catalog.sha_in_use("acme", sha("a"))
+    catalog.delete("acme", "copy")
+    assert not catalog.sha_in_use("acme", sha("a"))
+    assert not catalog.sha_in_use("globex", sha("b"))
+
+
+def test_concurrent_uploads_to_one_name_get_distinct_numbers(catalog):
+    results, errors = [], []
+
+    def add(c):
+        try:
+            results.append(catalog.add("acme", "bot", sha(c), **FACTS).version)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=add, args=(c,)) for c in "abcdef"]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and sorted(results) == [1, 2, 3, 4, 5, 6]
+
+
+def test_response_body(catalog):
+    body = catalog.add("acme", "bot", sha("a"), **FACTS).to_response()
+    assert set(body) == {"name", "version", "sha256", "rank", "target_modules", "base_model",
+                         "size_bytes", "created_at"}
