@@ -37,7 +37,7 @@ class Engine:
         self.replica_id = replica_id
         self.ready_probe_max_age_s = config.engine_deployment.ready_probe_max_age_s
         registry = config.registry
-        store = AdapterStore(registry.store_url, registry.storage_options, registry.cache_dir)
+        store = AdapterStore(registry)
         db = make_engine(config.database_url)
         self.catalog = AdapterCatalog(db)
         self.base_model = config.engine.model_id

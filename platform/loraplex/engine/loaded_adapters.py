@@ -40,7 +40,7 @@ class LoadedAdapters:
             task = self._fetching.get(target.lora_name)
             if task is None:
                 task = asyncio.ensure_future(asyncio.to_thread(
-                    self.store.fetch_to_local_cache, target.tenant, target.name, target.sha256))
+                    self.store.fetch_to_local_cache, target.tenant, target.sha256))
                 self._fetching[target.lora_name] = task
             try:
                 path = await asyncio.shield(task)
@@ -80,5 +80,7 @@ class LoadedAdapters:
         self.in_flight.pop(lora_name, None)
         self.serving_models.lora_requests.pop(lora_name, None)
         await self.llm.remove_lora(target.lora_int_id)
-        await asyncio.to_thread(self.store.evict_from_local_cache, target.tenant, target.name, target.sha256)
+        # Blobs are by content: another name of this tenant may have the same weights loaded.
+        if not any((t.tenant, t.sha256) == (target.tenant, target.sha256) for t in self.targets.values()):
+            await asyncio.to_thread(self.store.evict_from_local_cache, target.tenant, target.sha256)
         logger.info("freed adapter %s", lora_name)

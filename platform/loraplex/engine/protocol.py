@@ -11,15 +11,15 @@ import json
 from dataclasses import dataclass, field
 from typing import NamedTuple, Optional
 
+from loraplex.errors import StatusError
 
 SSE_DONE = "data: [DONE]\n\n"
 
 
-def sse_error(status: int, message: str, type: str = "ServiceUnavailableError") -> bytes:
+def sse_error(status: int, message: str, type: str | None = None) -> bytes:
     """An SSE error event, as vLLM's server ends a stream that failed after it started; OpenAI
     clients raise it as an APIError."""
-    body = {"error": {"message": message, "type": type, "param": None, "code": status}}
-    return f"data: {json.dumps(body)}\n\n".encode()
+    return f"data: {json.dumps(StatusError(message, status=status, type=type).body())}\n\n".encode()
 
 
 @dataclass
@@ -28,21 +28,14 @@ class EngineError:
 
     status: int
     message: str
-    type: str = "BadRequestError"
+    type: Optional[str] = None  # OpenAI's error type; None: the status's usual one
     param: Optional[str] = None
     # The engine failed after it took the request: the replica billed it (`engine_error`), so
     # the ingress must not also count it as a refusal.
     billed: bool = False
 
     def body(self) -> dict:
-        return {
-            "error": {
-                "message": self.message,
-                "type": self.type,
-                "param": self.param,
-                "code": self.status,
-            }
-        }
+        return StatusError(self.message, status=self.status, param=self.param, type=self.type).body()
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from vllm.entrypoints.openai.completion.protocol import CompletionRequest
 from loraplex.engine.metering import usage_record
 from loraplex.engine.protocol import (SSE_DONE, EngineCall, EngineChunk, EngineError, RequestUsage,
                                       affinity_key, sse_error)
+from loraplex.errors import StatusError
 from loraplex.ingress.errors import APIError
 from loraplex.ingress.tenant_context import TenantContext
 
@@ -111,7 +112,7 @@ class OpenAIRoutes:
             oai_request = parse(model, await read_json(request, self.max_body_bytes))
             call = await self._call(principal, oai_request, arrival, deadline)
             response = await self.generate(call, oai_request)
-        except APIError as exc:
+        except StatusError as exc:  # auth, adapter and request errors alike: a refusal
             if self.ledger is not None and not isinstance(exc, EngineFailed):
                 self.ledger.reject(principal.tenant_id if principal else None, str(exc.status))
             raise
