@@ -30,11 +30,14 @@ class LoadedAdapters:
         self.store = store
         self.targets: dict[str, AdapterTarget] = {}
         self.in_flight: Counter[str] = Counter()
-        self.retiring: set[str] = set()
+        # Catalog ids of deleted versions (ids are never reused): refused from now on, and
+        # dropped once their running requests end. A blob may outlive a deleted version (another
+        # name with the same weights), so "not fetchable" alone would not keep it out.
+        self.deleted: set[int] = set()
         self._fetching: dict[str, asyncio.Task] = {}
 
     async def acquire(self, target: AdapterTarget) -> None:
-        if target.lora_name in self.retiring:
+        if target.lora_int_id in self.deleted:
             raise AdapterGone(f"The model `{target.requested_as}` was deleted. List yours with GET /v1/models.")
         if target.lora_name not in self.targets:
             task = self._fetching.get(target.lora_name)
@@ -60,14 +63,14 @@ class LoadedAdapters:
 
     async def release(self, target: AdapterTarget) -> None:
         self.in_flight[target.lora_name] -= 1
-        if target.lora_name in self.retiring and self.in_flight[target.lora_name] <= 0:
+        if target.lora_int_id in self.deleted and self.in_flight[target.lora_name] <= 0:
             await self._drop(target.lora_name)
 
     async def retire(self, lora_int_ids: set[int]) -> None:
         """Deleted versions: drop the idle ones now, the busy ones when their last request ends."""
+        self.deleted |= set(lora_int_ids)
         for name, target in list(self.targets.items()):
             if target.lora_int_id in lora_int_ids:
-                self.retiring.add(name)
                 if self.in_flight[name] <= 0:
                     await self._drop(name)
 
@@ -76,7 +79,6 @@ class LoadedAdapters:
 
     async def _drop(self, lora_name: str) -> None:
         target = self.targets.pop(lora_name)
-        self.retiring.discard(lora_name)
         self.in_flight.pop(lora_name, None)
         self.serving_models.lora_requests.pop(lora_name, None)
         await self.llm.remove_lora(target.lora_int_id)

@@ -38,6 +38,18 @@ EngineItem = Union[str, dict, EngineError]
 _STATUS_OF_FINISH = {"stop": "stop", "length": "length", "abort": "aborted"}
 
 
+_SSE_ERROR = 'data: {"error"'
+
+
+def _in_band_error(chunk: str) -> EngineError:
+    try:
+        e = json.loads(chunk[len("data: "):])["error"]
+        return EngineError(status=int(e.get("code") or 400), message=str(e.get("message")), type=e.get("type"),
+                           param=e.get("param"))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return EngineError(status=400, message=chunk[len("data: "):].strip())
+
+
 def ending_status(finish_reason: str | None, ending: str) -> str:
     """The ledger status of a request: its finish reason, else how the stream ended."""
     if finish_reason is None:
@@ -141,6 +153,10 @@ class VLLMEngine:
                 async for chunk in result:
                     if chunk == SSE_DONE:
                         held = chunk
+                    elif not usage._completion_by_output and chunk.startswith(_SSE_ERROR):
+                        # vLLM refused the request inside generate() (add_request validation) and
+                        # says so in-band: a refusal like any other, not a billed failure.
+                        error = _in_band_error(chunk)
                     else:
                         yield chunk
             else:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Optional
 
@@ -33,6 +33,7 @@ from sqlalchemy import select
 from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
 from vllm.entrypoints.openai.completion.protocol import CompletionRequest
 from vllm.entrypoints.serve.engine.protocol import ErrorInfo, ErrorResponse
+from vllm.exceptions import VLLMClientError, VLLMValidationError
 from vllm.outputs import CompletionOutput, RequestOutput
 from vllm.sampling_params import RequestOutputKind, SamplingParams
 from vllm.v1.engine.async_llm import AsyncLLM
@@ -44,18 +45,10 @@ from loraplex.engine.loaded_adapters import LoadedAdapters
 from loraplex.engine.protocol import SSE_DONE, AdapterTarget, EngineCall, EngineChunk, EngineError, RequestUsage
 from loraplex.engine.usage_tracking import UsageTrackingAsyncLLM
 from loraplex.engine.vllm_engine import VLLMEngine, ending_status
+from loraplex.registry.store import AdapterNotFound
 
 BASE_MODEL = "base-model"
 
-# See the report: closing the replica's stream leaves the inner generators (StreamBatcher's
-# `_coalesced`, or the source when window_s=0, and VLLMEngine._serve's `_run`) to be closed by
-# the GC later, so `_meter` runs before `_finish`: status "engine_error", no abort yet.
-DISCONNECT_BUG = pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a client disconnect is metered before VLLMEngine._finish runs (status engine_error, "
-    "engine request not aborted): StreamBatcher.batches and VLLMEngine._serve do not aclose their "
-    "inner async generators",
-)
 DEADLINE_S = 5.0  # generous bound for every wait on a condition; tests finish far sooner
 
 
@@ -76,6 +69,7 @@ class Script:
     refuse: Optional[ErrorResponse] = None  # create_* returns this (e.g. prompt too long)
     invalid: Optional[str] = None  # create_* raises ValueError(invalid), as vLLM's validation does
     crash_in_create: bool = False  # create_* raises RuntimeError before any engine request
+    reject_in_engine: bool = False  # AsyncLLM.add_request rejects it (VLLMValidationError), as vLLM v1 does
 
 
 class FakeEngineDied(RuntimeError):
@@ -102,6 +96,8 @@ class FakeAsyncLLM(AsyncLLM):
         prompt_ids = list(range(100, 100 + s.prompt_len))
         kind = sampling_params.output_kind
         made: list[int] = []
+        if s.reject_in_engine:  # vLLM validates in add_request, inside generate(): after it was called
+            raise VLLMValidationError("max_tokens is too large", parameter="max_tokens")
         self.unfinished.add(request_id)
         try:
             for i in range(s.tokens):
@@ -194,9 +190,12 @@ class FakeOpenAIServing:
         if request.stream:
             return self._stream(request, gens)
         texts = []
-        for g in gens:
-            async for out in g:
-                texts.append(out.outputs[0].text)
+        try:
+            for g in gens:
+                async for out in g:
+                    texts.append(out.outputs[0].text)
+        except VLLMClientError as exc:  # as vLLM's full generators do
+            return self.create_error_response(exc)
         return FakeResponse({"id": request.request_id, "object": "chat.completion", "model": request.model,
                              "choices": [{"index": i, "text": t} for i, t in enumerate(texts)]})
 
@@ -211,6 +210,8 @@ class FakeOpenAIServing:
                 raise
             # vLLM's own stream generators end a failed stream with an error event and [DONE].
             yield _sse({"error": {"message": str(exc), "type": "InternalServerError", "code": 500}})
+        except VLLMClientError as exc:
+            yield _sse({"error": {"message": str(exc), "type": "BadRequestError", "code": 400}})
         yield SSE_DONE
 
 
@@ -236,30 +237,23 @@ class FakeServingModels:
 
 
 class FakeAdapterStore:
-    """The registry's blob store: adapters in `deleted` are gone (DELETE removed the blob)."""
+    """The registry's blob store (blobs by tenant and sha256): blobs in `deleted` are gone."""
 
     def __init__(self, tmp_path):
         self.root = tmp_path / "fake-adapter-cache"
-        self.deleted: set[str] = set()  # "tenant/name@sha256"
-        self.not_found_exc: type[Exception] = FileNotFoundError
-        self.fetched: list[str] = []
-        self.evicted: list[str] = []
+        self.deleted: set[tuple[str, str]] = set()  # (tenant, sha256)
+        self.not_found_exc: type[Exception] = AdapterNotFound
+        self.fetched: list[tuple[str, str]] = []
+        self.evicted: list[tuple[str, str]] = []
 
-    def fetch_to_local_cache(self, tenant, name, sha256):
-        key = f"{tenant}/{name}@{sha256}"
-        if key in self.deleted:
-            raise self.not_found_exc(key)
-        self.fetched.append(key)
-        return self.root / tenant / name / sha256
+    def fetch_to_local_cache(self, tenant, sha256):
+        if (tenant, sha256) in self.deleted:
+            raise self.not_found_exc(f"adapter weights {sha256} not found for this tenant (deleted?)")
+        self.fetched.append((tenant, sha256))
+        return self.root / tenant / sha256
 
-    def evict_from_local_cache(self, tenant, name, sha256):
-        self.evicted.append(f"{tenant}/{name}@{sha256}")
-
-
-class StoreNotFound(Exception):
-    """An object store's 404 (e.g. S3 NoSuchKey through fsspec), as LoadedAdapters sees it."""
-
-    status = 404
+    def evict_from_local_cache(self, tenant, sha256):
+        self.evicted.append((tenant, sha256))
 
 
 class VLLMEngineOverFakeVLLM(VLLMEngine):
@@ -317,7 +311,8 @@ def tokens(row: dict) -> tuple[int, int, int]:
     return row["prompt_tokens"], row["cached_prompt_tokens"], row["completion_tokens"]
 
 
-ADAPTER = AdapterTarget("ten_a/bot@abc", 7, "ten_a", "bot", "abc", "bot", version=2)
+# The client pinned version 2 ("bot@2"): replies echo that, never the internal lora_name.
+ADAPTER = AdapterTarget("ten_a/bot@abc", 7, "ten_a", "bot", "abc", requested_as="bot@2", version=2)
 
 
 def make_call(request_id="req-1", tenant="ten_a", adapter: Optional[AdapterTarget] = None, stream=True,
@@ -388,9 +383,9 @@ async def test_the_request_reaches_vllm_with_its_id_and_tenant_salt(replica):
 
 async def test_a_stream_with_an_adapter_runs_its_lora_and_echoes_the_name_the_client_used(replica):
     llm(replica).script = Script(tokens=4)
-    chunks = await drain(replica.generate(make_call(adapter=ADAPTER), chat(model="bot")))
+    chunks = await drain(replica.generate(make_call(adapter=ADAPTER), chat(model="bot@2")))
     text = b"".join(c.data for c in chunks).decode()
-    assert '"model":"bot"' in text and ADAPTER.lora_name not in text
+    assert '"model":"bot@2"' in text and ADAPTER.lora_name not in text
     _, _, lora = llm(replica).generate_calls[-1]
     assert lora.lora_name == ADAPTER.lora_name and lora.lora_int_id == ADAPTER.lora_int_id
     assert replica.engine.adapters.in_flight[ADAPTER.lora_name] == 0  # released
@@ -417,10 +412,10 @@ async def test_a_batched_completion_sums_its_engine_requests(tmp_path, window_s)
 # --------------------------------------------------------------------------------------------
 async def test_a_non_stream_reply_is_one_json_chunk_metered_once(replica):
     llm(replica).script = Script(prompt_len=9, cached=0, tokens=6, finish_reason="length")
-    chunks = await drain(replica.generate(make_call(adapter=ADAPTER, stream=False), chat(stream=False, model="bot")))
+    chunks = await drain(replica.generate(make_call(adapter=ADAPTER, stream=False), chat(stream=False, model="bot@2")))
     assert len(chunks) == 1 and isinstance(chunks[0], EngineChunk)
     body = json.loads(chunks[0].data)
-    assert body["model"] == "bot" and body["id"] == "req-1"  # the name the client asked for
+    assert body["model"] == "bot@2" and body["id"] == "req-1"  # the name the client asked for
     assert (chunks[0].prompt_tokens, chunks[0].completion_tokens) == (9, 6)
     [row] = ledger_rows(replica)
     assert row["status"] == "length" and tokens(row) == (9, 0, 6) and row["adapter"] == "bot@2"
@@ -429,7 +424,6 @@ async def test_a_non_stream_reply_is_one_json_chunk_metered_once(replica):
 # --------------------------------------------------------------------------------------------
 # (c) the client goes away mid-stream
 # --------------------------------------------------------------------------------------------
-@DISCONNECT_BUG
 @pytest.mark.parametrize("window_s", [0.0, 0.05])
 async def test_a_client_disconnect_aborts_the_engine_request_and_bills_what_was_generated(tmp_path, window_s):
     replica = await start_replica(tmp_path, stream_window_s=window_s)
@@ -438,12 +432,12 @@ async def test_a_client_disconnect_aborts_the_engine_request_and_bills_what_was_
         fake.script = Script(prompt_len=5, cached=0, tokens=50, stall_after=3)
         gen = replica.generate(make_call("req-gone"), chat())
         first = await gen.__anext__()
-        assert isinstance(first, EngineChunk) and first.completion_tokens == 1  # never held back
-        if window_s == 0:  # no coalescing: the engine's outputs are pulled one per chunk sent
-            assert [(await gen.__anext__()).completion_tokens for _ in range(2)] == [2, 3]
-        else:  # coalescing: the engine's outputs are drained while the client reads
-            await asyncio.wait_for(fake.stalled.wait(), DEADLINE_S)
-        # 3 tokens made, the 4th is pending: the client goes away.
+        assert isinstance(first, EngineChunk) and first.data.count(b'"delta"') == 1  # never held back
+        received = first.data.count(b'"delta"')
+        while received < 3:  # the client reads every token made before the engine stalls
+            received += (await asyncio.wait_for(gen.__anext__(), DEADLINE_S)).data.count(b'"delta"')
+        assert received == 3
+        # 3 tokens made and sent, the 4th is pending: the client goes away.
         await gen.aclose()
         # The engine request is aborted by the time the client's stream is closed: not at GC.
         assert fake.aborted == [["cmpl-req-gone-0"]]
@@ -456,7 +450,6 @@ async def test_a_client_disconnect_aborts_the_engine_request_and_bills_what_was_
         await replica.__del__()
 
 
-@DISCONNECT_BUG
 async def test_a_disconnect_aborts_every_engine_request_of_a_batched_completion(replica):
     fake = llm(replica)
     fake.script = Script(prompt_len=4, cached=0, tokens=10, stall_after=2)
@@ -528,6 +521,35 @@ async def test_a_failure_before_any_engine_request_is_an_unbilled_503(replica):
 
 
 # --------------------------------------------------------------------------------------------
+# The call's deadline
+# --------------------------------------------------------------------------------------------
+async def test_a_stream_past_its_deadline_is_cut_with_a_504_event_and_billed_as_timeout(replica):
+    fake = llm(replica)
+    fake.script = Script(prompt_len=6, cached=0, tokens=50, stall_after=2)
+    call = make_call("req-slow", deadline=time.time() + 0.3)
+    chunks = await asyncio.wait_for(drain(replica.generate(call, chat())), DEADLINE_S)
+    events = sse_events(chunks)
+    assert sum('"delta"' in e for e in events) == 2  # what was made before the deadline went out
+    assert events[-1] == "data: [DONE]"
+    assert json.loads(events[-2][len("data: "):])["error"]["code"] == 504
+    assert fake.aborted == [["cmpl-req-slow-0"]] and fake.get_num_unfinished_requests() == 0
+    [row] = ledger_rows(replica)
+    assert row["status"] == "timeout" and tokens(row) == (6, 0, 2)
+
+
+async def test_a_non_stream_request_past_its_deadline_is_a_billed_504(replica):
+    fake = llm(replica)
+    fake.script = Script(prompt_len=6, cached=0, tokens=50, stall_after=2)
+    call = make_call("req-slow-ns", stream=False, deadline=time.time() + 0.3)
+    items = await asyncio.wait_for(drain(replica.generate(call, chat(stream=False))), DEADLINE_S)
+    assert len(items) == 1 and isinstance(items[0], EngineError)
+    assert items[0].status == 504 and items[0].billed is True
+    assert fake.aborted == [["cmpl-req-slow-ns-0"]]
+    [row] = ledger_rows(replica)
+    assert row["status"] == "timeout"
+
+
+# --------------------------------------------------------------------------------------------
 # (e) refusals are not billed
 # --------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("stream", [True, False])
@@ -551,6 +573,26 @@ async def test_a_validation_error_becomes_the_servings_error_response_and_no_rec
     assert ledger_rows(replica) == []
 
 
+async def test_a_non_stream_request_vllm_rejects_after_generate_was_called_is_not_billed(replica):
+    # The engine request id is already known (generate() was called), yet no token was made:
+    # it is still a refusal.
+    llm(replica).script = Script(reject_in_engine=True)
+    items = await drain(replica.generate(make_call("req-rejected", stream=False), chat(stream=False)))
+    assert len(items) == 1 and isinstance(items[0], EngineError)
+    assert items[0].status == 400 and "max_tokens" in items[0].message and not items[0].billed
+    assert ledger_rows(replica) == []
+
+
+async def test_a_stream_vllm_rejects_after_generate_was_called_is_not_billed(replica):
+    """vLLM validates some parameters inside add_request and reports it in-band (an error event,
+    then [DONE]): a refusal, passed on as an EngineError with vLLM's status, and never billed."""
+    llm(replica).script = Script(reject_in_engine=True)
+    items = await drain(replica.generate(make_call("req-rejected"), chat()))
+    assert len(items) == 1 and isinstance(items[0], EngineError) and items[0].status == 400
+    assert not items[0].billed
+    assert ledger_rows(replica) == []
+
+
 # --------------------------------------------------------------------------------------------
 # (f) no tenant, no record
 # --------------------------------------------------------------------------------------------
@@ -563,15 +605,15 @@ async def test_a_call_without_a_tenant_is_served_and_not_metered(replica):
 # --------------------------------------------------------------------------------------------
 # (g) deleted adapters
 # --------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("not_found", [FileNotFoundError, StoreNotFound])
+@pytest.mark.parametrize("not_found", [AdapterNotFound, FileNotFoundError])
 async def test_an_adapter_deleted_before_the_run_is_a_404_refusal(replica, not_found):
     store = replica.engine.adapters.store
-    store.deleted.add(ADAPTER.lora_name)
+    store.deleted.add((ADAPTER.tenant, ADAPTER.sha256))
     store.not_found_exc = not_found
-    items = await drain(replica.generate(make_call("req-deleted", adapter=ADAPTER), chat(model="bot")))
+    items = await drain(replica.generate(make_call("req-deleted", adapter=ADAPTER), chat(model="bot@2")))
     assert len(items) == 1 and isinstance(items[0], EngineError)
     assert items[0].status == 404 and items[0].type == "NotFoundError" and not items[0].billed
-    assert "`bot`" in items[0].message
+    assert "`bot@2`" in items[0].message
     assert ledger_rows(replica) == [] and llm(replica).generate_calls == []
     assert ADAPTER.lora_name not in replica.engine.models.lora_requests
 
@@ -579,13 +621,13 @@ async def test_an_adapter_deleted_before_the_run_is_a_404_refusal(replica, not_f
 async def test_deleting_an_adapter_lets_running_requests_finish_and_404s_later_ones(replica):
     fake, adapters = llm(replica), replica.engine.adapters
     fake.script = Script(prompt_len=5, cached=0, tokens=6, stall_after=2)
-    running = replica.generate(make_call("req-running", adapter=ADAPTER), chat(model="bot"))
+    running = replica.generate(make_call("req-running", adapter=ADAPTER), chat(model="bot@2"))
     got = [await running.__anext__()]
     await asyncio.wait_for(fake.stalled.wait(), DEADLINE_S)
 
     await adapters.retire({ADAPTER.lora_int_id})  # DELETE noticed while a request runs with it
-    assert ADAPTER.lora_name in adapters.retiring and fake.removed_loras == []
-    later = await drain(replica.generate(make_call("req-later", adapter=ADAPTER), chat(model="bot")))
+    assert ADAPTER.lora_int_id in adapters.deleted and fake.removed_loras == []
+    later = await drain(replica.generate(make_call("req-later", adapter=ADAPTER), chat(model="bot@2")))
     assert len(later) == 1 and isinstance(later[0], EngineError) and later[0].status == 404
 
     fake.gate.set()
@@ -593,21 +635,30 @@ async def test_deleting_an_adapter_lets_running_requests_finish_and_404s_later_o
     assert got[-1].data.endswith(SSE_DONE.encode())
     # Its last request done, the version is freed.
     assert fake.removed_loras == [ADAPTER.lora_int_id] and adapters.targets == {}
-    assert replica.engine.adapters.store.evicted == [ADAPTER.lora_name]
+    assert replica.engine.adapters.store.evicted == [(ADAPTER.tenant, ADAPTER.sha256)]
 
-    replica.engine.adapters.store.deleted.add(ADAPTER.lora_name)  # the blob is gone too
-    after = await drain(replica.generate(make_call("req-after", adapter=ADAPTER), chat(model="bot")))
+    replica.engine.adapters.store.deleted.add((ADAPTER.tenant, ADAPTER.sha256))  # the blob is gone too
+    after = await drain(replica.generate(make_call("req-after", adapter=ADAPTER), chat(model="bot@2")))
     assert len(after) == 1 and isinstance(after[0], EngineError) and after[0].status == 404
 
     rows = ledger_rows(replica)
     assert [(r["request_id"], r["status"], r["completion_tokens"]) for r in rows] == [("req-running", "stop", 6)]
 
 
+async def test_a_version_retired_while_idle_is_never_reloaded(replica):
+    await drain(replica.generate(make_call("req-before", adapter=ADAPTER), chat(model="bot@2")))
+    await replica.engine.adapters.retire({ADAPTER.lora_int_id})  # idle: dropped at once
+    assert llm(replica).removed_loras == [ADAPTER.lora_int_id]
+    # The blob is not removed yet (DELETE marks the catalog row first, then deletes the blob).
+    later = await drain(replica.generate(make_call("req-later", adapter=ADAPTER), chat(model="bot@2")))
+    assert len(later) == 1 and isinstance(later[0], EngineError) and later[0].status == 404
+
+
 # --------------------------------------------------------------------------------------------
 # (h) served keys, routing stats, health checks
 # --------------------------------------------------------------------------------------------
 async def test_served_keys_record_the_calls_routing_key(replica):
-    await drain(replica.generate(make_call("r1", adapter=ADAPTER), chat(model="bot")))
+    await drain(replica.generate(make_call("r1", adapter=ADAPTER), chat(model="bot@2")))
     await drain(replica.generate(make_call("r2", tenant="ten_b"), chat()))
     await drain(replica.generate(EngineCall(request_id="r3", stream=True), chat()))  # no key: not recorded
     assert replica.served_keys.recent() == ["ten_b", "ten_a/bot"]
@@ -624,7 +675,7 @@ async def test_routing_stats_report_the_keys_served_most_recent_first(replica):
 async def test_unfinished_requests_and_loaded_adapters_come_from_the_engine(replica):
     fake = llm(replica)
     fake.script = Script(tokens=5, stall_after=1)
-    gen = replica.generate(make_call(adapter=ADAPTER), chat(model="bot"))
+    gen = replica.generate(make_call(adapter=ADAPTER), chat(model="bot@2"))
     await gen.__anext__()
     await asyncio.wait_for(fake.stalled.wait(), DEADLINE_S)
     assert replica.num_unfinished_requests() == 1
