@@ -8,6 +8,7 @@ from typing import Any, Optional
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from loraplex.accounting.config import AccountingConfig
+from loraplex.engine.shedding import SheddingConfig
 from loraplex.routing.config import RoutingConfig
 from loraplex.tenancy.config import TenancyConfig
 
@@ -133,6 +134,15 @@ class EngineDeploymentConfig(BaseModel):
         description="Stream items per second one replica aims to send over all its streams: the "
         "window is active streams / this, capped at stream_window_s, so a few streams wait ~1 ms "
         "and many streams wait up to the cap.",
+    )
+    max_queued_requests: int = Field(
+        256, gt=0,
+        description="Requests an ingress replica holds for the Engine deployment while every "
+        "replica has max_ongoing_requests; past this the caller gets 503 + Retry-After at once.",
+    )
+    shedding: SheddingConfig = Field(
+        default_factory=SheddingConfig,
+        description="When a replica refuses new work (503 + Retry-After), lowest priority first.",
     )
     routing: RoutingConfig = Field(
         default_factory=RoutingConfig,

@@ -14,6 +14,7 @@ from loraplex.config import EngineDeploymentConfig, PlatformConfig
 from loraplex.engine.engine_counters import read_engine_counters
 from loraplex.engine.metering import usage_record
 from loraplex.engine.protocol import SSE_DONE, EngineCall, EngineChunk, EngineError, RequestUsage, sse_error
+from loraplex.engine.shedding import EngineLoad, LoadShedder
 from loraplex.engine.stream_batcher import DeadlineExceeded, StreamBatcher
 from loraplex.engine.vllm_engine import VLLMEngine
 from loraplex.routing.served_keys import ServedKeys, routing_stats
@@ -44,6 +45,7 @@ class Engine:
         # The affinity keys this replica served lately, reported to the routers (record_routing_stats).
         deployment = config.engine_deployment
         self.served_keys = ServedKeys(deployment.routing.served_keys)
+        self.shedder = LoadShedder(deployment.shedding, self._engine_load)
         self.batcher = StreamBatcher(deployment.stream_window_s, deployment.stream_max_chunks,
                                      deployment.stream_items_per_s)
         self.engine = engine_cls(config.engine, replica_id=replica_id, adapter_store=store)
@@ -68,6 +70,10 @@ class Engine:
         deadline aborts the engine request and ends it the same way with 504, billed as `timeout`.
         """
         self.served_keys.touch(call.routing_key)
+        if (overloaded := self.shedder.refusal(call.priority)) is not None:
+            yield EngineError(status=503, message=f"The server is overloaded ({overloaded}); retry in a moment.",
+                              type="service_unavailable", retry_after=self.shedder.config.retry_after_s)
+            return
         usage = RequestUsage(replica_id=self.replica_id)
         source = self.engine.generate(call, request, usage)
         batches = self.batcher.batches(source, call.deadline)
@@ -119,6 +125,11 @@ class Engine:
         gauges = read_engine_counters()
         return routing_stats(self.served_keys.recent(), running=gauges["num_requests_running"],
                              waiting=gauges["num_requests_waiting"], kv_usage=gauges["kv_cache_usage"])
+
+    @staticmethod
+    def _engine_load() -> EngineLoad:
+        gauges = read_engine_counters()
+        return EngineLoad(waiting=gauges["num_requests_waiting"], kv_usage=gauges["kv_cache_usage"])
 
     def _meter(self, call: EngineCall, usage: RequestUsage) -> None:
         """Append the request's usage record, if it is billable: a tenant's, and the engine
@@ -189,6 +200,7 @@ def engine_deployment(deployment: EngineDeploymentConfig):
         # long, then calls __del__ (engine shutdown, ledger flush).
         graceful_shutdown_timeout_s=deployment.graceful_shutdown_timeout_s,
         graceful_shutdown_wait_loop_s=1.0,
+        max_queued_requests=deployment.max_queued_requests,
         ray_actor_options={"num_cpus": deployment.num_cpus, "num_gpus": deployment.num_gpus},
         request_router_config=deployment.routing.request_router_config(),
     )

@@ -33,6 +33,7 @@ class EngineError:
     # The engine failed after it took the request: the replica billed it (`engine_error`), so
     # the ingress must not also count it as a refusal.
     billed: bool = False
+    retry_after: Optional[int] = None  # seconds, for a 503 the client should retry
 
     def body(self) -> dict:
         return StatusError(self.message, status=self.status, param=self.param, type=self.type).body()

@@ -13,6 +13,7 @@ import uuid
 from typing import Any, AsyncIterator
 
 from pydantic import BaseModel, ValidationError
+from ray.serve.exceptions import BackPressureError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -157,6 +158,9 @@ class OpenAIRoutes:
         except StopAsyncIteration:
             raise APIError(503, "The engine ended the request without a reply; retry it.",
                            headers=RETRY_AFTER)
+        except BackPressureError:  # every replica is full and the queue to them too: a refusal
+            raise APIError(503, "The server is overloaded (every engine replica's queue is full); retry in a moment.",
+                           headers=RETRY_AFTER)
         except Exception as exc:  # the replica died or could not be reached: nothing was sent
             self._bill_engine_lost(call, None, exc)
             raise EngineFailed(503, f"The engine replica was lost ({type(exc).__name__}); retry the request.",
@@ -164,8 +168,9 @@ class OpenAIRoutes:
         if isinstance(first, EngineError):
             await items.aclose()
             error = EngineFailed if first.billed else APIError
-            raise error(first.status, first.message, param=first.param,
-                        headers=RETRY_AFTER if first.status == 503 else None)
+            retry = {"Retry-After": str(first.retry_after)} if first.retry_after else (
+                RETRY_AFTER if first.status == 503 else None)
+            raise error(first.status, first.message, param=first.param, headers=retry)
         if call.stream:
             return StreamingResponse(
                 self._sse(call, first, items),

@@ -194,3 +194,39 @@ def test_closing_a_stream_early_closes_the_engine_stream(engine):
 
     asyncio.run(run())
     assert engine.closed_early == 1 and engine.finished == 0
+
+
+def test_a_shed_request_is_a_503_with_the_replicas_retry_after():
+    def shed(method, call, request):
+        yield EngineError(503, "The server is overloaded (40 requests are queued); retry in a moment.", retry_after=7)
+
+    response = make_client(FakeEngineClient(shed)).post("/v1/chat/completions", json=CHAT)
+    assert_openai_error(response, 503)
+    assert response.headers["retry-after"] == "7"
+
+
+def test_a_full_engine_queue_is_a_503_refusal_not_an_engine_loss():
+    from ray.serve.exceptions import BackPressureError
+
+    def full(method, call, request):
+        raise BackPressureError(num_queued_requests=256, max_queued_requests=256)
+        yield  # pragma: no cover
+
+    response = make_client(FakeEngineClient(full)).post("/v1/chat/completions", json=CHAT)
+    assert "overloaded" in assert_openai_error(response, 503)["message"]
+    assert response.headers["retry-after"]
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-1", "nan", "inf", "1e999"])
+def test_a_bad_timeout_header_is_a_400_naming_it(engine, value):
+    response = make_client(engine).post("/v1/chat/completions", json=CHAT, headers={"X-LoRAPlex-Timeout": value})
+    assert assert_openai_error(response, 400)["param"] == "X-LoRAPlex-Timeout"
+
+
+def test_the_deadline_is_the_servers_or_shorter_never_longer(engine):
+    client = make_client(engine, request_timeout_s=30)
+    for asked, expected in ((None, 30), ("5", 5), ("600", 30)):
+        headers = {"X-LoRAPlex-Timeout": asked} if asked else {}
+        assert client.post("/v1/chat/completions", json=CHAT, headers=headers).status_code == 200
+        call = engine.requests[-1][1]
+        assert call.deadline - call.arrival_time == pytest.approx(expected)
