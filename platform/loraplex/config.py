@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -51,6 +51,12 @@ class EngineConfig(BaseModel):
     enable_prefix_caching: bool = Field(True, description="Reuse KV blocks of shared prefixes.")
     enable_chunked_prefill: bool = Field(True, description="Mix prefill chunks with decodes.")
     seed: int = Field(0, description="Sampling seed for reproducible runs.")
+    scheduling_policy: Literal["priority", "fcfs"] = Field(
+        "priority",
+        description="vLLM's scheduler: `priority` runs waiting requests by their tenant's "
+        "`priority` limit (higher first; a higher-priority arrival may preempt a lower one), "
+        "`fcfs` in arrival order. Clients never choose a request's priority.",
+    )
     engine_kwargs: dict[str, Any] = Field(
         default_factory=dict,
         description="Any other vllm AsyncEngineArgs field, passed through unchanged.",
@@ -81,6 +87,7 @@ class EngineConfig(BaseModel):
             "enable_prefix_caching": self.enable_prefix_caching,
             "enable_chunked_prefill": self.enable_chunked_prefill,
             "seed": self.seed,
+            "scheduling_policy": self.scheduling_policy,
         }
         if self.enable_lora:
             args.update(

@@ -37,6 +37,28 @@ def engine_pids() -> set[int]:
     return {int(p) for p in out.split()}
 
 
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def rss(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        return 0
+
+
+def alive(pid: int) -> bool:
+    """Running, not a zombie waiting for its (dead) parent to reap it."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def descendants(pid: int) -> list[int]:
     out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
     children = [int(p) for p in out.split()]
@@ -108,15 +130,17 @@ def test_records_survive_kill_9_exactly_once(tmp_path):
         assert all(s.tokens_seen >= 3 for s in streams), [(s.tokens_seen, s.failure) for s in streams]
 
         [pid] = engine_pids()
-        engine_core = descendants(pid)
+        engine_core = [c for c in descendants(pid) if "orphan_guard" not in cmdline(c)]
+        assert engine_core, "vLLM's EngineCore should be a child of the Engine replica"
+        core_memory = sum(rss(c) for c in engine_core)
         os.kill(pid, signal.SIGKILL)
-        # vLLM's EngineCore does not watch its parent: without this it would live on, orphaned,
-        # holding the memory the replacement replica needs.
-        for child in engine_core:
-            try:
-                os.kill(child, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        # vLLM's EngineCore does not watch its parent; the replica's orphan guard kills it, so
+        # its memory is back for the replacement replica.
+        deadline = time.time() + 30
+        while time.time() < deadline and any(alive(c) for c in engine_core):
+            time.sleep(0.2)
+        assert not any(alive(c) for c in engine_core), f"EngineCore outlived its replica: {engine_core}"
+        assert core_memory > 100 << 20  # it held real memory (the model), now freed
         for stream in streams:
             stream.join(timeout=60)
             assert not stream.is_alive(), "a stream hung after its engine died"

@@ -113,6 +113,8 @@ class VLLMEngine:
 
     async def _serve(self, create, call: EngineCall, request, usage: RequestUsage):
         request.request_id = call.request_id
+        # vLLM runs lower values first; a client's own `priority` never counts.
+        request.priority = 100 - call.priority if self.config.scheduling_policy == "priority" else 0
         if call.cache_salt is not None:
             request.cache_salt = call.cache_salt
         adapter = call.adapter

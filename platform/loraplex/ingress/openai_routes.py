@@ -105,7 +105,7 @@ class OpenAIRoutes:
 
     async def _generate(self, request: Request, model: type[BaseModel]) -> Response:
         arrival = time.time()
-        principal = None
+        principal = call = None
         try:
             if self.tenants is not None:
                 principal = await self.tenants.authenticate(request)
@@ -116,6 +116,8 @@ class OpenAIRoutes:
         except StatusError as exc:  # auth, adapter and request errors alike: a refusal
             if self.ledger is not None and not isinstance(exc, EngineFailed):
                 self.ledger.reject(principal.tenant_id if principal else None, str(exc.status))
+            if call is not None:  # the id a billed failure (504, 503 engine lost) is in the ledger under
+                exc.headers[REQUEST_ID_HEADER] = call.request_id
             raise
         response.headers[REQUEST_ID_HEADER] = call.request_id
         return response
