@@ -58,9 +58,9 @@ def platform(tmp_path_factory):
     args["engine"]["max_num_seqs"] = 4
     args["engine_deployment"].update(
         num_replicas=2, num_cpus=0.5, graceful_shutdown_timeout_s=120,
-        # Priority 0 is refused as soon as a request waits in vLLM's queue; priority 100 only
-        # at 64 waiting.
-        shedding={"shed_waiting": 1, "max_waiting": 64},
+        # Priority 0 may fill half of a replica's 4 batch slots; priority 100 only ever meets
+        # the hard bound of 64 requests in flight.
+        shedding={"shed_requests": 2, "max_requests": 64},
     )
     config_path = tmp / "serve_config.yaml"
     config_path.write_text(yaml.safe_dump(config))
@@ -79,7 +79,8 @@ def test_overload_sheds_the_low_priority_tenant_and_keeps_the_high_one_fast(plat
     async def run():
         async with httpx.AsyncClient(base_url=BASE_URL, timeout=120,
                                      limits=httpx.Limits(max_connections=200)) as client:
-            unloaded = [(await timed(client, gold, body(f"Name a color. {i}", 16)))[1] for i in range(6)]
+            await timed(client, gold, body("Name a color.", 16))  # warm-up: prefix cache, first batch
+            unloaded = [(await timed(client, gold, body(f"Name a color. {i}", 16)))[1] for i in range(8)]
 
             # Open loop: Poisson arrivals of the low-priority tenant for 25 s, at a rate several
             # times what two CPU replicas serve (about 2 requests/s of this size).

@@ -14,7 +14,7 @@ from loraplex.config import EngineDeploymentConfig, PlatformConfig
 from loraplex.engine.engine_counters import read_engine_counters
 from loraplex.engine.metering import usage_record
 from loraplex.engine.protocol import SSE_DONE, EngineCall, EngineChunk, EngineError, RequestUsage, sse_error
-from loraplex.engine.shedding import EngineLoad, LoadShedder
+from loraplex.engine.shedding import LoadShedder
 from loraplex.engine.stream_batcher import DeadlineExceeded, StreamBatcher
 from loraplex.engine.vllm_engine import VLLMEngine
 from loraplex.routing.served_keys import ServedKeys, routing_stats
@@ -45,7 +45,9 @@ class Engine:
         # The affinity keys this replica served lately, reported to the routers (record_routing_stats).
         deployment = config.engine_deployment
         self.served_keys = ServedKeys(deployment.routing.served_keys)
-        self.shedder = LoadShedder(deployment.shedding, self._engine_load)
+        self.in_flight = 0  # tenant requests this replica is serving (in vLLM or about to be)
+        self.shedder = LoadShedder(deployment.shedding, lambda: self.in_flight,
+                                   lambda: read_engine_counters()["kv_cache_usage"])
         self.batcher = StreamBatcher(deployment.stream_window_s, deployment.stream_max_chunks,
                                      deployment.stream_items_per_s)
         self.engine = engine_cls(config.engine, replica_id=replica_id, adapter_store=store)
@@ -74,6 +76,7 @@ class Engine:
             yield EngineError(status=503, message=f"The server is overloaded ({overloaded}); retry in a moment.",
                               type="service_unavailable", retry_after=self.shedder.config.retry_after_s)
             return
+        self.in_flight += 1
         usage = RequestUsage(replica_id=self.replica_id)
         source = self.engine.generate(call, request, usage)
         batches = self.batcher.batches(source, call.deadline)
@@ -116,6 +119,7 @@ class Engine:
                 yield EngineError(status=503, message=message, type="ServiceUnavailableError",
                                   billed=bool(usage.engine_request_ids))
         finally:
+            self.in_flight -= 1
             await batches.aclose()  # on a disconnect: cancels the engine request first
             if not metered and not refused:
                 self._meter(call, usage)
@@ -125,11 +129,6 @@ class Engine:
         gauges = read_engine_counters()
         return routing_stats(self.served_keys.recent(), running=gauges["num_requests_running"],
                              waiting=gauges["num_requests_waiting"], kv_usage=gauges["kv_cache_usage"])
-
-    @staticmethod
-    def _engine_load() -> EngineLoad:
-        gauges = read_engine_counters()
-        return EngineLoad(waiting=gauges["num_requests_waiting"], kv_usage=gauges["kv_cache_usage"])
 
     def _meter(self, call: EngineCall, usage: RequestUsage) -> None:
         """Append the request's usage record, if it is billable: a tenant's, and the engine
