@@ -3,6 +3,7 @@ under an open-loop overload, and a graceful drain when the config is redeployed 
 (`serve deploy`). One platform serves both tests (an engine start costs a minute here)."""
 
 import asyncio
+import os
 import random
 import secrets
 import subprocess
@@ -26,6 +27,9 @@ pytestmark = pytest.mark.e2e
 
 ADMIN_TOKEN = secrets.token_urlsafe(16)
 MODEL = "SmolLM2-135M-Instruct"
+# `serve run` starts Ray with token auth (the token in ~/.ray/auth_token); Ray's CLI sends it
+# only when told that the cluster uses it.
+RAY_CLI_ENV = {**os.environ, "RAY_AUTH_MODE": "token"}
 
 
 def tenant_key(name: str, priority: int) -> str:
@@ -141,7 +145,7 @@ def test_scaling_down_drains_running_requests_and_flushes_their_records(platform
             config["applications"][0]["args"]["engine_deployment"]["num_replicas"] = 1
             config_path.write_text(yaml.safe_dump(config))
             deploy = await asyncio.to_thread(subprocess.run, [str(BIN / "serve"), "deploy", str(config_path)],
-                                             capture_output=True, text=True, cwd=ROOT)
+                                             capture_output=True, text=True, cwd=ROOT, env=RAY_CLI_ENV)
             assert deploy.returncode == 0, deploy.stderr
             return await asyncio.gather(*tasks)
 
@@ -151,7 +155,7 @@ def test_scaling_down_drains_running_requests_and_flushes_their_records(platform
     # One replica is left once the drained one exited; its records were flushed on the way out.
     deadline = time.time() + 180
     while time.time() < deadline:
-        status = subprocess.run([str(BIN / "serve"), "status"], capture_output=True, text=True).stdout
+        status = subprocess.run([str(BIN / "serve"), "status"], capture_output=True, text=True, env=RAY_CLI_ENV).stdout
         if "RUNNING: 1" in status.split("Engine:")[-1][:400] and "STOPPING" not in status:
             break
         time.sleep(2)
