@@ -41,7 +41,7 @@ import loraplex
 from loraplex.engine.protocol import EngineError
 from platform_app import ADMIN_TOKEN, BASE, build_platform_app
 
-EXAMPLES = int(os.environ.get("LORAPLEX_FUZZ_EXAMPLES", "25"))
+EXAMPLES = int(os.environ.get("LORAPLEX_FUZZ_EXAMPLES", "40"))
 REMOTE = os.environ.get("LORAPLEX_FUZZ_URL")
 REQUEST_TIMEOUT_S = 10.0  # per request: a reply slower than this is a hang
 CONTEXT = 8192  # the fake engine's context window
