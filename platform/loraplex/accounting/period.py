@@ -25,4 +25,7 @@ def check_range(start: datetime, end: datetime) -> None:
 def parse_time(s: str) -> datetime:
     """ISO-8601 date or datetime from a query string; 'Z' accepted; naive means UTC."""
     t = datetime.fromisoformat(s.strip().replace("Z", "+00:00").replace(" ", "+"))  # '+' arrives as ' '
-    return t.replace(tzinfo=timezone.utc) if t.tzinfo is None else t.astimezone(timezone.utc)
+    try:
+        return t.replace(tzinfo=timezone.utc) if t.tzinfo is None else t.astimezone(timezone.utc)
+    except OverflowError:  # 0001-01-01T00:00+05:00 is before the year 1 in UTC
+        raise ValueError(f"{s!r} is out of range in UTC (years 1 to 9999)") from None

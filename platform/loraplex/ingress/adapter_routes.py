@@ -9,6 +9,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from loraplex.errors import StatusError
+from loraplex.ingress.body_limit import limited
 from loraplex.ingress.errors import APIError
 from loraplex.ingress.tenant_context import TenantContext
 from loraplex.registry import group_by_name
@@ -30,13 +32,16 @@ class AdapterRoutes:
 
     async def upload(self, request: Request) -> Response:
         principal = await self.tenants.authenticate(request)
-        declared = request.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > self.max_upload_bytes + 64 * 1024:
-            raise APIError(413, f"Upload is over {self.max_upload_bytes} bytes; pack a smaller adapter.")
         if not request.headers.get("content-type", "").startswith("multipart/form-data"):
             raise APIError(400, "Send multipart/form-data with a `file` (.tar.gz/.tgz/.zip) and a `name`.")
+        # The whole multipart body (archive, `name`, boundaries) counts against the bound, as it
+        # streams in (a chunked upload declares no length): once past it the request is refused
+        # before the form parser spools another byte, so no more than the bound is ever spooled.
+        request = limited(request, self.max_upload_bytes, self._too_large)
         try:
             form = await request.form(max_files=1, max_fields=4)
+        except StatusError:
+            raise
         except Exception as exc:  # malformed multipart bodies
             raise APIError(400, f"Could not read the multipart form ({exc}); send `file` and `name`.")
         try:
@@ -49,6 +54,12 @@ class AdapterRoutes:
         finally:
             await form.close()  # the spooled upload file
         return JSONResponse(entry.to_response(), status_code=201)
+
+    def _too_large(self) -> APIError:
+        return APIError(413, f"The upload is over {self.max_upload_bytes} bytes (registry.max_upload_bytes): "
+                             "upload only adapter_config.json and adapter_model.safetensors, lower the "
+                             "adapter rank, or raise registry.max_upload_bytes in the config.",
+                        param="file")
 
     async def list(self, request: Request) -> Response:
         principal = await self.tenants.authenticate(request)

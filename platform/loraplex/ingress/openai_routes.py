@@ -19,6 +19,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
 from vllm.entrypoints.openai.completion.protocol import CompletionRequest
+from vllm.exceptions import VLLMValidationError
 
 from loraplex.engine.metering import usage_record
 from loraplex.engine.protocol import (SSE_DONE, EngineCall, EngineChunk, EngineError, RequestUsage,
@@ -47,10 +48,17 @@ async def read_json(request: Request, max_bytes: int) -> dict[str, Any]:
             raise APIError(413, f"Request body is over {max_bytes} bytes; send a shorter prompt.")
     try:
         data = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        if not isinstance(data, dict):
+            raise APIError(400, "Request body must be a JSON object.")
+        # A lone surrogate escape ("\ud800") is valid JSON but no text: nothing can store or tokenize it.
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise APIError(400, f"Request body has a lone UTF-16 surrogate ({exc.object[exc.start:exc.end]!r}) in a "
+                            "string; send valid Unicode (pair every \\ud800-\\udbff escape with a low one).")
+    except ValueError as exc:  # not JSON, not UTF-8, or an integer literal over 4300 digits
         raise APIError(400, f"Request body is not valid JSON ({exc}); send a JSON object.")
-    if not isinstance(data, dict):
-        raise APIError(400, "Request body must be a JSON object.")
+    except RecursionError:
+        raise APIError(400, "Request body nests too deeply to parse; send a flatter JSON object.")
     return data
 
 
@@ -66,6 +74,11 @@ def parse(model: type[BaseModel], data: dict[str, Any]) -> BaseModel:
         param = ".".join(str(p) for p in first.get("loc", ())) or None
         message = first.get("msg", str(exc))
         raise APIError(400, f"{param}: {message}" if param else message, param=param)
+    except VLLMValidationError as exc:  # vLLM's model validators raise it past pydantic
+        raise APIError(400, exc.args[0] if exc.args else str(exc), param=exc.parameter)
+    except Exception as exc:  # and TypeError & co. on wrong types (`"messages": null`)
+        raise APIError(400, f"The request does not fit the API's schema ({type(exc).__name__}: {exc}); check "
+                            "each field's type against the OpenAI API reference.")
 
 
 class OpenAIRoutes:

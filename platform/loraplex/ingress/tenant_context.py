@@ -28,9 +28,12 @@ class TenantContext:
     async def authenticate(self, request: Request):
         return await self.authenticator(request)
 
-    async def resolve_adapter(self, principal, model: str) -> AdapterTarget | None:
+    async def resolve_adapter(self, principal, model: str | None) -> AdapterTarget | None:
         if model == self.base_model:
             return None
+        if not model:  # vLLM's request models let it be omitted; a tenant must say which model
+            raise APIError(400, f"Missing `model`: name the base model ({self.base_model}) or one of your "
+                                "adapters (GET /v1/models lists them).", param="model")
         if self.registry is None:
             raise APIError(404, f"The model `{model}` does not exist. Valid: {self.base_model}.", param="model")
         try:

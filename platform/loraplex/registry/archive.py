@@ -227,9 +227,9 @@ def _extract_zip(archive: Path, dest: Path, limits: RegistryConfig) -> None:
 
 
 def _upload_too_large(limits: RegistryConfig) -> UploadTooLarge:
-    return UploadTooLarge(f"the upload is larger than {limits.max_upload_bytes} bytes; "
-                          "upload only adapter_config.json and adapter_model.safetensors, "
-                          "or lower the adapter rank")
+    return UploadTooLarge(f"the upload is larger than {limits.max_upload_bytes} bytes "
+                          "(registry.max_upload_bytes); upload only adapter_config.json and "
+                          "adapter_model.safetensors, or lower the adapter rank")
 
 
 def _expands_too_large(limits: RegistryConfig) -> UploadTooLarge:

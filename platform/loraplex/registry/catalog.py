@@ -17,7 +17,7 @@ from sqlalchemy import (JSON, BigInteger, Column, Engine, Index, Integer, String
 from sqlalchemy.exc import IntegrityError
 
 from loraplex.db import Base, Migration, UTCDateTime, migrate, write_transaction
-from loraplex.registry.store import AdapterNotFound
+from loraplex.registry.store import NAME, AdapterNotFound
 
 adapter_versions = Table(
     "adapter_versions", Base.metadata,
@@ -132,12 +132,15 @@ class AdapterCatalog:
         query = select(t).where(t.c.tenant_id == tenant, t.c.name == name, t.c.deleted_at.is_(None))
         if version is None:
             query = query.order_by(t.c.version.desc()).limit(1)
-        elif version.isdigit():
-            query = query.where(t.c.version == int(version))
+        elif version.isascii() and version.isdigit():
+            # A number no column can hold names no version (and would overflow the database's integer).
+            query = query.where(t.c.version == int(version)) if len(version) <= 18 else None
         else:
             query = query.where(t.c.sha256 == version)
-        with self.engine.connect() as conn:
-            row = conn.execute(query).first()
+        row = None
+        if query is not None and NAME.fullmatch(name):
+            with self.engine.connect() as conn:
+                row = conn.execute(query).first()
         if row is None:
             raise AdapterNotFound(f"The model `{ref}` does not exist. List yours with GET /v1/models.")
         return _version(row)
