@@ -41,7 +41,7 @@ async def read_json(request: Request, max_bytes: int) -> dict[str, Any]:
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > max_bytes:
         raise APIError(413, f"Request body is over {max_bytes} bytes; send a shorter prompt.")
-    body = b""
+    body = bytearray()  # not bytes +=: a body in many tiny chunks would cost quadratic time
     async for chunk in request.stream():
         body += chunk
         if len(body) > max_bytes:
@@ -50,8 +50,10 @@ async def read_json(request: Request, max_bytes: int) -> dict[str, Any]:
         data = json.loads(body)
         if not isinstance(data, dict):
             raise APIError(400, "Request body must be a JSON object.")
-        # A lone surrogate escape ("\ud800") is valid JSON but no text: nothing can store or tokenize it.
-        json.dumps(data, ensure_ascii=False).encode("utf-8")
+        # A lone surrogate escape ("\ud800") is valid JSON but no text: nothing can store or
+        # tokenize it. Only an escape can make one, so most bodies skip the re-encoding.
+        if b"\\ud" in body.lower():
+            json.dumps(data, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError as exc:
         raise APIError(400, f"Request body has a lone UTF-16 surrogate ({exc.object[exc.start:exc.end]!r}) in a "
                             "string; send valid Unicode (pair every \\ud800-\\udbff escape with a low one).")
