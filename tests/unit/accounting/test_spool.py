@@ -1,4 +1,5 @@
 import json
+import os
 
 import pytest
 
@@ -46,12 +47,65 @@ def test_corrupt_line_keeps_the_segment_aside(tmp_path):
     spool.close()
 
 
-def test_sync_modes(tmp_path):
+def count_fdatasync(monkeypatch) -> list[int]:
+    """Counts os.fdatasync calls (the spool's only durability call for data), and still syncs."""
+    calls, real = [], os.fdatasync
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (calls.append(fd), real(fd))[1])
+    return calls
+
+
+def test_sync_mode_always_syncs_every_append(tmp_path, monkeypatch):
     with pytest.raises(ValueError):
         UsageSpool(tmp_path / "x", sync_mode="never")
     spool = UsageSpool(tmp_path / "a", sync_mode="always")
-    spool.append("{}")
+    calls = count_fdatasync(monkeypatch)
+    for i in range(3):
+        spool.append(json.dumps({"n": i}))
+        assert len(calls) == i + 1  # before append returns
     spool.sync()
+    assert len(calls) == 3  # nothing left dirty: sync() has nothing to do
+    spool.close()
+
+
+def test_sync_mode_batch_syncs_only_on_sync(tmp_path, monkeypatch):
+    spool = UsageSpool(tmp_path, sync_mode="batch")
+    calls = count_fdatasync(monkeypatch)
+    for i in range(3):
+        spool.append(json.dumps({"n": i}))
+    assert calls == []  # the request path never waits on the disk
+    spool.sync()
+    assert len(calls) == 1  # one group commit for the three
+    spool.sync()
+    assert len(calls) == 1  # clean: no second fdatasync
+    spool.append("{}")
+    spool.rotate()  # sealing a segment syncs it
+    assert len(calls) == 2
+    spool.sync()
+    assert len(calls) == 2  # the new segment has nothing to sync
+    spool.close()
+
+
+def test_fresh_line_keeps_a_torn_line_from_corrupting_the_next_record(tmp_path):
+    spool = UsageSpool(tmp_path)
+    spool.append('{"n": 1}')
+    os.write(spool._fd, b'{"n": 2, "to')  # a write cut short, no newline
+    spool.append('{"n": 3}', fresh_line=True)
+    spool.append('{"n": 4}')
+    spool.rotate()
+    [path] = spool.sealed()
+    seg = UsageSpool.read(path)
+    assert seg.entries == [{"n": 1}, {"n": 3}, {"n": 4}] and seg.bad_lines == 1
+    spool.close()
+
+
+def test_without_fresh_line_the_torn_line_eats_the_next_record(tmp_path):
+    # What fresh_line is for: the same torn write, then a plain append.
+    spool = UsageSpool(tmp_path)
+    os.write(spool._fd, b'{"n": 2, "to')
+    spool.append('{"n": 3}')
+    spool.rotate()
+    seg = UsageSpool.read(spool.sealed()[0])
+    assert seg.entries == [] and seg.bad_lines == 1
     spool.close()
 
 
