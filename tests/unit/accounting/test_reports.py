@@ -74,8 +74,19 @@ def test_csv_and_table(ledger):
     assert [r["adapter"] for r in rows] == ["", "sql-bot@3f2a"]
     assert {k for k in rows[0]} >= {"prompt_tokens", "cached_prompt_tokens", "completion_tokens", "requests", "cost"}
     assert sum(Decimal(r["cost"]) for r in rows) == rep.total.cost
-    table = rep.to_table()
-    assert "TOTAL" in table and "sql-bot@3f2a" in table
+    table = rep.to_table().splitlines()
+    assert table[-1].split() == ["TOTAL", "400", "160", "80", "4", str(4 * T1_COST)]
+    assert table[2].split()[:1] == ["300"] and table[3].split()[:1] == ["sql-bot@3f2a"]  # no adapter: empty
+    d = rep.to_dict()
+    assert {k: d[k] for k in ("tenant", "start", "end", "group_by", "currency")} == {
+        "tenant": "t1", "start": "2026-11-01T00:00:00+00:00", "end": "2026-12-01T00:00:00+00:00",
+        "group_by": "adapter", "currency": "USD"}
+    assert d["total"] == {"prompt_tokens": 400, "cached_prompt_tokens": 160, "completion_tokens": 80,
+                          "requests": 4, "cost": str(4 * T1_COST)}
+    assert [r["adapter"] for r in d["rows"]] == [None, "sql-bot@3f2a"]
+    # group_by defaults to day.
+    assert [r.key for r in usage_report(ledger.engine, PRICES, *NOV, tenant_id="t1").rows] == [
+        "2026-11-03", "2026-11-04"]
 
 
 def test_bad_arguments_raise_value_error(ledger):
@@ -90,6 +101,9 @@ def test_price_book_resolution():
     assert book.plan_for("t2") == "override" and book.plan_for("t3") == "pro"
     assert book.plan_for("t4") == "default" and book.plan_for("nobody") == "default"
     assert book.cost("t3", 1_000_000, 0, 0) == Decimal("0.40")
+    assert book.currency == "USD" and PriceBook.from_config(PricingConfig(currency="EUR")).currency == "EUR"
+    with pytest.raises(ValueError, match="default_plan 'gold' has no prices"):
+        PriceBook.from_config(PricingConfig(default_plan="gold"))
 
 
 PRICES_CFG = PricingConfig(
@@ -176,8 +190,24 @@ def test_monthly_statement_rounds_a_half_cent_up_and_only_the_total(db_url, tmp_
         ledger.flush()
         per_line = monthly_statement(ledger.engine, PRICES, "t3", "2026-11")
         half = monthly_statement(ledger.engine, PRICES, "t4", "2026-11")
-    assert [ln.amount for ln in per_line.lines] == [Decimal("0.004"), Decimal("0.004"), Decimal("0.003")]
-    assert per_line.subtotal == Decimal("0.011") and per_line.to_dict()["total_due"] == "0.01"
+    assert per_line.to_dict() == {
+        "tenant": "t3", "period": "2026-11", "plan": "default", "currency": "USD", "requests": 1,
+        "lines": [{"meter": "input_tokens", "quantity": 8_000, "unit_price_per_1m": "0.50", "amount": "0.004"},
+                  {"meter": "cached_input_tokens", "quantity": 80_000, "unit_price_per_1m": "0.05",
+                   "amount": "0.004"},
+                  {"meter": "output_tokens", "quantity": 2_000, "unit_price_per_1m": "1.50", "amount": "0.003"}],
+        "subtotal": "0.011", "total_due": "0.01"}
+    assert per_line.to_csv().splitlines() == [
+        "tenant,period,plan,currency,meter,quantity,unit_price_per_1m,amount",
+        "t3,2026-11,default,USD,input_tokens,8000,0.50,0.004",
+        "t3,2026-11,default,USD,cached_input_tokens,80000,0.05,0.004",
+        "t3,2026-11,default,USD,output_tokens,2000,1.50,0.003",
+        "t3,2026-11,default,USD,total_due,,,0.01"]
+    table = per_line.to_table().splitlines()
+    assert table[0] == "Statement t3 2026-11 (plan default, 1 requests)"
+    assert table[1].split() == ["meter", "quantity", "USD/1M", "amount"]
+    assert table[3].split() == ["input_tokens", "8000", "0.50", "0.004"]
+    assert table[-1].split() == ["TOTAL", "DUE", "0.01"]
     assert half.subtotal == Decimal("0.005") and half.to_dict()["total_due"] == "0.01"
 
 
@@ -210,6 +240,39 @@ def test_billing_event_ids_are_pinned_literals(ledger):
     assert [json.loads(line)["id"] for line in export.to_jsonl().splitlines()] == [
         i for i, _ in PINNED_EVENTS.values()]
     # A meter with no tokens that day is no event (t1 at 0 cached tokens on a day).
+
+
+def test_billing_export_cuts_at_midnight_after_the_grace(db_url, tmp_path):
+    midnight = datetime(2026, 11, 4, tzinfo=timezone.utc)
+    with UsageLedger(db_url, tmp_path / "spool") as ledger:
+        # make_record finishes 1 s after `at`: one record just before midnight, one exactly at it.
+        # No cached tokens: that meter has no event, and the output meter after it still does.
+        ledger.append(make_record(1, tenant="t9", at=midnight - timedelta(seconds=2), cached_prompt_tokens=0))
+        ledger.append(make_record(2, tenant="t9", at=midnight - timedelta(seconds=1), cached_prompt_tokens=0))
+        ledger.append(make_record(1, tenant="t8"))
+        ledger.flush()
+        # 01:30:30.5 less an hour of grace: the 3rd is final, the 4th (from 00:00:00.000000) is not.
+        export = billing_export(ledger.engine, "2026-11", grace=timedelta(hours=1), tenant_id="t9",
+                                now=midnight + timedelta(hours=1, minutes=30, seconds=30, microseconds=500_000))
+        # Right at the first day's end plus grace, nothing is final yet.
+        none = billing_export(ledger.engine, "2026-11", grace=timedelta(hours=1),
+                              now=datetime(2026, 11, 1, 1, tzinfo=timezone.utc))
+        # Without `now`: the current time (so nothing of November 2026 is closed before it).
+        assert billing_export(ledger.engine, "2000-01", tenant_id="t9").complete
+    assert (export.period, export.complete, export.through) == ("2026-11", False, "2026-11-03")
+    assert [(e["subject"], e["data"]["meter"], e["data"]["day"], e["data"]["quantity"]) for e in export.events] == [
+        ("t9", "input_tokens", "2026-11-03", 100), ("t9", "output_tokens", "2026-11-03", 20)]
+    assert (none.events, none.complete, none.through) == ([], False, None)
+    first, _ = export.to_jsonl().splitlines()
+    assert first == (
+        '{"data":{"day":"2026-11-03","meter":"input_tokens","period":"2026-11","quantity":100,"tenant":"t9",'
+        '"window_end":"2026-11-04T00:00:00Z","window_start":"2026-11-03T00:00:00Z"},'
+        '"datacontenttype":"application/json","id":"%s","source":"loraplex","specversion":"1.0",'
+        '"subject":"t9","time":"2026-11-03T00:00:00Z","type":"io.loraplex.usage.tokens"}'
+        % event_id("t9", "input_tokens", "2026-11", "2026-11-03"))
+    assert export.to_csv().splitlines()[:2] == [
+        "id,time,tenant,meter,quantity,period,day",
+        f"{export.events[0]['id']},2026-11-03T00:00:00Z,t9,input_tokens,100,2026-11,2026-11-03"]
 
 
 def test_billing_export_only_includes_closed_days(ledger):

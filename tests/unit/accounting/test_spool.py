@@ -17,8 +17,10 @@ def test_append_rotate_read_discard(tmp_path):
     [path] = spool.sealed()
     seg = spool.read(path)
     assert [e["n"] for e in seg.entries] == [0, 1, 2]
+    assert spool.pending_bytes() == path.stat().st_size + len('{"n": 3}\n')  # sealed + current
     spool.discard(seg)
     assert spool.sealed() == [] and not path.exists()
+    assert spool.pending_bytes() == len('{"n": 3}\n')
     spool.close()
 
 

@@ -62,3 +62,22 @@ def test_indexes_agree_and_caps_hold(ops, keys_cap, tokens_cap):
             assert held._tokens[replica] <= tokens_cap
     for key in "abcdefgh":
         assert held.holders(key) == {r for r in ("r0", "r1", "r2") if key in held.keys(r)}
+
+
+def test_a_report_keeps_each_keys_shared_estimate_and_resets_the_budget():
+    held = HeldKeys(tokens_per_replica=1000)
+    held.add("r0", "a", 400)
+    held.add("r1", "a", 400)  # r1 keeps a (and its 400-token estimate) known
+    held.replace("r0", ["a", "b"])  # b was never routed here: 0 tokens
+    held.add("r0", "c", 600)  # a 400 + b 0 + c 600 = the budget exactly: nothing goes
+    assert held.holders("a") == {"r0", "r1"} and held.keys("r0") == ["a", "b", "c"]
+    held.add("r0", "d", 1)  # 1,001: a, the least recent, goes
+    assert held.holders("a") == {"r1"} and held.keys("r0") == ["b", "c", "d"]
+
+
+def test_a_report_resets_the_key_count():
+    held = HeldKeys(keys_per_replica=2)
+    held.add("r0", "a")
+    held.add("r0", "b")
+    held.replace("r0", ["c", "d"])
+    assert held.keys("r0") == ["c", "d"] and held.holders("a") == set()
