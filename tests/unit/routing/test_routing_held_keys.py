@@ -73,6 +73,31 @@ def test_a_report_keeps_each_keys_shared_estimate_and_resets_the_budget():
     assert held.holders("a") == {"r0", "r1"} and held.keys("r0") == ["a", "b", "c"]
     held.add("r0", "d", 1)  # 1,001: a, the least recent, goes
     assert held.holders("a") == {"r1"} and held.keys("r0") == ["b", "c", "d"]
+    held.add("r0", "e", 400)  # 0 + 600 + 1 + 400 = 1,001 again: b goes, then c
+    assert held.keys("r0") == ["d", "e"]
+
+
+def test_keys_of_unknown_size_take_no_budget_and_tails_only_come_with_one():
+    held = HeldKeys(tokens_per_replica=2)
+    for key in "abc":
+        held.add("r0", key)  # prompt size unknown: 0 tokens
+    assert held.keys("r0") == ["a", "b", "c"]
+    held.add("r0", "c", 0)
+    assert len(held._lru["r0"]) == 3  # the same prompt size again adds no empty tail
+    counted = HeldKeys(keys_per_replica=2)  # no token budget: tails are not tracked at all
+    counted.add("r0", "a", 100)
+    counted.add("r0", "a", 200)
+    assert len(counted._lru["r0"]) == 1
+
+
+def test_a_forgotten_keys_size_is_forgotten_too():
+    held = HeldKeys(tokens_per_replica=500)
+    held.add("r0", "a", 100)
+    held.remove_replica("r0")
+    held.add("r0", "a", 400)  # 400 shared tokens now, not a 100-token prefix and a 300-token tail
+    held.add("r0", "b", 100)
+    held.add("r0", "c", 1)  # 501: a goes whole (a stale tail would go first and keep a)
+    assert held.holders("a") == set()
 
 
 def test_a_report_resets_the_key_count():
