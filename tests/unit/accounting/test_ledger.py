@@ -1,3 +1,4 @@
+import os
 import shutil
 import signal
 import subprocess
@@ -203,3 +204,19 @@ def test_a_full_batch_wakes_the_flusher_before_its_interval(tmp_path):
         while count_rows(ledger) < 3 and time.time() < deadline:
             time.sleep(0.02)
         assert count_rows(ledger) == 3
+
+
+def test_a_record_the_disk_tore_is_retried_on_a_fresh_line_and_billed_once(tmp_path):
+    with UsageLedger(f"sqlite:///{tmp_path}/x.db", tmp_path / "spool", flush_interval_s=3600) as ledger:
+        real_append = ledger.spool.append
+
+        def torn_then_full(entry, fresh_line=False):  # half the line reaches the file, then ENOSPC
+            os.write(ledger.spool._fd, entry[:10].encode())
+            raise OSError(28, "No space left on device")
+        ledger.spool.append = torn_then_full
+        ledger.append(make_record(1))
+        assert isinstance(ledger.last_error, OSError) and ledger.retry_unspooled() == 1  # still full
+        ledger.spool.append = real_append  # room again
+        assert ledger.retry_unspooled() == 0
+        r = ledger.flush()  # the torn piece is a bad line of its own, the retried record is whole
+        assert (r.records, r.inserted) == (1, 1) and request_ids(ledger) == ["req-t1-1"]

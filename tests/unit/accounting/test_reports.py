@@ -187,9 +187,15 @@ def test_monthly_statement_rounds_a_half_cent_up_and_only_the_total(db_url, tmp_
         # 10,000 input tokens at 0.50 / 1M: exactly half a cent.
         ledger.append(make_record(1, tenant="t4", prompt_tokens=10_000, cached_prompt_tokens=0,
                                   completion_tokens=0))
+        ledger.append(make_record(1, tenant="t2"))
         ledger.flush()
         per_line = monthly_statement(ledger.engine, PRICES, "t3", "2026-11")
         half = monthly_statement(ledger.engine, PRICES, "t4", "2026-11")
+        override = monthly_statement(ledger.engine, PRICES, "t2", "2026-11")
+    # The tenant's own prices, not the default plan's.
+    assert override.plan == "override" and override.total_due == Decimal("0.00")
+    assert [ln.unit_price for ln in override.lines] == [Decimal("2"), Decimal("0.2"), Decimal("6")]
+    assert override.subtotal == T2_COST
     assert per_line.to_dict() == {
         "tenant": "t3", "period": "2026-11", "plan": "default", "currency": "USD", "requests": 1,
         "lines": [{"meter": "input_tokens", "quantity": 8_000, "unit_price_per_1m": "0.50", "amount": "0.004"},

@@ -40,10 +40,10 @@ def test_torn_tail_is_dropped_and_restart_uses_a_new_segment(tmp_path):
 
 
 def test_corrupt_line_keeps_the_segment_aside(tmp_path):
-    (tmp_path / "segment-000000000001.jsonl").write_bytes(b'{"n": 1}\nnot json\n{"n": 2}\n')
+    (tmp_path / "segment-000000000001.jsonl").write_bytes(b'{"n": 1}\nnot json\n{"n": 2}\n{"n\n')
     spool = UsageSpool(tmp_path)
     seg = spool.read(spool.sealed()[0])
-    assert seg.entries == [{"n": 1}, {"n": 2}] and seg.bad_lines == 1
+    assert seg.entries == [{"n": 1}, {"n": 2}] and seg.bad_lines == 2
     spool.discard(seg)
     assert (tmp_path / "segment-000000000001.corrupt").exists() and spool.sealed() == []
     spool.close()
@@ -122,3 +122,13 @@ def test_one_owner_per_directory(tmp_path):
 def test_close_removes_an_empty_current_segment(tmp_path):
     UsageSpool(tmp_path).close()
     assert list(tmp_path.glob("segment-*")) == []
+
+
+def test_a_closed_spool_refuses_appends_and_closes_once(tmp_path):
+    spool = UsageSpool(tmp_path)
+    spool.append("{}")
+    spool.close()
+    with pytest.raises(RuntimeError, match="is closed"):
+        spool.append("{}")
+    spool.close()  # a second close does nothing (and touches no other fd)
+    assert [UsageSpool.read(p).entries for p in tmp_path.glob("segment-*.jsonl")] == [[{}]]
