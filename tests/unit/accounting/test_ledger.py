@@ -1,3 +1,4 @@
+import os
 import shutil
 import signal
 import subprocess
@@ -177,3 +178,45 @@ def test_dead_replicas_spool_is_adopted_by_a_sibling(db_url, tmp_path):
             assert count_rows(new) == 50
             assert list((root / "dead").glob("segment-*.jsonl")) == []
         assert len(list((root / "alive").glob("segment-*.jsonl"))) == 1
+
+
+def test_from_config_gives_each_replica_its_own_spool_with_the_configured_timings(tmp_path):
+    from loraplex.accounting.config import AccountingConfig
+    from loraplex.db import make_engine
+    cfg = AccountingConfig(spool_dir=str(tmp_path), sync_mode="always", fsync_interval_s=0.2,
+                           flush_interval_s=3.0, flush_batch=7)
+    ledger = UsageLedger.from_config(cfg, "Engine#a1:B-2.x_y", make_engine(f"sqlite:///{tmp_path}/x.db"))
+    try:
+        assert ledger.spool.dir == tmp_path / "Engine_a1_B-2.x_y"  # '#' and ':' are not path-safe
+        assert ledger.spool.sync_mode == "always"
+        assert (ledger.fsync_interval_s, ledger.flush_interval_s, ledger.flush_batch) == (0.2, 3.0, 7)
+        assert ledger.adopt_orphans is True  # a replica replays its dead siblings' spools
+    finally:
+        ledger.spool.close()
+
+
+def test_a_full_batch_wakes_the_flusher_before_its_interval(tmp_path):
+    with UsageLedger(f"sqlite:///{tmp_path}/x.db", tmp_path / "spool", flush_interval_s=3600,
+                     flush_batch=3) as ledger:
+        for i in range(3):
+            ledger.append(make_record(i))
+        deadline = time.time() + 10  # the interval alone would take an hour
+        while count_rows(ledger) < 3 and time.time() < deadline:
+            time.sleep(0.02)
+        assert count_rows(ledger) == 3
+
+
+def test_a_record_the_disk_tore_is_retried_on_a_fresh_line_and_billed_once(tmp_path):
+    with UsageLedger(f"sqlite:///{tmp_path}/x.db", tmp_path / "spool", flush_interval_s=3600) as ledger:
+        real_append = ledger.spool.append
+
+        def torn_then_full(entry, fresh_line=False):  # half the line reaches the file, then ENOSPC
+            os.write(ledger.spool._fd, entry[:10].encode())
+            raise OSError(28, "No space left on device")
+        ledger.spool.append = torn_then_full
+        ledger.append(make_record(1))
+        assert isinstance(ledger.last_error, OSError) and ledger.retry_unspooled() == 1  # still full
+        ledger.spool.append = real_append  # room again
+        assert ledger.retry_unspooled() == 0
+        r = ledger.flush()  # the torn piece is a bad line of its own, the retried record is whole
+        assert (r.records, r.inserted) == (1, 1) and request_ids(ledger) == ["req-t1-1"]

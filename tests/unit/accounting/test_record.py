@@ -22,6 +22,7 @@ def test_epoch_seconds_become_utc_and_ttft_is_derived():
 
 @pytest.mark.parametrize("bad", [
     dict(status="weird"), dict(prompt_tokens=-1), dict(cached_prompt_tokens=101), dict(request_id=""),
+    dict(cached_prompt_tokens=-1), dict(completion_tokens=-1), dict(tenant_id=""),
     dict(arrival_time=datetime(2026, 1, 1)),  # naive
 ])
 def test_validation(bad):

@@ -6,8 +6,9 @@ from decimal import Decimal
 
 import pytest
 
-from loraplex.accounting import (PriceBook, PricingConfig, TokenPrice, UsageLedger, billing_export, event_id,
-                                 monthly_statement, usage_report)
+from loraplex.accounting import (PriceBook, PricingConfig, Statement, TokenPrice, UsageLedger, billing_export,
+                                 event_id, monthly_statement, usage_report)
+from loraplex.accounting.statement import StatementLine
 from usage_builders import T0, make_record
 
 NOV = (datetime(2026, 11, 1, tzinfo=timezone.utc), datetime(2026, 12, 1, tzinfo=timezone.utc))
@@ -73,8 +74,19 @@ def test_csv_and_table(ledger):
     assert [r["adapter"] for r in rows] == ["", "sql-bot@3f2a"]
     assert {k for k in rows[0]} >= {"prompt_tokens", "cached_prompt_tokens", "completion_tokens", "requests", "cost"}
     assert sum(Decimal(r["cost"]) for r in rows) == rep.total.cost
-    table = rep.to_table()
-    assert "TOTAL" in table and "sql-bot@3f2a" in table
+    table = rep.to_table().splitlines()
+    assert table[-1].split() == ["TOTAL", "400", "160", "80", "4", str(4 * T1_COST)]
+    assert table[2].split()[:1] == ["300"] and table[3].split()[:1] == ["sql-bot@3f2a"]  # no adapter: empty
+    d = rep.to_dict()
+    assert {k: d[k] for k in ("tenant", "start", "end", "group_by", "currency")} == {
+        "tenant": "t1", "start": "2026-11-01T00:00:00+00:00", "end": "2026-12-01T00:00:00+00:00",
+        "group_by": "adapter", "currency": "USD"}
+    assert d["total"] == {"prompt_tokens": 400, "cached_prompt_tokens": 160, "completion_tokens": 80,
+                          "requests": 4, "cost": str(4 * T1_COST)}
+    assert [r["adapter"] for r in d["rows"]] == [None, "sql-bot@3f2a"]
+    # group_by defaults to day.
+    assert [r.key for r in usage_report(ledger.engine, PRICES, *NOV, tenant_id="t1").rows] == [
+        "2026-11-03", "2026-11-04"]
 
 
 def test_bad_arguments_raise_value_error(ledger):
@@ -89,6 +101,9 @@ def test_price_book_resolution():
     assert book.plan_for("t2") == "override" and book.plan_for("t3") == "pro"
     assert book.plan_for("t4") == "default" and book.plan_for("nobody") == "default"
     assert book.cost("t3", 1_000_000, 0, 0) == Decimal("0.40")
+    assert book.currency == "USD" and PriceBook.from_config(PricingConfig(currency="EUR")).currency == "EUR"
+    with pytest.raises(ValueError, match="default_plan 'gold' has no prices"):
+        PriceBook.from_config(PricingConfig(default_plan="gold"))
 
 
 PRICES_CFG = PricingConfig(
@@ -134,6 +149,136 @@ def test_billing_export_ids_are_stable(ledger):
     rep = usage_report(ledger.engine, PRICES, *NOV, group_by="tenant")
     assert sum(e["data"]["quantity"] for e in events if e["data"]["meter"] == "output_tokens") \
         == rep.total.completion_tokens
+
+
+def statement_of(*amounts: str) -> Statement:
+    st = Statement("t1", "2026-11", "default", "USD", requests=1)
+    st.lines = [StatementLine("input_tokens", 1, Decimal(1), Decimal(a)) for a in amounts]
+    return st
+
+
+@pytest.mark.parametrize("amounts, total_due", [
+    # A half cent exactly: half-up goes up; half-even (0.12, 2.90) and truncation (0.12, 2.90) do not.
+    (["0.125"], "0.13"),
+    (["2.905"], "2.91"),
+    (["0.0050000"], "0.01"),
+    (["0.1249999"], "0.12"),  # just under the half: down, so not a ceiling either
+    (["0.135"], "0.14"),      # half-even agrees here, truncation does not
+    # Once, on the total: each line alone rounds to 0.00, their sum to 0.01 ...
+    (["0.004", "0.004", "0.003"], "0.01"),
+    # ... and each line alone would round up to 0.01 (0.02 in all), their sum only to 0.01.
+    (["0.006", "0.006"], "0.01"),
+])
+def test_total_due_rounds_once_half_up_to_cents(amounts, total_due):
+    st = statement_of(*amounts)
+    assert st.subtotal == sum((Decimal(a) for a in amounts), Decimal(0))
+    assert str(st.total_due) == total_due
+    assert st.to_dict()["total_due"] == total_due and st.to_dict()["subtotal"] == str(st.subtotal)
+    *_, last = csv.reader(io.StringIO(st.to_csv()))
+    assert last[4:] == ["total_due", "", "", total_due]
+    assert st.to_table().splitlines()[-1].split()[-1] == total_due
+
+
+def test_monthly_statement_rounds_a_half_cent_up_and_only_the_total(db_url, tmp_path):
+    with UsageLedger(db_url, tmp_path / "spool") as ledger:
+        # Lines of 0.004 + 0.004 + 0.003: none reaches a cent alone, the total is 0.011.
+        ledger.append(make_record(1, tenant="t3", prompt_tokens=88_000, cached_prompt_tokens=80_000,
+                                  completion_tokens=2_000))
+        # 10,000 input tokens at 0.50 / 1M: exactly half a cent.
+        ledger.append(make_record(1, tenant="t4", prompt_tokens=10_000, cached_prompt_tokens=0,
+                                  completion_tokens=0))
+        ledger.append(make_record(1, tenant="t2"))
+        ledger.flush()
+        per_line = monthly_statement(ledger.engine, PRICES, "t3", "2026-11")
+        half = monthly_statement(ledger.engine, PRICES, "t4", "2026-11")
+        override = monthly_statement(ledger.engine, PRICES, "t2", "2026-11")
+    # The tenant's own prices, not the default plan's.
+    assert override.plan == "override" and override.total_due == Decimal("0.00")
+    assert [ln.unit_price for ln in override.lines] == [Decimal("2"), Decimal("0.2"), Decimal("6")]
+    assert override.subtotal == T2_COST
+    assert per_line.to_dict() == {
+        "tenant": "t3", "period": "2026-11", "plan": "default", "currency": "USD", "requests": 1,
+        "lines": [{"meter": "input_tokens", "quantity": 8_000, "unit_price_per_1m": "0.50", "amount": "0.004"},
+                  {"meter": "cached_input_tokens", "quantity": 80_000, "unit_price_per_1m": "0.05",
+                   "amount": "0.004"},
+                  {"meter": "output_tokens", "quantity": 2_000, "unit_price_per_1m": "1.50", "amount": "0.003"}],
+        "subtotal": "0.011", "total_due": "0.01"}
+    assert per_line.to_csv().splitlines() == [
+        "tenant,period,plan,currency,meter,quantity,unit_price_per_1m,amount",
+        "t3,2026-11,default,USD,input_tokens,8000,0.50,0.004",
+        "t3,2026-11,default,USD,cached_input_tokens,80000,0.05,0.004",
+        "t3,2026-11,default,USD,output_tokens,2000,1.50,0.003",
+        "t3,2026-11,default,USD,total_due,,,0.01"]
+    table = per_line.to_table().splitlines()
+    assert table[0] == "Statement t3 2026-11 (plan default, 1 requests)"
+    assert table[1].split() == ["meter", "quantity", "USD/1M", "amount"]
+    assert table[3].split() == ["input_tokens", "8000", "0.50", "0.004"]
+    assert table[-1].split() == ["TOTAL", "DUE", "0.01"]
+    assert half.subtotal == Decimal("0.005") and half.to_dict()["total_due"] == "0.01"
+
+
+# Computed once from the code and written here by hand: the ids are what billing systems
+# de-duplicate on, so a changed namespace or key format must fail here (it would re-bill every
+# re-export), not be compared with the code's own event_id().
+PINNED_EVENTS = {  # (tenant, meter, day): (id, quantity)
+    ("t1", "input_tokens", "2026-11-03"): ("37fafa1b-d0a4-5c56-b1cf-b23c5eefb6dd", 180),
+    ("t1", "cached_input_tokens", "2026-11-03"): ("55f4d878-5cd8-5ded-af0b-527f05919ac9", 120),
+    ("t1", "output_tokens", "2026-11-03"): ("c543347e-88bf-5fe4-91d3-015bdbac9db9", 60),
+    ("t1", "input_tokens", "2026-11-04"): ("80eefbbb-26dc-500c-913f-da5e927c79cd", 60),
+    ("t1", "cached_input_tokens", "2026-11-04"): ("05e73f7f-be8d-5337-9051-adfd48005e53", 40),
+    ("t1", "output_tokens", "2026-11-04"): ("5c39a2b9-2b5e-5786-b8ea-c21f18d06f64", 20),
+    ("t2", "input_tokens", "2026-11-03"): ("131b6083-b851-5d12-a4c6-c2432305b784", 120),
+    ("t2", "cached_input_tokens", "2026-11-03"): ("b30fc988-57c2-5832-8479-136991763608", 80),
+    ("t2", "output_tokens", "2026-11-03"): ("83862e38-e105-5602-8eaa-50ce36222508", 40),
+}
+
+
+def test_billing_event_ids_are_pinned_literals(ledger):
+    assert event_id("t1", "output_tokens", "2026-11", "2026-11-03") == "c543347e-88bf-5fe4-91d3-015bdbac9db9"
+    export = billing_export(ledger.engine, "2026-11", now=datetime(2026, 12, 5, tzinfo=timezone.utc))
+    # In order (tenant, day, meter), with the ids and quantities above; CSV and JSONL agree.
+    got = [((e["subject"], e["data"]["meter"], e["data"]["day"]), (e["id"], e["data"]["quantity"]))
+           for e in export.events]
+    assert got == list(PINNED_EVENTS.items())
+    rows = list(csv.DictReader(io.StringIO(export.to_csv())))
+    assert [(r["id"], int(r["quantity"]), r["tenant"], r["day"], r["time"]) for r in rows] == [
+        (i, q, t, d, f"{d}T00:00:00Z") for (t, _, d), (i, q) in PINNED_EVENTS.items()]
+    assert [json.loads(line)["id"] for line in export.to_jsonl().splitlines()] == [
+        i for i, _ in PINNED_EVENTS.values()]
+    # A meter with no tokens that day is no event (t1 at 0 cached tokens on a day).
+
+
+def test_billing_export_cuts_at_midnight_after_the_grace(db_url, tmp_path):
+    midnight = datetime(2026, 11, 4, tzinfo=timezone.utc)
+    with UsageLedger(db_url, tmp_path / "spool") as ledger:
+        # make_record finishes 1 s after `at`: one record just before midnight, one exactly at it.
+        # No cached tokens: that meter has no event, and the output meter after it still does.
+        ledger.append(make_record(1, tenant="t9", at=midnight - timedelta(seconds=2), cached_prompt_tokens=0))
+        ledger.append(make_record(2, tenant="t9", at=midnight - timedelta(seconds=1), cached_prompt_tokens=0))
+        ledger.append(make_record(1, tenant="t8"))
+        ledger.flush()
+        # 01:30:30.5 less an hour of grace: the 3rd is final, the 4th (from 00:00:00.000000) is not.
+        export = billing_export(ledger.engine, "2026-11", grace=timedelta(hours=1), tenant_id="t9",
+                                now=midnight + timedelta(hours=1, minutes=30, seconds=30, microseconds=500_000))
+        # Right at the first day's end plus grace, nothing is final yet.
+        none = billing_export(ledger.engine, "2026-11", grace=timedelta(hours=1),
+                              now=datetime(2026, 11, 1, 1, tzinfo=timezone.utc))
+        # Without `now`: the current time (so nothing of November 2026 is closed before it).
+        assert billing_export(ledger.engine, "2000-01", tenant_id="t9").complete
+    assert (export.period, export.complete, export.through) == ("2026-11", False, "2026-11-03")
+    assert [(e["subject"], e["data"]["meter"], e["data"]["day"], e["data"]["quantity"]) for e in export.events] == [
+        ("t9", "input_tokens", "2026-11-03", 100), ("t9", "output_tokens", "2026-11-03", 20)]
+    assert (none.events, none.complete, none.through) == ([], False, None)
+    first, _ = export.to_jsonl().splitlines()
+    assert first == (
+        '{"data":{"day":"2026-11-03","meter":"input_tokens","period":"2026-11","quantity":100,"tenant":"t9",'
+        '"window_end":"2026-11-04T00:00:00Z","window_start":"2026-11-03T00:00:00Z"},'
+        '"datacontenttype":"application/json","id":"%s","source":"loraplex","specversion":"1.0",'
+        '"subject":"t9","time":"2026-11-03T00:00:00Z","type":"io.loraplex.usage.tokens"}'
+        % event_id("t9", "input_tokens", "2026-11", "2026-11-03"))
+    assert export.to_csv().splitlines()[:2] == [
+        "id,time,tenant,meter,quantity,period,day",
+        f"{export.events[0]['id']},2026-11-03T00:00:00Z,t9,input_tokens,100,2026-11,2026-11-03"]
 
 
 def test_billing_export_only_includes_closed_days(ledger):

@@ -62,3 +62,47 @@ def test_indexes_agree_and_caps_hold(ops, keys_cap, tokens_cap):
             assert held._tokens[replica] <= tokens_cap
     for key in "abcdefgh":
         assert held.holders(key) == {r for r in ("r0", "r1", "r2") if key in held.keys(r)}
+
+
+def test_a_report_keeps_each_keys_shared_estimate_and_resets_the_budget():
+    held = HeldKeys(tokens_per_replica=1000)
+    held.add("r0", "a", 400)
+    held.add("r1", "a", 400)  # r1 keeps a (and its 400-token estimate) known
+    held.replace("r0", ["a", "b"])  # b was never routed here: 0 tokens
+    held.add("r0", "c", 600)  # a 400 + b 0 + c 600 = the budget exactly: nothing goes
+    assert held.holders("a") == {"r0", "r1"} and held.keys("r0") == ["a", "b", "c"]
+    held.add("r0", "d", 1)  # 1,001: a, the least recent, goes
+    assert held.holders("a") == {"r1"} and held.keys("r0") == ["b", "c", "d"]
+    held.add("r0", "e", 400)  # 0 + 600 + 1 + 400 = 1,001 again: b goes, then c
+    assert held.keys("r0") == ["d", "e"]
+
+
+def test_keys_of_unknown_size_take_no_budget_and_tails_only_come_with_one():
+    held = HeldKeys(tokens_per_replica=2)
+    for key in "abc":
+        held.add("r0", key)  # prompt size unknown: 0 tokens
+    assert held.keys("r0") == ["a", "b", "c"]
+    held.add("r0", "c", 0)
+    assert len(held._lru["r0"]) == 3  # the same prompt size again adds no empty tail
+    counted = HeldKeys(keys_per_replica=2)  # no token budget: tails are not tracked at all
+    counted.add("r0", "a", 100)
+    counted.add("r0", "a", 200)
+    assert len(counted._lru["r0"]) == 1
+
+
+def test_a_forgotten_keys_size_is_forgotten_too():
+    held = HeldKeys(tokens_per_replica=500)
+    held.add("r0", "a", 100)
+    held.remove_replica("r0")
+    held.add("r0", "a", 400)  # 400 shared tokens now, not a 100-token prefix and a 300-token tail
+    held.add("r0", "b", 100)
+    held.add("r0", "c", 1)  # 501: a goes whole (a stale tail would go first and keep a)
+    assert held.holders("a") == set()
+
+
+def test_a_report_resets_the_key_count():
+    held = HeldKeys(keys_per_replica=2)
+    held.add("r0", "a")
+    held.add("r0", "b")
+    held.replace("r0", ["c", "d"])
+    assert held.keys("r0") == ["c", "d"] and held.holders("a") == set()

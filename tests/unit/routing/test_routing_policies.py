@@ -102,3 +102,23 @@ def test_tenant_affinity_breaks_load_ties_on_kv_usage():
     assert policy.rank(RouteRequest("acme"), replicas)[:2] == order[:2]  # rendezvous order
     replicas[ids.index(order[0])].kv_usage = 0.9
     assert policy.rank(RouteRequest("acme"), replicas)[:2] == [order[1], order[0]]
+
+
+def test_tenant_affinity_places_a_new_key_only_where_there_is_room_to_spare():
+    ids = [f"r{i}" for i in range(10)]
+    order = rendezvous_order("acme", ids)
+    loads = [1 if r in order[:8] else 0 for r in ids]  # 8 in flight on 10 replicas
+    # Bound ceil(1.25 x 9 / 10) = 2, new-key bound ceil(1.1 x 9 / 10) = 1: acme's first choices
+    # (1 in flight) fit the bound, but only the idle ones have room for a key they do not hold.
+    assert TenantAffinityPolicy().rank(RouteRequest("acme"), snaps(*loads))[:3] == [
+        order[8], order[9], order[0]]
+    assert TenantAffinityPolicy(c_new=None).rank(RouteRequest("acme"), snaps(*loads))[0] == order[0]
+
+
+def test_tenant_affinity_remembers_by_prompt_tokens_within_its_token_budget():
+    policy = TenantAffinityPolicy(tokens_per_replica=1000)
+    policy.on_routed(RouteRequest("a", 600), "r0")
+    policy.on_routed(RouteRequest("b", 300), "r0")
+    assert policy.held.holders("a") == {"r0"}  # 900 tokens fit
+    policy.on_routed(RouteRequest("c", 300), "r0")
+    assert policy.held.holders("a") == set() and policy.held.keys("r0") == ["b", "c"]

@@ -2,11 +2,13 @@
 cluster, no engine. `route()` does what Serve's Router does around a request."""
 import asyncio
 import itertools
+import random
 from dataclasses import dataclass, field
 
 import pytest
 from ray.serve._private.common import (DeploymentHandleSource, DeploymentID, ReplicaID,
                                        RequestMetadata)
+from ray.serve._private.request_router.pow_2_router import PowerOfTwoChoicesRequestRouter
 from ray.serve.request_router import PendingRequest, RunningReplica
 
 from bench.routing.policies import POLICIES, serve_policy
@@ -15,6 +17,7 @@ from loraplex.routing import rendezvous_order
 from loraplex.routing.bounded_load import load_bound
 from loraplex.routing.config import RoutingConfig
 from loraplex.routing.policy import RoutingPolicy
+from loraplex.routing import serve_router
 from loraplex.routing.serve_router import TenantAffinityRouter
 
 DEPLOYMENT = DeploymentID(name="Engine", app_name="loraplex")
@@ -105,10 +108,14 @@ def tenant_call(tenant: str, adapter: str | None = None, text: str = "hi", **fie
             Chat([{"role": "user", "content": text}]))
 
 
+def pending(*args, **kwargs) -> PendingRequest:
+    return PendingRequest(args=list(args), kwargs=kwargs, metadata=RequestMetadata(
+        request_id="r", internal_request_id=f"int-{next(_ids)}", call_method="generate"))
+
+
 async def route(router: TenantAffinityRouter, *args, complete: bool = True, **kwargs) -> str:
     """Route one call as Serve's Router does; `complete` finishes it at once (load back to 0)."""
-    pr = PendingRequest(args=list(args), kwargs=kwargs, metadata=RequestMetadata(
-        request_id="r", internal_request_id=f"int-{next(_ids)}", call_method="generate"))
+    pr = pending(*args, **kwargs)
     replica = await asyncio.wait_for(router._choose_replica_for_request(pr), timeout=5)
     router.on_send_request(replica.replica_id)
     router.on_request_routed(pr, replica.replica_id, None)
@@ -211,23 +218,77 @@ async def test_the_call_may_come_by_keyword():
 class Broken(RoutingPolicy):
     name = "broken"
 
+    def __init__(self):
+        self.calls = 0
+
     def rank(self, request, replicas):
+        self.calls += 1
         raise RuntimeError("bug in a policy")
 
     def on_routed(self, request, replica_id):
         raise RuntimeError("bug in a policy")
 
 
-async def test_a_failing_policy_falls_back_to_power_of_two():
-    router = make_router(fleet(3))
-    router._policy = Broken()
+@pytest.fixture
+def logged(monkeypatch) -> list[str]:
+    """The router's logged errors (Serve's logger need not propagate to caplog)."""
+    messages = []
+    monkeypatch.setattr(serve_router.logger, "exception",
+                        lambda msg, *args: messages.append(msg % args))
+    return messages
+
+
+async def assert_power_of_two(router, replicas, *args):
+    """The router's choice for this call is exactly Serve's PowerOfTwoChoicesRequestRouter's:
+    one rank of two distinct random candidates (a policy ranks one replica per rank)."""
+    for seed in range(5):
+        pr = pending(*args)
+        random.seed(seed)
+        got = await router.choose_replicas(replicas, pr)
+        random.seed(seed)
+        p2c = await PowerOfTwoChoicesRequestRouter.choose_replicas(
+            router, candidate_replicas=replicas, pending_request=pending(*args))
+        assert got == p2c
+        [pair] = got
+        assert len({r.replica_id.unique_id for r in pair}) == 2
+
+
+async def test_a_failing_policy_falls_back_to_power_of_two(logged):
+    replicas = fleet(3)
+    router = make_router(replicas, min_bound=0)
+    policy = router._policy = Broken()
+    await assert_power_of_two(router, replicas, *tenant_call("ten_a"))
+    assert policy.calls == 5  # the policy was asked, failed, and was not used
+    # Logged, at most once a minute, naming the policy and where it failed.
+    assert logged == ["routing policy tenant_affinity failed in rank; falling back to power of two "
+                      "(logged at most once a minute)"]
+    # Whole routes still succeed (on_routed fails too, and is logged), and they spread like
+    # power of two: the affinity policy would send every ten_a call to one replica.
+    random.seed(0)
+    placed = {await route(router, *tenant_call("ten_a")) for _ in range(20)}
+    assert len(placed) > 1 and placed <= {"r0", "r1", "r2"}
+    assert [m.split(" failed in ")[1].split(";")[0] for m in logged] == ["rank", "on_routed"]
+
+
+@pytest.mark.parametrize("bad", [{"no_such_option": 1}, {"policy_options": {"no_such_option": 1}},
+                                 {"policy": "no_such_policy"}, {"policy": "bench.routing.nowhere:Policy"}])
+async def test_a_config_that_cannot_build_its_policy_routes_by_power_of_two(bad, logged):
+    replicas = fleet(3)
+    router = make_router(replicas, **bad)
+    assert router.policy is None and router.config.policy == "power_of_two"
+    assert len(logged) == 1 and "failed to build its policy" in logged[0]
+    await assert_power_of_two(router, replicas, *tenant_call("ten_a"))
     assert await route(router, *tenant_call("ten_a")) in {"r0", "r1", "r2"}
-    # A config that cannot even build its policy routes by power of two too.
-    for bad in ({"no_such_option": 1}, {"policy_options": {"no_such_option": 1}},
-                {"policy": "no_such_policy"}, {"policy": "bench.routing.nowhere:Policy"}):
-        router = make_router(fleet(3), **bad)
-        assert router.policy is None
-        assert await route(router, *tenant_call("ten_a")) in {"r0", "r1", "r2"}
+
+
+async def test_calls_without_a_key_take_power_of_two_not_the_policy():
+    replicas = fleet(3)
+    router = make_router(replicas, min_bound=0)
+    await assert_power_of_two(router, replicas)  # no arguments: a health probe
+    await assert_power_of_two(router, replicas, EngineCall("q1"), Chat())  # no routing key
+    # While a keyed call gets the policy's ranking: its home replica alone first.
+    ranks = await router.choose_replicas(replicas, pending(*tenant_call("ten_a")))
+    assert [r.replica_id.unique_id for r in ranks[0]] == [rendezvous_order("ten_a", ["r0", "r1", "r2"])[0]]
 
 
 async def test_engine_reports_teach_and_correct_the_router():
