@@ -195,6 +195,11 @@ class Limiter:
                 lease.credit[res] = lease.credit.get(res, 0.0) + amount - (used or 0.0)
         if "budget" in adm.amounts and used:
             lease.consumed.append((adm.request_id, used))
+        debts = {r: n for r, n in lease.credit.items() if n < 0}
+        if debts and lease.epoch is not None:  # used more than charged: tell the shared state now
+            for r in debts:
+                lease.credit[r] = 0.0
+            self._spawn(self.backend.give_back(adm.tenant, self.holder, lease.epoch, debts, []))
 
     def _unavailable(self, tenant: str, why: Any) -> Admission:
         self.failed_open += 1
@@ -256,7 +261,11 @@ class Limiter:
                 logger.exception("limiter sweep failed")
 
     def _spawn(self, coro) -> None:
-        task = asyncio.ensure_future(coro)
+        try:
+            task = asyncio.get_running_loop().create_task(coro)
+        except RuntimeError:  # no loop (interpreter shutdown): the lease expires in the shared state
+            coro.close()
+            return
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
