@@ -58,7 +58,7 @@ async def main(args):
 
         from loraplex.admission.ray_backend import RayBackend
 
-        ray.init(num_cpus=1, include_dashboard=False, logging_level="ERROR", namespace="bench")
+        ray.init(num_cpus=1, include_dashboard=False, logging_level="ERROR", namespace="serve")
         backend_factory = lambda: RayBackend("bench", None)  # noqa: E731
     backend = backend_factory()
     cases = [

@@ -72,7 +72,7 @@ def test_concurrency_429_then_admitted_when_the_stream_ends_or_the_client_goes(b
 
     def long_stream(disconnect):
         body = {"model": model_name, "messages": [{"role": "user", "content": "Count to one hundred."}],
-                "max_tokens": 200, "temperature": 0, "stream": True, "ignore_eos": True}
+                "max_tokens": 80, "temperature": 0, "stream": True, "ignore_eos": True}
         with httpx.stream("POST", f"{base_url}/v1/chat/completions", headers=key, json=body, timeout=120) as r:
             assert r.status_code == 200
             for _ in r.iter_bytes():
@@ -96,7 +96,10 @@ def test_monthly_budget_429_until_next_month_and_a_patch_takes_effect_at_once(ba
     for _ in range(20):
         r = chat(base_url, key, model_name, max_tokens=20)
         if r.status_code != 200:
-            break
+            retry = refused(r, "budget_exceeded")
+            if retry > 1:
+                break
+            time.sleep(1.5)  # 1: the other replica's unused lease was in the way (back after lease_s)
     retry = refused(r, "budget_exceeded")
     now = datetime.now(timezone.utc).timestamp()
     assert abs(retry - (next_month_start(now) - now)) < 10
@@ -146,12 +149,12 @@ def test_limiter_lost_fails_open_then_limits_hold_again(base_url, admin, model_n
     """Last in this file: it kills the shared limiter actor (rebuilt empty on the next call)."""
     import ray
 
-    from loraplex.admission.ray_backend import actor_name
+    from loraplex.admission.ray_backend import NAMESPACE, actor_name
 
     _, key = tenant(admin, "limits-lost", requests_per_minute=1)
     assert chat(base_url, key, model_name).status_code == 200
     refused(chat(base_url, key, model_name), "rate_limit_requests")
-    ray.kill(ray.get_actor(actor_name(APP, 0), namespace="serve"))
+    ray.kill(ray.get_actor(actor_name(APP, 0), namespace=NAMESPACE))
     # Fail open: admitted while the limiter is gone or rebuilt (its state starts empty) ...
     assert chat(base_url, key, model_name).status_code == 200
     # ... and the limit holds again once a new limiter actor has the state.

@@ -18,6 +18,7 @@ from loraplex.admission.limiter import BackendUnavailable
 logger = logging.getLogger(__name__)
 
 ACTOR_PREFIX = "loraplex-limiter"
+NAMESPACE = "serve"  # Serve's own namespace: a fixed place every replica (and an operator) finds it
 
 
 def actor_name(app_name: str, shard: int) -> str:
@@ -26,12 +27,10 @@ def actor_name(app_name: str, shard: int) -> str:
 
 class RayBackend:
     def __init__(self, app_name: str, database_url: str | None, shards: int = 1, budget_cache_s: float = 5.0,
-                 timeout_s: float = 1.0, startup_timeout_s: float = 30.0, namespace: str | None = None):
-        import ray
-
+                 timeout_s: float = 1.0, startup_timeout_s: float = 30.0, namespace: str = NAMESPACE):
         self.app_name, self.database_url, self.shards = app_name, database_url, shards
         self.budget_cache_s, self.timeout_s, self.startup_timeout_s = budget_cache_s, timeout_s, startup_timeout_s
-        self.namespace = namespace or ray.get_runtime_context().namespace
+        self.namespace = namespace
         self.handles: list = [None] * shards
         self.answered = [False] * shards  # a shard's first call may wait for the actor to start
 
@@ -82,7 +81,7 @@ class RayBackend:
             logger.debug("limiter %s failed: %r", method, exc)
 
 
-def limiter_stats(app_name: str, shard: int = 0, namespace: str = "serve") -> dict:
+def limiter_stats(app_name: str, shard: int = 0, namespace: str = NAMESPACE) -> dict:
     """The shard's grants per tenant and replica (tests, operators): ray.get on the driver."""
     import ray
 
