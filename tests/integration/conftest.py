@@ -49,6 +49,7 @@ def serve_app(tmp_path_factory):
             "dtype": "float32",
         },
         "engine_deployment": {"health_check_period_s": 5},
+        "ingress": {"num_replicas": 2, "num_cpus": 0.25},
     }
     serve.run(build_app(args), name=APP, route_prefix="/", blocking=False)
     base_url = f"http://127.0.0.1:{port}"

@@ -9,6 +9,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 
+from loraplex.admission.limiter import Limiter, LocalBackend
 from loraplex.config import PlatformConfig
 from loraplex.ingress.adapter_routes import AdapterRoutes
 from loraplex.ingress.admin_routes import AdminRoutes
@@ -31,10 +32,12 @@ def build_ingress_app(
     tenancy: Tenancy | None = None,
     registry=None,
     accounting=None,
+    limiter=None,
 ) -> Starlette:
     """`tenancy`: tenants, keys and the admin token; with it every /v1 route needs a tenant key.
     `registry`: tenants' adapters (needs tenancy). None for both: an open base-model-only server.
-    `accounting`: loraplex.accounting.Accounting, for rejection counts and the usage routes."""
+    `accounting`: loraplex.accounting.Accounting, for rejection counts and the usage routes.
+    `limiter`: loraplex.admission.Limiter enforcing tenant limits; None: one in this process."""
     tenants = None
     if tenancy is not None:
         tenants = TenantContext(
@@ -47,7 +50,8 @@ def build_ingress_app(
         *OpenAIRoutes(engine, config.ingress.max_request_body_bytes, tenants,
                       ledger=accounting.ledger if accounting is not None else None,
                       base_model=config.engine.model_id,
-                      request_timeout_s=config.ingress.request_timeout_s).routes(),
+                      request_timeout_s=config.ingress.request_timeout_s,
+                      limits=limiter or Limiter(LocalBackend(), config.tenancy.limiter)).routes(),
         *HealthRoutes(engine, replica_health).routes(),
     ]
     if tenancy is not None:

@@ -28,14 +28,16 @@ class Ingress:
         self.accounting = Accounting.start(
             config.accounting, db, f"ingress-{context.replica_id.unique_id}", plan_of=self.tenancy.service.plan_of
         )
+        self.limiter = shared_limiter(config, self.app_name, f"ingress-{context.replica_id.unique_id}")
 
     def __serve_build_asgi_app__(self):
         return build_ingress_app(
             self.engine, self.config, self.engine_replica_health, tenancy=self.tenancy, registry=self.registry,
-            accounting=self.accounting,
+            accounting=self.accounting, limiter=self.limiter,
         )
 
     def __del__(self):
+        self.limiter.close()
         self.accounting.close()
 
     async def engine_replica_health(self) -> tuple[int, int]:
@@ -43,6 +45,17 @@ class Ingress:
         status = (await asyncio.to_thread(serve.status)).applications[self.app_name].deployments["Engine"]
         counts = status.replica_states
         return counts.get("RUNNING", 0), sum(counts.values())
+
+
+def shared_limiter(config: PlatformConfig, app_name: str, holder: str):
+    """Tenant limits shared by every ingress replica of the app: leases from limiter actors."""
+    from loraplex.admission.limiter import Limiter
+    from loraplex.admission.ray_backend import RayBackend
+
+    cfg = config.tenancy.limiter
+    backend = RayBackend(app_name, config.database_url, shards=cfg.shards, budget_cache_s=cfg.budget_cache_s,
+                         timeout_s=cfg.acquire_timeout_s, startup_timeout_s=cfg.startup_timeout_s)
+    return Limiter(backend, cfg, holder=holder)
 
 
 def ingress_deployment(config: IngressDeploymentConfig):

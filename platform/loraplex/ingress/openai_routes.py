@@ -21,6 +21,7 @@ from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionReque
 from vllm.entrypoints.openai.completion.protocol import CompletionRequest
 from vllm.exceptions import VLLMValidationError
 
+from loraplex.admission.limiter import Limiter, LocalBackend
 from loraplex.engine.metering import usage_record
 from loraplex.engine.protocol import (SSE_DONE, EngineCall, EngineChunk, EngineError, RequestUsage,
                                       affinity_key, sse_error)
@@ -85,8 +86,10 @@ def parse(model: type[BaseModel], data: dict[str, Any]) -> BaseModel:
 
 class OpenAIRoutes:
     def __init__(self, engine, max_body_bytes: int, tenants: TenantContext | None = None, ledger=None,
-                 base_model: str = "", request_timeout_s: float = 300.0):
+                 base_model: str = "", request_timeout_s: float = 300.0, limits: Limiter | None = None):
         self.engine = engine
+        # Tenant limits (loraplex.admission): in-process unless the deployment shares them.
+        self.limits = limits if limits is not None else Limiter(LocalBackend())
         self.request_timeout_s = request_timeout_s
         self.base_model = base_model
         self.max_body_bytes = max_body_bytes
@@ -127,10 +130,16 @@ class OpenAIRoutes:
             deadline = arrival + self._timeout_s(request)
             oai_request = parse(model, await read_json(request, self.max_body_bytes))
             call = await self._call(principal, oai_request, arrival, deadline)
-            response = await self.generate(call, oai_request)
+            admission = await self.limits.admit(principal, call)  # LimitExceeded: 429
+            try:
+                response = await self.generate(call, oai_request, admission.track)
+            except BaseException:
+                admission.release()  # idempotent; otherwise the engine stream's end releases it
+                raise
         except StatusError as exc:  # auth, adapter and request errors alike: a refusal
             if self.ledger is not None and not isinstance(exc, EngineFailed):
-                self.ledger.reject(principal.tenant_id if principal else None, str(exc.status))
+                self.ledger.reject(principal.tenant_id if principal else None,
+                                   getattr(exc, "reject_reason", str(exc.status)))
             if call is not None:  # the id a billed failure (504, 503 engine lost) is in the ledger under
                 exc.headers[REQUEST_ID_HEADER] = call.request_id
             raise
@@ -168,8 +177,10 @@ class OpenAIRoutes:
             routing_key=affinity_key(principal.tenant_id, adapter.name if adapter else None),
         )
 
-    async def generate(self, call: EngineCall, oai_request) -> Response:
+    async def generate(self, call: EngineCall, oai_request, track=None) -> Response:
         items = self.engine.stream("generate", call, oai_request)
+        if track is not None:  # the admission sees the stream end and its token counts
+            items = track(items)
         try:
             first = await anext(items)
         except StopAsyncIteration:

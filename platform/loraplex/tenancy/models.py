@@ -31,6 +31,15 @@ class TenantLimits(BaseModel):
         0, ge=0, le=100, description="Load-shedding priority: under overload lower priorities are shed first."
     )
 
+    def over(self, plan: Optional["TenantLimits"]) -> "TenantLimits":
+        """The limits in force: this tenant's own, and the plan's where the tenant set none
+        (priority: the plan's while the tenant's is the default 0)."""
+        if plan is None:
+            return self
+        mine = self.model_dump()
+        return TenantLimits.model_validate({k: (plan_v if mine[k] is None or (k == "priority" and mine[k] == 0)
+                                                else mine[k]) for k, plan_v in plan.model_dump().items()})
+
     def merged(self, changes: dict) -> "TenantLimits":
         """PATCH semantics: keys present in `changes` replace (null clears a limit), others stay."""
         return TenantLimits.model_validate({**self.model_dump(), **changes})

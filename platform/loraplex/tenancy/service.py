@@ -58,8 +58,11 @@ INVALID_KEY = "Invalid API key: check that you copied the whole key, or ask your
 
 
 class TenantService:
-    def __init__(self, engine: Engine, run_migrations: bool = True):
+    def __init__(self, engine: Engine, run_migrations: bool = True,
+                 plans: Optional[dict[str, TenantLimits]] = None):
         self.engine = engine
+        # Plan name -> default limits (TenancyConfig.plans); applied to principals, not stored.
+        self.plans = plans or {}
         if run_migrations:
             migrate(engine, MIGRATIONS)
 
@@ -173,7 +176,12 @@ class TenantService:
         if row.status != "active":
             raise TenantSuspended(f"Tenant {row.name!r} is suspended; ask your administrator to reactivate it.")
         return Principal(tenant_id=row.tenant_id, tenant_name=row.name, plan=row.plan,
-                         limits=TenantLimits.model_validate(row.limits), key_id=row.id)
+                         limits=self.effective_limits(row.plan, TenantLimits.model_validate(row.limits)),
+                         key_id=row.id)
+
+    def effective_limits(self, plan: str, own: TenantLimits) -> TenantLimits:
+        """The tenant's own limits over its plan's defaults (the default plan's if its plan has none)."""
+        return own.over(self.plans.get(plan, self.plans.get(DEFAULT_PLAN)))
 
     # -- helpers ------------------------------------------------------------------------------
     def _write(self):
@@ -199,7 +207,7 @@ class Tenancy:
     @classmethod
     def from_config(cls, cfg: TenancyConfig, engine: Engine) -> "Tenancy":
         """`engine`: make_engine(PlatformConfig.database_url), shared with registry and accounting."""
-        return cls(service=TenantService(engine), admin_token=cfg.resolved_admin_token())
+        return cls(service=TenantService(engine, plans=cfg.plan_limits()), admin_token=cfg.resolved_admin_token())
 
 
 def _now() -> datetime:

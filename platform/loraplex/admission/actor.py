@@ -1,0 +1,74 @@
+"""LimiterActor: one shard's `LimiterCore` in a small Ray actor (num_cpus=0), shared by every
+ingress replica. It also reads the ledger's month-to-date totals for budgets (cached
+`budget_cache_s` per tenant, refreshed in the background, never blocking other tenants)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from loraplex.admission.budget_source import month_to_date
+from loraplex.admission.core import LimiterCore, Refusal, month_start
+
+logger = logging.getLogger(__name__)
+
+
+class LimiterActor:
+    def __init__(self, database_url: str | None, budget_cache_s: float = 5.0, holder_ttl_s: float = 30.0):
+        self.core = LimiterCore(holder_ttl_s=holder_ttl_s)
+        self.database_url = database_url
+        self.budget_cache_s = budget_cache_s
+        self._db = None
+        self._reads: dict[str, asyncio.Task] = {}
+
+    def ready(self) -> str:
+        return self.core.epoch
+
+    async def acquire(self, tenant: str, holder: str, limits: dict, need: dict, want: dict,
+                      deadline: float | None = None):
+        if "budget" in limits:
+            await self._budget(tenant, limits["budget"])
+        if deadline is not None and time.time() > deadline:
+            return None  # the caller gave up waiting (and failed open): grant nothing it would leak
+        result = self.core.acquire(tenant, holder, limits, need, want, time.monotonic(), time.time())
+        if isinstance(result, Refusal):
+            return {"epoch": self.core.epoch, "refused": result.code, "retry_after": result.retry_after,
+                    "message": result.message}
+        return result
+
+    def give_back(self, tenant: str, holder: str, epoch: str, returned: dict, consumed: list) -> None:
+        self.core.give_back(tenant, holder, epoch, returned, consumed, time.monotonic(), time.time())
+
+    def touch(self, holder: str) -> None:
+        self.core.touch(holder, time.monotonic())
+
+    def stats(self) -> dict:
+        return self.core.stats()
+
+    async def _budget(self, tenant: str, limit: float) -> None:
+        now = time.monotonic()
+        if not self.core.budget_needs_read(tenant, now, self.budget_cache_s):
+            return
+        task = self._reads.get(tenant)
+        if task is None or task.done():
+            task = self._reads[tenant] = asyncio.ensure_future(self._read(tenant, limit))
+        if self.core.budget_read_never(tenant, now):
+            await asyncio.shield(task)  # the first read of the month: nothing to go by yet
+        # else: answer from the last read; the fresh one lands in the background
+
+    async def _read(self, tenant: str, limit: float) -> None:
+        if self.database_url is None:
+            self.core.set_settled(tenant, month_start(time.time()), 0, set(), time.monotonic(), limit)
+            return
+        if self._db is None:
+            from loraplex.db import make_engine
+            self._db = make_engine(self.database_url)
+        month = month_start(time.time())
+        ids = self.core.unsettled_ids(tenant)
+        try:
+            total, present = await asyncio.to_thread(month_to_date, self._db, tenant, month, ids)
+        except Exception:
+            logger.exception("limiter: reading the month-to-date usage of %s failed", tenant)
+            return  # keep the last read (or none: the first admission of the month fails open)
+        self.core.set_settled(tenant, month, total, present, time.monotonic(), limit)

@@ -1,0 +1,299 @@
+"""Limiter: the ingress side of tenant limits.
+
+Per request: `admission = await limiter.admit(principal, call)` (raises `LimitExceeded`, a 429),
+then the engine stream goes through `admission.track(...)`, whose end (finished, disconnect,
+error, deadline) releases the concurrency slot and refunds the tokens that were charged and not
+generated. Tenants without any limit cost nothing: no lease, no round trip.
+
+Allowance is leased from the shared `LimiterCore` (a Ray actor per shard, or in-process) in
+slices and spent here, so most admissions are a few dict operations; see core.py for exactness.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Optional
+
+from loraplex.admission.config import LimiterConfig
+from loraplex.admission.core import ORDER, RESOURCES, WINDOW_S, LimiterCore, Refusal, too_big
+from loraplex.engine.protocol import EngineChunk, EngineError
+from loraplex.errors import StatusError
+
+logger = logging.getLogger(__name__)
+
+HEARTBEAT_S = 5.0  # a replica holding slots calls in at least this often (the core drops silent holders)
+
+
+class LimitExceeded(StatusError):
+    """429 with Retry-After; `code` names the limit. Counted as a refusal `429:<code>`."""
+
+    status = 429
+
+    def __init__(self, code: str, retry_after: int, message: str):
+        super().__init__(message, code=code, headers={"Retry-After": str(max(1, int(retry_after)))})
+        self.reject_reason = f"429:{code}"
+
+
+class LimiterUnavailable(StatusError):
+    """on_unavailable: closed, and the limiter cannot be reached."""
+
+    status = 503
+
+    def __init__(self):
+        super().__init__("Admission control is unavailable; retry shortly.", code="limiter_unavailable",
+                         headers={"Retry-After": "1"})
+        self.reject_reason = "503:limiter_unavailable"
+
+
+class BackendUnavailable(Exception):
+    pass
+
+
+def limit_values(limits) -> dict[str, int]:
+    """resource -> limit, for the limits that are set."""
+    out = {}
+    for res, (name, _) in RESOURCES.items():
+        value = getattr(limits, name, None)
+        if value is not None:
+            out[res] = value
+    return out
+
+
+@dataclass
+class Lease:
+    """What this replica holds of one tenant's allowance, under the limits it was granted for."""
+
+    limits: dict[str, int]
+    epoch: Optional[str] = None
+    credit: dict[str, float] = field(default_factory=dict)
+    consumed: list = field(default_factory=list)  # (request id, tokens): for the budget
+    last_used: float = 0.0
+    in_flight: int = 0
+    last_call: float = 0.0
+
+
+class Admission:
+    """One admitted request: release it exactly once, however it ends."""
+
+    __slots__ = ("limiter", "tenant", "lease", "amounts", "charge", "request_id", "last", "billed", "released")
+
+    def __init__(self, limiter, tenant, lease, amounts, charge, request_id):
+        self.limiter, self.tenant, self.lease, self.amounts = limiter, tenant, lease, amounts
+        self.charge, self.request_id = charge, request_id
+        self.last: Optional[EngineChunk] = None
+        self.billed = False  # the engine billed a failure we have no counts for: keep the charge
+        self.released = False
+
+    async def track(self, items: AsyncIterator) -> AsyncIterator:
+        """Pass the engine stream through, keeping the last counts; release when it ends."""
+        try:
+            async for item in items:
+                if isinstance(item, EngineChunk):
+                    self.last = item
+                elif isinstance(item, EngineError) and item.billed:
+                    self.billed = True
+                yield item
+        finally:
+            self.release()
+            aclose = getattr(items, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+    def used_tokens(self) -> Optional[float]:
+        """Tokens the request really used; None: it never reached the engine (refund all)."""
+        if self.last is not None:
+            return float(self.last.prompt_tokens + self.last.completion_tokens)
+        return float(self.charge) if self.billed else None
+
+    def release(self) -> None:
+        if self.released:
+            return
+        self.released = True
+        if self.limiter is not None:
+            self.limiter._release(self)
+
+
+OPEN = Admission(None, None, None, {}, 0, None)  # unlimited tenant, or failed open: nothing to release
+OPEN.released = True
+
+
+class Limiter:
+    def __init__(self, backend, config: LimiterConfig | None = None, holder: str | None = None, clock=time.monotonic):
+        self.backend = backend
+        self.config = config or LimiterConfig()
+        self.holder = holder or uuid.uuid4().hex
+        self.clock = clock
+        self.leases: dict[str, Lease] = {}
+        self.failed_open = 0
+        self._sweeper: Optional[asyncio.Task] = None
+        self._tasks: set[asyncio.Task] = set()
+
+    # -- the request path -------------------------------------------------------------------------
+    async def admit(self, principal, call) -> Admission:
+        if principal is None:
+            return OPEN
+        limits = limit_values(principal.limits)
+        if not limits:
+            return OPEN  # no limit: no lease, no round trip
+        self._ensure_sweeper()
+        tenant = principal.tenant_id
+        charge = call.prompt_tokens + (call.max_tokens or self.config.default_max_tokens)
+        amounts = {res: (charge if res in ("tokens", "budget") else 1) for res in limits}
+        if charge > limits.get("tokens", charge):  # can never fit the bucket: say so, no round trip
+            raise LimitExceeded("rate_limit_tokens", int(WINDOW_S), too_big(charge, "tokens_per_minute", limits["tokens"]))
+        for _ in range(3):
+            lease = self.leases.get(tenant)
+            if lease is None or lease.limits != limits:
+                if lease is not None:
+                    self._give_back(tenant, lease)  # granted under other limits (a PATCH): return it
+                lease = self.leases[tenant] = Lease(limits)
+            need = {r: a - lease.credit.get(r, 0.0) for r, a in amounts.items() if lease.credit.get(r, 0.0) < a}
+            if not need:
+                break
+            want = {r: max(n, math.ceil(limits[r] * self.config.slice_fraction)) for r, n in need.items()}
+            try:
+                result = await self.backend.acquire(tenant, self.holder, limits, need, want)
+            except BackendUnavailable as exc:
+                return self._unavailable(tenant, exc)
+            if result is None:
+                return self._unavailable(tenant, "timed out")
+            if "refused" in result:
+                raise LimitExceeded(result["refused"], result["retry_after"], result["message"])
+            current = self.leases.get(tenant)
+            if current is not lease or (lease.epoch is not None and lease.epoch != result["epoch"]):
+                # The lease changed while we waited (a PATCH or a new limiter state): the grant
+                # belongs to the new state; start a lease for it and try again.
+                lease = self.leases[tenant] = Lease(limits, epoch=result["epoch"])
+            lease.epoch = result["epoch"]
+            for r, n in result["granted"].items():
+                lease.credit[r] = lease.credit.get(r, 0.0) + n
+        else:
+            raise LimitExceeded(self._first_code(limits), 1, "Too many requests at once for this tenant; retry.")
+        for r, a in amounts.items():
+            lease.credit[r] -= a
+        lease.in_flight += 1
+        lease.last_used = self.clock()
+        return Admission(self, tenant, lease, amounts, charge, call.request_id)
+
+    def _release(self, adm: Admission) -> None:
+        lease = adm.lease
+        lease.in_flight -= 1
+        lease.last_used = self.clock()
+        used = adm.used_tokens()
+        for res, amount in adm.amounts.items():
+            if res == "concurrency":
+                lease.credit[res] = lease.credit.get(res, 0.0) + 1
+            elif res == "requests":
+                if used is None:  # never reached the engine: it does not count
+                    lease.credit[res] = lease.credit.get(res, 0.0) + 1
+            else:  # tokens, budget: refund what was not used (negative: used more than charged)
+                lease.credit[res] = lease.credit.get(res, 0.0) + amount - (used or 0.0)
+        if "budget" in adm.amounts and used:
+            lease.consumed.append((adm.request_id, used))
+        debts = {r: n for r, n in lease.credit.items() if n < 0}
+        if debts and lease.epoch is not None:  # used more than charged: tell the shared state now
+            for r in debts:
+                lease.credit[r] = 0.0
+            self._spawn(self.backend.give_back(adm.tenant, self.holder, lease.epoch, debts, []))
+
+    def _unavailable(self, tenant: str, why: Any) -> Admission:
+        self.failed_open += 1
+        if self.failed_open == 1 or self.failed_open % 100 == 0:
+            logger.warning("limiter unavailable (%s): %s tenant %s (%d so far)", why,
+                           "admitting" if self.config.on_unavailable == "open" else "refusing", tenant, self.failed_open)
+        if self.config.on_unavailable == "closed":
+            raise LimiterUnavailable()
+        return OPEN
+
+    @staticmethod
+    def _first_code(limits: dict) -> str:
+        return next(RESOURCES[r][1] for r in ORDER if r in limits)
+
+    # -- leases going back --------------------------------------------------------------------
+    def _give_back(self, tenant: str, lease: Lease) -> None:
+        returned = {r: n for r, n in lease.credit.items() if n}
+        consumed, lease.consumed = lease.consumed, []
+        lease.credit = {}
+        if lease.epoch is None or not (returned or consumed):
+            return
+        lease.last_call = self.clock()
+        self._spawn(self.backend.give_back(tenant, self.holder, lease.epoch, returned, consumed))
+
+    def sweep(self) -> None:
+        """Give back what sat unused for lease_s, report budget consumption, call in."""
+        now = self.clock()
+        for tenant, lease in list(self.leases.items()):
+            idle = now - lease.last_used >= self.config.lease_s
+            if idle and any(lease.credit.values()):
+                self._give_back(tenant, lease)
+            elif lease.consumed:
+                consumed, lease.consumed = lease.consumed, []
+                lease.last_call = now
+                self._spawn(self.backend.give_back(tenant, self.holder, lease.epoch, {}, consumed))
+            elif lease.in_flight and now - lease.last_call > HEARTBEAT_S:
+                lease.last_call = now
+                self._spawn(self.backend.touch(tenant, self.holder))
+            if idle and lease.in_flight == 0 and not any(lease.credit.values()) and not lease.consumed:
+                del self.leases[tenant]
+
+    def close(self) -> None:
+        """Give everything back (a replica going away)."""
+        for tenant, lease in list(self.leases.items()):
+            self._give_back(tenant, lease)
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+
+    def _ensure_sweeper(self) -> None:
+        if self._sweeper is None or self._sweeper.done():
+            self._sweeper = asyncio.get_running_loop().create_task(self._sweep_loop())
+
+    async def _sweep_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.lease_s / 2)
+            try:
+                self.sweep()
+            except Exception:
+                logger.exception("limiter sweep failed")
+
+    def _spawn(self, coro) -> None:
+        try:
+            task = asyncio.get_running_loop().create_task(coro)
+        except RuntimeError:  # no loop (interpreter shutdown): the lease expires in the shared state
+            coro.close()
+            return
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+
+# -- backends: where the shared state lives --------------------------------------------------------
+class LocalBackend:
+    """The shared state in this process: for one replica, tests and the benchmark."""
+
+    def __init__(self, core: LimiterCore | None = None, clock=time.monotonic, wall=time.time):
+        self.core = core or LimiterCore()
+        self.clock, self.wall = clock, wall
+        self.calls = 0
+        self.down = False
+
+    async def acquire(self, tenant, holder, limits, need, want):
+        self.calls += 1
+        if self.down:
+            raise BackendUnavailable("down")
+        result = self.core.acquire(tenant, holder, limits, need, want, self.clock(), self.wall())
+        if isinstance(result, Refusal):
+            return {"epoch": self.core.epoch, "refused": result.code, "retry_after": result.retry_after,
+                    "message": result.message}
+        return result
+
+    async def give_back(self, tenant, holder, epoch, returned, consumed):
+        if not self.down:
+            self.core.give_back(tenant, holder, epoch, returned, consumed, self.clock(), self.wall())
+
+    async def touch(self, tenant, holder):
+        if not self.down:
+            self.core.touch(holder, self.clock())
