@@ -130,17 +130,20 @@ class EngineDeploymentConfig(BaseModel):
     stream_window_s: float = Field(
         0.05, ge=0,
         description="Longest a streamed chunk waits to be sent with later ones in one Ray stream "
-        "item (the first chunk never waits). Each item costs the hop a fixed CPU time, so one "
-        "item per token caps a replica far below a GPU's token rate. 0: every chunk alone.",
+        "item (the first chunk never waits) while the replica is within stream_items_per_s. "
+        "Each item costs the hops a fixed CPU time, so one item per token caps a replica far "
+        "below a GPU's token rate. 0: no coalescing, every chunk alone.",
     )
     stream_max_chunks: int = Field(
         64, gt=0, description="Most chunks (tokens) coalesced into one stream item; 1: no coalescing."
     )
     stream_items_per_s: float = Field(
-        1000.0, gt=0,
-        description="Stream items per second one replica aims to send over all its streams: the "
-        "window is active streams / this, capped at stream_window_s, so a few streams wait ~1 ms "
-        "and many streams wait up to the cap.",
+        500.0, gt=0,
+        description="Stream items per second one replica aims to send over all its streams: "
+        "under load the window widens to active streams / this (up to stream_max_window_s).",
+    )
+    stream_max_window_s: float = Field(
+        0.5, gt=0, description="The widest the coalescing window gets under load."
     )
     max_queued_requests: int = Field(
         256, gt=0,

@@ -49,7 +49,7 @@ class Engine:
         self.shedder = LoadShedder(deployment.shedding, lambda: self.in_flight,
                                    lambda: read_engine_counters()["kv_cache_usage"])
         self.batcher = StreamBatcher(deployment.stream_window_s, deployment.stream_max_chunks,
-                                     deployment.stream_items_per_s)
+                                     deployment.stream_items_per_s, deployment.stream_max_window_s)
         self.engine = engine_cls(config.engine, replica_id=replica_id, adapter_store=store)
         await self.engine.start()
         # This replica writes the usage record of every request it serves: it alone sees every

@@ -7,9 +7,10 @@ stream's chunks are gathered into one item per window. The first chunk, and the 
 quiet window, goes at once: coalescing never delays time to first token, and a slow stream
 (one token per window or slower) sees no added latency.
 
-The window adapts to load: `active_streams / items_per_s`, capped at `window_s`, so the items
-per second one replica sends stay near `items_per_s` as streams grow, and a lone stream is
-coalesced only as much as its own rate needs.
+The window is `window_s` (50 ms) while the replica is within its item budget, and widens under
+load to `active_streams / items_per_s` (at most `max_window_s`), so the items per second one
+replica sends stay near `items_per_s` however many streams it runs: past that rate each item
+costs the hops more CPU than the tokens it carries.
 """
 
 from __future__ import annotations
@@ -26,15 +27,17 @@ class DeadlineExceeded(TimeoutError):
 
 
 class StreamBatcher:
-    def __init__(self, window_s: float = 0.05, max_chunks: int = 64, items_per_s: float = 1000.0):
+    def __init__(self, window_s: float = 0.05, max_chunks: int = 64, items_per_s: float = 1000.0,
+                 max_window_s: float = 0.5):
         self.window_s = window_s
+        self.max_window_s = max(max_window_s, window_s)
         # window_s 0 sends every chunk alone, as it came.
         self.max_chunks = max_chunks if window_s > 0 else 1
         self.items_per_s = items_per_s
         self.active_streams = 0  # streams of this replica now: the load the window adapts to
 
     def window(self) -> float:
-        return min(self.window_s, self.active_streams / self.items_per_s)
+        return max(self.window_s, min(self.max_window_s, self.active_streams / self.items_per_s))
 
     async def batches(self, source: AsyncIterator[T], deadline: Optional[float] = None) -> AsyncIterator[list[T]]:
         """Lists of the source's items, in order; the last list holds the source's last item.

@@ -16,8 +16,8 @@ from loraplex.engine.stream_batcher import DeadlineExceeded, StreamBatcher
 
 
 def fixed_window(window_s: float, max_chunks: int = 64) -> StreamBatcher:
-    """A batcher whose window is window_s for any number of streams (items_per_s tiny)."""
-    return StreamBatcher(window_s=window_s, max_chunks=max_chunks, items_per_s=1e-6)
+    """A batcher whose window is window_s for any number of streams (an item budget never reached)."""
+    return StreamBatcher(window_s=window_s, max_chunks=max_chunks, items_per_s=1e9)
 
 
 async def collect(batcher: StreamBatcher, source) -> list[list]:
@@ -231,9 +231,11 @@ async def test_closing_mid_stream_stops_the_source_at_once(window_s):
     assert seen["exc"] in (asyncio.CancelledError, GeneratorExit)
 
 
-async def test_the_window_grows_with_active_streams_and_is_capped():
-    batcher = StreamBatcher(window_s=0.05, max_chunks=64, items_per_s=100.0)
-    assert batcher.window() == 0.0
+async def test_the_window_widens_under_load_and_is_capped():
+    """window_s while the replica is within its item budget; past it, active / items_per_s
+    (so items per second stay at the budget), up to max_window_s."""
+    batcher = StreamBatcher(window_s=0.02, max_chunks=64, items_per_s=100.0, max_window_s=0.05)
+    assert batcher.window() == 0.02
     release = asyncio.Event()
 
     async def source():
@@ -246,11 +248,11 @@ async def test_the_window_grows_with_active_streams_and_is_capped():
         await gen.__anext__()  # the stream is open
         gens.append(gen)
         windows.append(batcher.window())
-    assert windows == pytest.approx([0.01, 0.02, 0.03, 0.04, 0.05, 0.05, 0.05, 0.05])
+    assert windows == pytest.approx([0.02, 0.02, 0.03, 0.04, 0.05, 0.05, 0.05, 0.05])
     release.set()
     for gen in gens:
         assert [b async for b in gen] == []
-    assert batcher.active_streams == 0 and batcher.window() == 0.0
+    assert batcher.active_streams == 0 and batcher.window() == 0.02
 
 
 @pytest.mark.parametrize("window_s", [0.0, 0.05])
