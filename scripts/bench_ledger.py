@@ -56,10 +56,11 @@ def bench_append(db_url: str, spool: str, n: int, sync_mode: str, threads: int) 
 
 def bench_request_path(db_url: str, spool: str, n: int) -> list[dict]:
     from loraplex.engine.metering import usage_record
-    from loraplex.engine.protocol import RequestMeta, RequestUsage
+    from loraplex.engine.protocol import AdapterTarget, EngineCall, RequestUsage
 
     t0 = T0.timestamp()
-    metas = [RequestMeta(f"req-{i}", f"t{i % 50}", "key_1", f"a{i % 7}@1", t0) for i in range(n)]
+    adapters = [AdapterTarget(f"t/a{j}@sha", j + 1, "t", f"a{j}", "sha", f"a{j}", version=1) for j in range(7)]
+    metas = [EngineCall(f"req-{i}", f"t{i % 50}", "key_1", adapters[i % 7], arrival_time=t0) for i in range(n)]
     usage = RequestUsage(512, 256, 128, "stop", "r0", t0 + 0.08, t0 + 2.0, "stop")
     rows = []
     with UsageLedger(db_url, spool, flush_interval_s=3600, flush_batch=10**9) as ledger:

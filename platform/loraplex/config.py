@@ -113,6 +113,21 @@ class EngineDeploymentConfig(BaseModel):
     ready_probe_max_age_s: float = Field(
         30.0, gt=0, description="/readyz accepts a replica whose last real generation is this fresh."
     )
+    stream_window_s: float = Field(
+        0.05, ge=0,
+        description="Longest a streamed chunk waits to be sent with later ones in one Ray stream "
+        "item (the first chunk never waits). Each item costs the hop a fixed CPU time, so one "
+        "item per token caps a replica far below a GPU's token rate. 0: every chunk alone.",
+    )
+    stream_max_chunks: int = Field(
+        64, gt=0, description="Most chunks (tokens) coalesced into one stream item; 1: no coalescing."
+    )
+    stream_items_per_s: float = Field(
+        1000.0, gt=0,
+        description="Stream items per second one replica aims to send over all its streams: the "
+        "window is active streams / this, capped at stream_window_s, so a few streams wait ~1 ms "
+        "and many streams wait up to the cap.",
+    )
     routing: RoutingConfig = Field(
         default_factory=RoutingConfig,
         description="How ingress replicas pick an Engine replica: tenant affinity under a load bound by default.",

@@ -1,11 +1,16 @@
-"""kill -9 the engine replica holding unflushed usage records after its replies were sent: the
-replica Serve starts in its place replays them, and every request is in the ledger exactly once."""
+"""kill -9 the engine replica while it holds unflushed usage records of replies already sent and
+streams still running: every stream ends with an error event and `[DONE]` (never a hang or a
+bare cut), each request is in the ledger exactly once (the finished ones replayed from the dead
+replica's spool by its replacement, the cut streams as `engine_error` with exactly the tokens
+their clients received), and the platform serves again."""
 
+import json
 import os
 import secrets
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -14,6 +19,7 @@ import pytest
 import yaml
 from sqlalchemy import func, select
 
+from loraplex.accounting import UsageLedger
 from loraplex.accounting.tables import usage_records
 from loraplex.db import make_engine
 
@@ -35,6 +41,36 @@ def descendants(pid: int) -> list[int]:
     out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
     children = [int(p) for p in out.split()]
     return children + [d for c in children for d in descendants(c)]
+
+
+class Stream(threading.Thread):
+    """One streamed chat request that runs until the engine dies: what its client received."""
+
+    def __init__(self, key: str, i: int):
+        super().__init__(daemon=True)
+        self.key, self.i = key, i
+        self.events: list[str] = []
+        self.tokens_seen = 0  # completion tokens, from vLLM's per-chunk usage
+        self.request_id = None
+        self.failure = None
+
+    def run(self):
+        body = {"model": "SmolLM2-135M-Instruct", "messages": [{"role": "user", "content": f"Count to {1000 + self.i}."}],
+                "max_tokens": 1500, "ignore_eos": True, "stream": True,
+                "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+        try:
+            with httpx.stream("POST", f"{BASE_URL}/v1/chat/completions", json=body, timeout=120,
+                              headers={"Authorization": f"Bearer {self.key}"}) as reply:
+                self.request_id = reply.headers["x-loraplex-request-id"]
+                for line in reply.iter_lines():
+                    if not line.startswith("data: "):
+                        continue
+                    self.events.append(line)
+                    data = line.removeprefix("data: ")
+                    if data != "[DONE]" and (usage := json.loads(data).get("usage")):
+                        self.tokens_seen = usage["completion_tokens"]
+        except Exception as exc:  # a bare cut (RemoteProtocolError) or a hang (ReadTimeout)
+            self.failure = exc
 
 
 def test_records_survive_kill_9_exactly_once(tmp_path):
@@ -62,6 +98,15 @@ def test_records_survive_kill_9_exactly_once(tmp_path):
         with db.connect() as conn:
             assert conn.execute(select(func.count()).select_from(usage_records)).scalar() == 0
 
+        # Three streams running on the replica when it dies.
+        streams = [Stream(key, i) for i in range(3)]
+        for stream in streams:
+            stream.start()
+        deadline = time.time() + 120
+        while time.time() < deadline and not all(s.tokens_seen >= 3 for s in streams):
+            time.sleep(0.2)
+        assert all(s.tokens_seen >= 3 for s in streams), [(s.tokens_seen, s.failure) for s in streams]
+
         [pid] = engine_pids()
         engine_core = descendants(pid)
         os.kill(pid, signal.SIGKILL)
@@ -72,6 +117,13 @@ def test_records_survive_kill_9_exactly_once(tmp_path):
                 os.kill(child, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        for stream in streams:
+            stream.join(timeout=60)
+            assert not stream.is_alive(), "a stream hung after its engine died"
+            assert stream.failure is None, f"the stream was cut without an error event: {stream.failure!r}"
+            error = json.loads(stream.events[-2].removeprefix("data: "))["error"]
+            assert error["code"] == 503 and "lost" in error["message"]
+            assert stream.events[-1] == "data: [DONE]"
         # Serve notices the dead actor and starts another replica, which replays the dead one's spool.
         deadline = time.time() + 300
         while time.time() < deadline and not (engine_pids() - {pid}):
@@ -94,3 +146,13 @@ def test_records_survive_kill_9_exactly_once(tmp_path):
             again = client.post("/v1/chat/completions", json={
                 "model": "SmolLM2-135M-Instruct", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
         assert again.status_code == 200
+    # The cut streams were billed by the ingress (its spool flushes at shutdown; replay whatever
+    # a replica left unflushed, as a restarted one would).
+    UsageLedger(db_url, str(tmp_path / "spool" / "replay"), adopt_orphans=True).recover()
+    with db.connect() as conn:
+        rows = {r.request_id: r for r in conn.execute(select(usage_records))}
+    for stream in streams:
+        row = rows[stream.request_id]
+        assert row.status == "engine_error"
+        assert row.completion_tokens == stream.tokens_seen, (row.completion_tokens, stream.tokens_seen)
+    assert len(rows) == len(sent) + len(streams) + 1  # exactly once each, and the request after

@@ -55,6 +55,8 @@ class UsageLedger:
         self._pending = 0
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._unspooled: list[str] = []  # records the spool refused (disk full, I/O error): retried
+        self._unspooled_lock = threading.Lock()
         self.last_error: BaseException | None = None
 
     @classmethod
@@ -68,8 +70,20 @@ class UsageLedger:
 
     # -- request path -------------------------------------------------------------------------
     def append(self, record: UsageRecord) -> None:
-        """Durable against process death when it returns (see spool.py). Thread-safe, ~10 us."""
-        self.spool.append(record.to_json())
+        """Durable against process death when it returns (see spool.py). Thread-safe, ~10 us.
+
+        Never raises on a full or failing disk: the record is kept in memory and appended again
+        every fsync interval until the spool takes it (a bill is never only logged)."""
+        line = record.to_json()
+        try:
+            self.spool.append(line)
+        except OSError as e:
+            with self._unspooled_lock:
+                self._unspooled.append(line)
+            self.last_error = e
+            log.error("usage ledger: spool append failed (%s); %d record(s) held for retry",
+                      e, len(self._unspooled))
+            return
         with self._wake:
             self._pending += 1
             if self._pending >= self.flush_batch:
@@ -122,6 +136,9 @@ class UsageLedger:
             self._wake.notify_all()
         for t in self._threads:
             t.join()
+        if self.retry_unspooled():  # nowhere left to keep them: the log is the last resort
+            log.critical("usage ledger: %d record(s) could not be spooled: %s", len(self._unspooled),
+                         "\n".join(self._unspooled))
         try:
             self.flush()
         except Exception:  # the spool keeps the records; the next start replays them
@@ -137,10 +154,25 @@ class UsageLedger:
     # -- background ---------------------------------------------------------------------------
     def _sync_loop(self) -> None:
         while not self._stop.wait(self.fsync_interval_s):
+            self.retry_unspooled()
             try:
                 self.spool.sync()
             except OSError:
                 log.exception("usage ledger: fsync failed")
+
+    def retry_unspooled(self) -> int:
+        """Append the records the spool refused earlier; returns how many are still held."""
+        with self._unspooled_lock:
+            while self._unspooled:
+                try:
+                    self.spool.append(self._unspooled[0], fresh_line=True)
+                except OSError as e:
+                    self.last_error = e
+                    break
+                self._unspooled.pop(0)
+                with self._wake:
+                    self._pending += 1
+            return len(self._unspooled)
 
     def _flush_loop(self) -> None:
         backoff = self.flush_interval_s

@@ -3,7 +3,10 @@ from dataclasses import dataclass, fields
 from datetime import datetime, timezone
 
 # How a request that reached the engine ended. Rejections before the engine are not records.
-STATUSES = frozenset({"finished", "length", "stop", "aborted", "client_disconnect", "timeout", "error"})
+STATUSES = frozenset({
+    "finished", "length", "stop", "aborted", "client_disconnect", "timeout", "error",
+    "engine_error",  # the engine failed or was lost mid-request: billed for the tokens the client got
+})
 _TIME_FIELDS = ("arrival_time", "first_token_time", "finish_time")
 
 

@@ -54,8 +54,10 @@ class UsageSpool:
         self.appended = 0  # lines appended by this process, for metrics
 
     # -- request path -------------------------------------------------------------------------
-    def append(self, entry: str) -> None:
-        data = (entry + "\n").encode()
+    def append(self, entry: str, fresh_line: bool = False) -> None:
+        """fresh_line: start with a newline, so that a line torn by an earlier failed write
+        stays a bad line of its own instead of corrupting this one (empty lines are skipped)."""
+        data = (("\n" if fresh_line else "") + entry + "\n").encode()
         with self._lock:
             if self._fd < 0:
                 raise RuntimeError(f"spool {self.dir} is closed")

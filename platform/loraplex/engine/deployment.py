@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from typing import Any, AsyncIterator
@@ -12,9 +13,9 @@ from ray import serve
 from loraplex.config import EngineDeploymentConfig, PlatformConfig
 from loraplex.engine.engine_counters import read_engine_counters
 from loraplex.engine.metering import usage_record
-from loraplex.engine.protocol import RequestMeta, RequestUsage
-from loraplex.engine.vllm_engine import EngineItem, VLLMEngine
-from loraplex.routing.request_key import routing_key
+from loraplex.engine.protocol import SSE_DONE, EngineCall, EngineChunk, EngineError, RequestUsage, sse_error
+from loraplex.engine.stream_batcher import StreamBatcher
+from loraplex.engine.vllm_engine import VLLMEngine
 from loraplex.routing.served_keys import ServedKeys, routing_stats
 
 logger = logging.getLogger(__name__)
@@ -41,7 +42,10 @@ class Engine:
         self.catalog = AdapterCatalog(db)
         self.base_model = config.engine.model_id
         # The affinity keys this replica served lately, reported to the routers (record_routing_stats).
-        self.served_keys = ServedKeys(config.engine_deployment.routing.served_keys)
+        deployment = config.engine_deployment
+        self.served_keys = ServedKeys(deployment.routing.served_keys)
+        self.batcher = StreamBatcher(deployment.stream_window_s, deployment.stream_max_chunks,
+                                     deployment.stream_items_per_s)
         self.engine = engine_cls(config.engine, replica_id=replica_id, adapter_store=store)
         await self.engine.start()
         # This replica writes the usage record of every request it serves: it alone sees every
@@ -53,17 +57,49 @@ class Engine:
         )
         self._free_deleted = asyncio.create_task(self._free_deleted_adapters(registry.deletion_poll_s))
 
-    async def chat(self, request, adapter=None, cache_salt=None, meta: RequestMeta | None = None) -> AsyncIterator[EngineItem]:
-        self.served_keys.touch(routing_key((request, adapter, cache_salt, meta), {}))
-        async for item in self.engine.chat(request, adapter, cache_salt, self._meter(meta)):
-            yield item
+    async def generate(self, call: EngineCall, request) -> AsyncIterator[EngineChunk | EngineError]:
+        """Serve one tenant request: coalesced EngineChunks (SSE bytes, or the JSON body), or
+        one EngineError for a request the engine refused.
 
-    async def completions(
-        self, request, adapter=None, cache_salt=None, meta: RequestMeta | None = None
-    ) -> AsyncIterator[EngineItem]:
-        self.served_keys.touch(routing_key((request, adapter, cache_salt, meta), {}))
-        async for item in self.engine.completions(request, adapter, cache_salt, self._meter(meta)):
-            yield item
+        Writes the request's one usage record before the last chunk leaves (a client that saw
+        its reply end was metered), or, if the stream ends otherwise (client gone, engine
+        error), when it ends. An engine failure after the request started ends the stream with
+        an error event (a stream) or a 503 EngineError, billed as `engine_error`.
+        """
+        self.served_keys.touch(call.routing_key)
+        usage = RequestUsage(replica_id=self.replica_id)
+        source = self.engine.generate(call, request, usage)
+        batches = self.batcher.batches(source)
+        metered = refused = False
+        try:
+            async for items in batches:
+                last = items[-1]
+                if isinstance(last, EngineError):
+                    refused = True  # counted by the ingress as a refusal, never billed
+                    yield last
+                    return
+                if isinstance(last, dict) or last == SSE_DONE:  # the reply's end: usage is final
+                    self._meter(call, usage)
+                    metered = True
+                if isinstance(last, dict):
+                    yield usage.chunk(json.dumps(last, separators=(",", ":")).encode())
+                else:
+                    yield usage.chunk("".join(items).encode())
+        except Exception as exc:
+            logger.exception("request %s failed in the engine", call.request_id)
+            usage.status = "engine_error"
+            self._meter(call, usage)
+            metered = True
+            message = f"The engine failed on this request ({type(exc).__name__}); retry it."
+            if call.stream and usage.engine_request_ids:
+                yield usage.chunk(sse_error(503, message) + SSE_DONE.encode())
+            else:
+                yield EngineError(status=503, message=message, type="ServiceUnavailableError",
+                                  billed=bool(usage.engine_request_ids))
+        finally:
+            await batches.aclose()  # on a disconnect: cancels the engine request first
+            if not metered and not refused:
+                self._meter(call, usage)
 
     def record_routing_stats(self) -> dict[str, Any]:
         """Serve collects this every routing stats period and hands it to every router."""
@@ -71,14 +107,15 @@ class Engine:
         return routing_stats(self.served_keys.recent(), running=gauges["num_requests_running"],
                              waiting=gauges["num_requests_waiting"], kv_usage=gauges["kv_cache_usage"])
 
-    def _meter(self, meta: RequestMeta | None):
-        if meta is None:  # not a tenant request (tests calling the handle directly)
-            return None
-
-        def append(usage: RequestUsage) -> None:
-            self.ledger.append(usage_record(meta, usage, self.base_model))
-
-        return append
+    def _meter(self, call: EngineCall, usage: RequestUsage) -> None:
+        """Append the request's usage record, if it is billable: a tenant's, and the engine
+        took it (a refusal with no tokens is counted by the ingress, never billed)."""
+        if call.tenant_id is None or not usage.engine_request_ids:
+            return
+        if usage.status is None:  # ended before the engine's own bookkeeping ran
+            usage.status, usage.finish_time = "engine_error", time.time()
+        # Never raises: a record that cannot be spooled now is kept and retried by the ledger.
+        self.ledger.append(usage_record(call, usage, self.base_model))
 
     def engine_counters(self) -> dict[str, float]:
         """vLLM's own token counters and gauges, plus the probes no tenant pays for."""

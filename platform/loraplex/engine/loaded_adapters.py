@@ -19,6 +19,10 @@ from loraplex.engine.protocol import AdapterTarget
 logger = logging.getLogger(__name__)
 
 
+class AdapterGone(LookupError):
+    """The adapter version was deleted after the ingress resolved it: the request gets 404."""
+
+
 class LoadedAdapters:
     def __init__(self, llm, serving_models, store):
         self.llm = llm
@@ -30,6 +34,8 @@ class LoadedAdapters:
         self._fetching: dict[str, asyncio.Task] = {}
 
     async def acquire(self, target: AdapterTarget) -> None:
+        if target.lora_name in self.retiring:
+            raise AdapterGone(f"The model `{target.requested_as}` was deleted. List yours with GET /v1/models.")
         if target.lora_name not in self.targets:
             task = self._fetching.get(target.lora_name)
             if task is None:
@@ -38,12 +44,18 @@ class LoadedAdapters:
                 self._fetching[target.lora_name] = task
             try:
                 path = await asyncio.shield(task)
+            except Exception as exc:
+                # DELETE removes the blob after the catalog row: a version that is not in the
+                # store any more was deleted (the store answers 404, or the file is gone).
+                if isinstance(exc, FileNotFoundError) or getattr(exc, "status", None) == 404:
+                    raise AdapterGone(f"The model `{target.requested_as}` was deleted. "
+                                      "List yours with GET /v1/models.") from exc
+                raise
             finally:
                 self._fetching.pop(target.lora_name, None)
             self.serving_models.lora_requests[target.lora_name] = LoRARequest(
                 lora_name=target.lora_name, lora_int_id=target.lora_int_id, lora_path=str(path))
             self.targets[target.lora_name] = target
-        self.retiring.discard(target.lora_name)
         self.in_flight[target.lora_name] += 1
 
     async def release(self, target: AdapterTarget) -> None:

@@ -7,8 +7,19 @@ it. The replica streams back `EngineChunk`s (SSE or JSON bytes, coalesced) or on
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import NamedTuple, Optional
+
+
+SSE_DONE = "data: [DONE]\n\n"
+
+
+def sse_error(status: int, message: str, type: str = "ServiceUnavailableError") -> bytes:
+    """An SSE error event, as vLLM's server ends a stream that failed after it started; OpenAI
+    clients raise it as an APIError."""
+    body = {"error": {"message": message, "type": type, "param": None, "code": status}}
+    return f"data: {json.dumps(body)}\n\n".encode()
 
 
 @dataclass
@@ -19,6 +30,9 @@ class EngineError:
     message: str
     type: str = "BadRequestError"
     param: Optional[str] = None
+    # The engine failed after it took the request: the replica billed it (`engine_error`), so
+    # the ingress must not also count it as a refusal.
+    billed: bool = False
 
     def body(self) -> dict:
         return {

@@ -13,7 +13,7 @@ import json
 import logging
 import time
 import uuid
-from typing import Any, AsyncIterator, Callable, Union
+from typing import Any, AsyncIterator, Union
 
 from starlette.datastructures import State
 from vllm import SamplingParams
@@ -21,21 +21,18 @@ from vllm.engine.arg_utils import AsyncEngineArgs
 from vllm.entrypoints.launchers.cli_args import make_arg_parser
 from vllm.entrypoints.openai.api_server import init_app_state
 from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
-from vllm.entrypoints.openai.completion.protocol import CompletionRequest
 from vllm.entrypoints.serve.engine.protocol import ErrorResponse
 from vllm.exceptions import VLLMClientError
 from vllm.utils.argparse_utils import FlexibleArgumentParser
 
 from loraplex.config import EngineConfig
-from loraplex.engine.loaded_adapters import LoadedAdapters
-from loraplex.engine.protocol import AdapterTarget, EngineError, RequestUsage
+from loraplex.engine.loaded_adapters import AdapterGone, LoadedAdapters
+from loraplex.engine.protocol import SSE_DONE, AdapterTarget, EngineCall, EngineError, RequestUsage
 from loraplex.engine.usage_tracking import UsageTrackingAsyncLLM, current_usage
 
 logger = logging.getLogger(__name__)
 
-EngineItem = Union[str, dict, EngineError, RequestUsage]
-OnFinish = Callable[[RequestUsage], None]
-SSE_DONE = "data: [DONE]\n\n"
+EngineItem = Union[str, dict, EngineError]
 # vLLM finish reasons -> the ledger's statuses; any other ending reason is "finished".
 _STATUS_OF_FINISH = {"stop": "stop", "length": "length", "abort": "aborted"}
 
@@ -86,44 +83,41 @@ class VLLMEngine:
         args.enable_prompt_tokens_details = True
         return args
 
-    async def chat(
-        self, request: ChatCompletionRequest, adapter: AdapterTarget | None = None, cache_salt: str | None = None,
-        on_finish: OnFinish | None = None,
-    ) -> AsyncIterator[EngineItem]:
-        async for item in self._serve(self.chat_serving.create_chat_completion, request, adapter, cache_salt, on_finish):
-            yield item
+    def generate(self, call: EngineCall, request, usage: RequestUsage) -> AsyncIterator[EngineItem]:
+        """Run one OpenAI request (chat or completion) as the call says: its adapter version,
+        its tenant's prefix-cache salt and request id. Yields SSE strings (a stream) or one
+        response dict, or one EngineError for a refusal; fills `usage` as tokens are made.
 
-    async def completions(
-        self, request: CompletionRequest, adapter: AdapterTarget | None = None, cache_salt: str | None = None,
-        on_finish: OnFinish | None = None,
-    ) -> AsyncIterator[EngineItem]:
-        async for item in self._serve(self.completion_serving.create_completion, request, adapter, cache_salt, on_finish):
-            yield item
+        The stream's `[DONE]` (or the response) is held until `usage` is final, so whoever
+        meters on the last item sees the final counts.
+        """
+        create = (self.chat_serving.create_chat_completion if isinstance(request, ChatCompletionRequest)
+                  else self.completion_serving.create_completion)
+        return self._serve(create, call, request, usage)
 
-    async def _serve(self, create, request, adapter: AdapterTarget | None, cache_salt: str | None, on_finish):
-        """Run one OpenAI request, with the tenant's adapter version and prefix-cache salt."""
-        if cache_salt is not None:
-            request.cache_salt = cache_salt
+    async def _serve(self, create, call: EngineCall, request, usage: RequestUsage):
+        request.request_id = call.request_id
+        if call.cache_salt is not None:
+            request.cache_salt = call.cache_salt
+        adapter = call.adapter
         if adapter is None:
-            async for item in self._run(create, request, on_finish):
+            async for item in self._run(create, request, usage):
                 yield item
             return
-        await self.adapters.acquire(adapter)
+        try:
+            await self.adapters.acquire(adapter)
+        except AdapterGone as exc:
+            # Deleted between the ingress's resolve and now: the same 404 as at the ingress.
+            yield EngineError(status=404, message=str(exc), type="NotFoundError", param="model")
+            return
         request.model = adapter.lora_name
         try:
-            async for item in self._run(create, request, on_finish):
+            async for item in self._run(create, request, usage):
                 yield _renamed(item, adapter)
         finally:
             await self.adapters.release(adapter)
 
-    async def _run(self, create, request, on_finish: OnFinish | None) -> AsyncIterator[EngineItem]:
-        """Yield SSE strings (stream) or one response dict, then the request's RequestUsage.
-
-        on_finish(usage) runs exactly once when a request the engine accepted ends, however it
-        ends (done, client gone, error), before the stream's last `[DONE]` or the response is
-        released: a client that saw its reply end is sure to have been metered.
-        """
-        usage = RequestUsage(replica_id=self.replica_id)
+    async def _run(self, create, request, usage: RequestUsage) -> AsyncIterator[EngineItem]:
         current_usage.set(usage)
         serving = create.__self__
         ending, held, body, error = "client_disconnect", None, None, None
@@ -147,13 +141,13 @@ class VLLMEngine:
                         yield chunk
             else:
                 body = result.model_dump(mode="json")
-            ending = "error"  # ended on its own: a finish reason says how, else it failed
+            ending = "engine_error"  # ended on its own: a finish reason says how, else it failed
         except Exception:
-            ending = "error"
+            ending = "engine_error"
             raise
         finally:
             # GeneratorExit / CancelledError (the client went away) leave ending at client_disconnect.
-            await self._finish(usage, ending, on_finish, refused=error is not None)
+            await self._finish(usage, ending)
         if error is not None:
             yield error
             return
@@ -161,9 +155,8 @@ class VLLMEngine:
             yield body
         if held is not None:
             yield held
-        yield usage
 
-    async def _finish(self, usage: RequestUsage, ending: str, on_finish: OnFinish | None, refused: bool) -> None:
+    async def _finish(self, usage: RequestUsage, ending: str) -> None:
         usage.finish_time = time.time()
         usage.status = ending_status(usage.finish_reason, ending)
         if usage.finish_reason is None and usage.engine_request_ids:
@@ -171,14 +164,6 @@ class VLLMEngine:
             # engine must stop at once.
             await self.llm.abort(usage.engine_request_ids)
             logger.info("%s after %s completion tokens", usage.status, usage.completion_tokens)
-        # A refusal with no tokens (bad params, prompt too long) is not a usage record; the
-        # ingress counts it as a rejection.
-        metered = usage.engine_request_ids and not (refused and usage.prompt_tokens + usage.completion_tokens == 0)
-        if on_finish is not None and metered:
-            try:
-                on_finish(usage)
-            except Exception:
-                logger.exception("could not meter request %s", usage.engine_request_ids)
 
     async def list_models(self) -> dict[str, Any]:
         return (await self.models.show_available_models()).model_dump(mode="json")

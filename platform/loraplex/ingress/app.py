@@ -44,7 +44,8 @@ def build_ingress_app(
         )
     routes = [
         *OpenAIRoutes(engine, config.ingress.max_request_body_bytes, tenants,
-                      ledger=accounting.ledger if accounting is not None else None).routes(),
+                      ledger=accounting.ledger if accounting is not None else None,
+                      base_model=config.engine.model_id).routes(),
         *HealthRoutes(engine, replica_health).routes(),
     ]
     if tenancy is not None:

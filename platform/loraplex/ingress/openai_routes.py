@@ -19,7 +19,9 @@ from starlette.routing import Route
 from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
 from vllm.entrypoints.openai.completion.protocol import CompletionRequest
 
-from loraplex.engine.protocol import AdapterTarget, EngineError, RequestMeta, RequestUsage
+from loraplex.engine.metering import usage_record
+from loraplex.engine.protocol import (SSE_DONE, EngineCall, EngineChunk, EngineError, RequestUsage,
+                                      affinity_key, sse_error)
 from loraplex.ingress.errors import APIError
 from loraplex.ingress.tenant_context import TenantContext
 
@@ -28,6 +30,7 @@ logger = logging.getLogger(__name__)
 # The ledger's id of a request (also in the reply's `id`). Not X-Request-Id: Ray Serve's proxy
 # sets that one to its own id, which a client may choose.
 REQUEST_ID_HEADER = "X-LoRAPlex-Request-Id"
+RETRY_AFTER = {"Retry-After": "1"}
 
 
 async def read_json(request: Request, max_bytes: int) -> dict[str, Any]:
@@ -48,6 +51,10 @@ async def read_json(request: Request, max_bytes: int) -> dict[str, Any]:
     return data
 
 
+class EngineFailed(APIError):
+    """The engine failed after taking the request: it is billed (`engine_error`), not a refusal."""
+
+
 def parse(model: type[BaseModel], data: dict[str, Any]) -> BaseModel:
     try:
         return model.model_validate(data)
@@ -59,13 +66,16 @@ def parse(model: type[BaseModel], data: dict[str, Any]) -> BaseModel:
 
 
 class OpenAIRoutes:
-    def __init__(self, engine, max_body_bytes: int, tenants: TenantContext | None = None, ledger=None):
+    def __init__(self, engine, max_body_bytes: int, tenants: TenantContext | None = None, ledger=None,
+                 base_model: str = ""):
         self.engine = engine
+        self.base_model = base_model
         self.max_body_bytes = max_body_bytes
         # None: an open single-tenant deployment (no keys, base model only, nothing metered).
         self.tenants = tenants
         # The UsageLedger that counts requests refused before the engine (never billed). The
-        # billable record is written by the Engine replica, which sees every token.
+        # billable record is written by the Engine replica, which sees every token; the
+        # ingress writes one only when that replica is lost mid-request.
         self.ledger = ledger
 
     def routes(self) -> list[Route]:
@@ -76,10 +86,10 @@ class OpenAIRoutes:
         ]
 
     async def chat_completions(self, request: Request) -> Response:
-        return await self._generate(request, "chat", ChatCompletionRequest)
+        return await self._generate(request, ChatCompletionRequest)
 
     async def completions(self, request: Request) -> Response:
-        return await self._generate(request, "completions", CompletionRequest)
+        return await self._generate(request, CompletionRequest)
 
     async def models(self, request: Request) -> Response:
         if self.tenants is None:
@@ -91,62 +101,117 @@ class OpenAIRoutes:
         base = [m for m in models["data"] if m.get("parent") is None]
         return JSONResponse({"object": "list", "data": base + await self.tenants.adapter_models(principal)})
 
-    async def _generate(self, request: Request, method: str, model: type[BaseModel]) -> Response:
+    async def _generate(self, request: Request, model: type[BaseModel]) -> Response:
         arrival = time.time()
         principal = None
         try:
             if self.tenants is not None:
                 principal = await self.tenants.authenticate(request)
             oai_request = parse(model, await read_json(request, self.max_body_bytes))
-            adapter, cache_salt, meta = None, None, None
-            # Ours, never the client's: it is the ledger's idempotency key and vLLM's request id,
-            # so a client-chosen value could collide with another request.
-            oai_request.request_id = uuid.uuid4().hex
-            if principal is not None:
-                adapter = await self.tenants.resolve_adapter(principal, oai_request.model)
-                cache_salt = self.tenants.cache_salt(principal)
-                meta = RequestMeta(
-                    request_id=oai_request.request_id, tenant_id=principal.tenant_id, api_key_id=principal.key_id,
-                    adapter=adapter.label if adapter else None, arrival_time=arrival,
-                )
-            response = await self.generate(method, oai_request, adapter, cache_salt, meta)
+            call = await self._call(principal, oai_request, arrival)
+            response = await self.generate(call, oai_request)
         except APIError as exc:
-            if self.ledger is not None:
+            if self.ledger is not None and not isinstance(exc, EngineFailed):
                 self.ledger.reject(principal.tenant_id if principal else None, str(exc.status))
             raise
-        response.headers[REQUEST_ID_HEADER] = oai_request.request_id
+        response.headers[REQUEST_ID_HEADER] = call.request_id
         return response
 
-    async def generate(
-        self, method: str, oai_request, adapter: AdapterTarget | None = None, cache_salt=None, meta=None
-    ) -> Response:
-        items = self.engine.stream(method, oai_request, adapter, cache_salt, meta)
+    async def _call(self, principal, oai_request, arrival: float) -> EngineCall:
+        # Ours, never the client's: it is the ledger's idempotency key and vLLM's request id,
+        # so a client-chosen value could collide with another request.
+        request_id = uuid.uuid4().hex
+        oai_request.request_id = request_id
+        max_tokens = getattr(oai_request, "max_completion_tokens", None) or oai_request.max_tokens
+        common = dict(request_id=request_id, arrival_time=arrival, stream=bool(oai_request.stream),
+                      prompt_tokens=prompt_tokens_estimate(oai_request), max_tokens=max_tokens)
+        if principal is None:
+            return EngineCall(**common)
+        adapter = await self.tenants.resolve_adapter(principal, oai_request.model)
+        return EngineCall(
+            **common, tenant_id=principal.tenant_id, api_key_id=principal.key_id, adapter=adapter,
+            cache_salt=self.tenants.cache_salt(principal), priority=principal.limits.priority,
+            routing_key=affinity_key(principal.tenant_id, adapter.name if adapter else None),
+        )
+
+    async def generate(self, call: EngineCall, oai_request) -> Response:
+        items = self.engine.stream("generate", call, oai_request)
         try:
             first = await anext(items)
         except StopAsyncIteration:
-            raise APIError(503, "The engine ended the request without a reply; retry it.")
+            raise APIError(503, "The engine ended the request without a reply; retry it.",
+                           headers=RETRY_AFTER)
+        except Exception as exc:  # the replica died or could not be reached: nothing was sent
+            self._bill_engine_lost(call, None, exc)
+            raise EngineFailed(503, f"The engine replica was lost ({type(exc).__name__}); retry the request.",
+                               headers=RETRY_AFTER)
         if isinstance(first, EngineError):
             await items.aclose()
-            raise APIError(first.status, first.message, param=first.param)
-        if oai_request.stream:
+            error = EngineFailed if first.billed else APIError
+            raise error(first.status, first.message, param=first.param,
+                        headers=RETRY_AFTER if first.status == 503 else None)
+        if call.stream:
             return StreamingResponse(
-                self._sse(first, items),
+                self._sse(call, first, items),
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
             )
-        # Drain the stream to its end (only the RequestUsage follows): the Engine replica has
-        # already metered the request, and an early close would read as a disconnect.
+        # A non-stream reply is one chunk; drain to the end so the close is not a disconnect.
         async for _ in items:
             pass
-        return JSONResponse(first)
+        return Response(first.data, media_type="application/json")
 
-    async def _sse(self, first: str, items: AsyncIterator) -> AsyncIterator[str]:
+    async def _sse(self, call: EngineCall, first: EngineChunk, items: AsyncIterator) -> AsyncIterator[bytes]:
+        """Pass the Engine's coalesced SSE bytes through, one body message per chunk."""
+        received = first
         try:
-            yield first
-            async for item in items:
-                if not isinstance(item, RequestUsage):  # metered by the Engine replica already
-                    yield item
+            yield first.data
+            async for received in items:
+                yield received.data
+        except Exception as exc:  # the replica died mid-stream: say so, then end the stream
+            self._bill_engine_lost(call, received, exc)
+            yield sse_error(503, f"The engine replica was lost mid-stream ({type(exc).__name__}); "
+                                 "the reply is incomplete. Retry the request.")
+            yield SSE_DONE.encode()
         finally:
             # On client disconnect Starlette cancels us here; closing the engine stream
             # cancels the engine request.
             await items.aclose()
+
+    def _bill_engine_lost(self, call: EngineCall, received: EngineChunk | None, exc: Exception) -> None:
+        """The replica that would have metered this request is gone: bill what the client got.
+        Idempotent on the request id, so if the replica's own record also lands, one wins."""
+        logger.warning("engine lost on request %s: %r", call.request_id, exc)
+        if self.ledger is None or call.tenant_id is None:
+            return
+        usage = RequestUsage(status="engine_error", finish_time=time.time())
+        if received is not None:
+            usage.prompt_tokens, usage.cached_prompt_tokens = received.prompt_tokens, received.cached_prompt_tokens
+            usage.completion_tokens, usage.first_token_time = received.completion_tokens, received.first_token_time
+        self.ledger.append(usage_record(call, usage, self.base_model))
+
+
+def prompt_tokens_estimate(oai_request) -> int:
+    """Prompt tokens at ~4 characters a token, for routing and admission (no tokenizer here)."""
+    messages = getattr(oai_request, "messages", None)
+    if messages is not None:
+        chars = 0
+        for message in messages:
+            content = message.get("content") if isinstance(message, dict) else None
+            if isinstance(content, str):
+                chars += len(content)
+            elif isinstance(content, list):
+                chars += sum(len(p.get("text") or "") for p in content if isinstance(p, dict))
+        return chars // 4
+    prompt = getattr(oai_request, "prompt", None)
+    if isinstance(prompt, str):
+        return len(prompt) // 4
+    if isinstance(prompt, list) and prompt:
+        first = prompt[0]
+        if isinstance(first, int):
+            return len(prompt)  # token ids
+        if isinstance(first, str):
+            return sum(len(p) for p in prompt if isinstance(p, str)) // 4
+        if isinstance(first, list):
+            return sum(len(p) for p in prompt)  # a batch of token-id prompts
+    return 0

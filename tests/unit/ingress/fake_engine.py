@@ -1,25 +1,41 @@
-"""FakeEngineClient: stands in for ServeEngineClient in ingress unit tests (no Ray, no vLLM)."""
+"""FakeEngineClient: stands in for ServeEngineClient in ingress unit tests (no Ray, no vLLM).
+
+A script yields what the Engine replica's engine would: SSE strings, a response dict, or an
+EngineError; the fake turns strings and dicts into the EngineChunks the replica sends (one
+completion token per SSE string), so the ingress sees the real wire format.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any, Callable, Iterable
+
+from loraplex.engine.protocol import EngineChunk
 
 
 class FakeEngineClient:
-    def __init__(self, script: Callable[[str, Any], Iterable[Any]], calls: dict[str, Any] | None = None):
+    def __init__(self, script: Callable[..., Iterable[Any]], calls: dict[str, Any] | None = None,
+                 prompt_tokens: int = 3):
         self.script = script
         self.calls = calls or {}
-        self.requests: list[tuple[str, Any]] = []
+        self.prompt_tokens = prompt_tokens
+        self.requests: list[tuple] = []  # (method, *args): for generate, (method, call, request)
         self.finished = 0
         self.closed_early = 0
 
-    async def stream(self, method: str, request: Any, *context: Any):
-        self.requests.append((method, request, *context))
+    async def stream(self, method: str, *args: Any):
+        self.requests.append((method, *args))
         done = False
+        tokens = 0
         try:
-            for item in self.script(method, request, *context):
+            for item in self.script(method, *args):
                 await asyncio.sleep(0)
+                if isinstance(item, str):
+                    tokens += item != "data: [DONE]\n\n"
+                    item = EngineChunk(item.encode(), self.prompt_tokens, 0, tokens)
+                elif isinstance(item, dict):
+                    item = EngineChunk(json.dumps(item).encode(), self.prompt_tokens, 0, tokens)
                 yield item
             done = True
         finally:

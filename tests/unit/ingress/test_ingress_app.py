@@ -6,7 +6,7 @@ from starlette.testclient import TestClient
 
 from fake_engine import FakeEngineClient
 from loraplex.config import PlatformConfig
-from loraplex.engine.protocol import EngineError, RequestUsage
+from loraplex.engine.protocol import EngineCall, EngineChunk, EngineError
 from loraplex.ingress.app import build_ingress_app
 from loraplex.ingress.openai_routes import OpenAIRoutes
 
@@ -16,7 +16,7 @@ SSE = ['data: {"choices":[{"delta":{"content":"Pa"}}]}\n\n', 'data: {"choices":[
 RESPONSE = {"object": "chat.completion", "choices": [{"message": {"content": "Paris"}}], "usage": {"prompt_tokens": 3}}
 
 
-def script(method, request, *context):
+def script(method, call, request):
     if request.model != MODEL:
         yield EngineError(404, f"The model `{request.model}` does not exist.", "NotFoundError", "model")
         return
@@ -24,7 +24,6 @@ def script(method, request, *context):
         yield from SSE
     else:
         yield RESPONSE
-    yield RequestUsage(prompt_tokens=3, completion_tokens=2, finish_reason="stop")
 
 
 @pytest.fixture
@@ -47,7 +46,7 @@ def assert_openai_error(response, status):
     return error
 
 
-def test_non_stream_returns_engine_response_and_hides_usage_item(engine):
+def test_non_stream_returns_engine_response(engine):
     response = make_client(engine).post("/v1/chat/completions", json=CHAT)
     assert response.status_code == 200
     assert response.json() == RESPONSE
@@ -64,7 +63,9 @@ def test_stream_passes_sse_through_exactly(engine):
 def test_completions_route(engine):
     response = make_client(engine).post("/v1/completions", json={"model": MODEL, "prompt": "x", "max_tokens": 2})
     assert response.status_code == 200
-    assert engine.requests[-1][0] == "completions"
+    method, call, request = engine.requests[-1]
+    assert method == "generate" and isinstance(call, EngineCall) and type(request).__name__ == "CompletionRequest"
+    assert call.request_id == request.request_id == response.headers["x-loraplex-request-id"]
 
 
 def test_engine_refusal_becomes_openai_error_with_its_status(engine):
@@ -108,14 +109,48 @@ def test_unknown_route_and_wrong_method_use_openai_error_body(engine):
     assert_openai_error(client.get("/v1/chat/completions"), 405)
 
 
-def test_engine_failure_is_a_500_body_and_server_keeps_serving(engine):
-    def broken(method, request, *context):
+def test_engine_lost_before_replying_is_a_503_with_retry_after(engine):
+    def broken(method, call, request):
         raise RuntimeError("replica died")
         yield  # pragma: no cover
 
     client = make_client(FakeEngineClient(broken))
-    assert_openai_error(client.post("/v1/chat/completions", json=CHAT), 500)
+    response = client.post("/v1/chat/completions", json=CHAT)
+    assert_openai_error(response, 503)
+    assert response.headers["retry-after"]
     assert client.get("/healthz").status_code == 200
+
+
+def test_engine_lost_mid_stream_ends_with_an_error_event_then_done():
+    def dies_after_two(method, call, request):
+        yield from SSE[:2]
+        raise RuntimeError("ActorDiedError")
+
+    response = make_client(FakeEngineClient(dies_after_two)).post("/v1/chat/completions", json={**CHAT, "stream": True})
+    assert response.status_code == 200  # the stream had started
+    events = [e for e in response.text.split("\n\n") if e]
+    assert events[:2] == [SSE[0].strip(), SSE[1].strip()]
+    error = json.loads(events[2].removeprefix("data: "))["error"]
+    assert error["code"] == 503 and "lost" in error["message"]
+    assert events[3] == "data: [DONE]"
+
+
+def test_sse_bytes_pass_through_one_message_per_engine_chunk():
+    """The ingress does no per-token work: each coalesced EngineChunk is one body message."""
+    batch = "".join(SSE[:2]).encode()
+
+    def coalesced(method, call, request):
+        yield EngineChunk(batch, 3, 0, 2)
+        yield EngineChunk(b"data: [DONE]\n\n", 3, 0, 2)
+
+    async def run():
+        routes = OpenAIRoutes(FakeEngineClient(coalesced), 1 << 20)
+        call = EngineCall("r1", stream=True)
+        items = routes.engine.stream("generate", call, None)
+        first = await anext(items)
+        return [part async for part in routes._sse(call, first, items)]
+
+    assert asyncio.run(run()) == [batch, b"data: [DONE]\n\n"]
 
 
 def test_models_lists_engine_models(engine):
@@ -150,10 +185,11 @@ def test_closing_a_stream_early_closes_the_engine_stream(engine):
 
     async def run():
         routes = OpenAIRoutes(engine, 1 << 20)
-        items = engine.stream("chat", type("R", (), {"model": MODEL, "stream": True})())
+        call = EngineCall("r1", stream=True)
+        items = engine.stream("generate", call, type("R", (), {"model": MODEL, "stream": True})())
         first = await anext(items)
-        sse = routes._sse(first, items)
-        assert await anext(sse) == SSE[0]
+        sse = routes._sse(call, first, items)
+        assert await anext(sse) == SSE[0].encode()
         await sse.aclose()
 
     asyncio.run(run())

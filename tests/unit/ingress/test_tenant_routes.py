@@ -25,10 +25,13 @@ from loraplex.registry import BaseModelSpec  # noqa: E402
 BASE = "SmolLM2-135M-Instruct"
 
 
-def script(method, request, adapter=None, cache_salt=None, meta=None):
+def script(method, call, request):
     # Echo what the engine was asked to run with, so tests can see resolution, salting and metering.
-    yield {"model": request.model, "adapter": adapter.lora_name if adapter else None, "salt": cache_salt,
-           "meta": vars(meta) if meta else None, "request_id": request.request_id}
+    yield {"model": request.model, "adapter": call.adapter.lora_name if call.adapter else None,
+           "salt": call.cache_salt, "request_id": request.request_id,
+           "call": {"request_id": call.request_id, "tenant_id": call.tenant_id, "api_key_id": call.api_key_id,
+                    "adapter": call.adapter_label, "arrival_time": call.arrival_time,
+                    "routing_key": call.routing_key, "priority": call.priority}}
 
 
 @pytest.fixture
@@ -111,7 +114,7 @@ def test_adapter_target_carries_a_stable_catalog_id(setup):
     upload(client, keys["acme"], "style", archives[4])
     chat(client, keys["acme"], "style")
     chat(client, keys["acme"], "style")
-    targets = [context[0] for _method, _request, *context in engine.requests if context and context[0]]
+    targets = [call.adapter for _method, call, _request in engine.requests if call.adapter]
     assert len(targets) == 2 and isinstance(targets[0], AdapterTarget)
     assert targets[0].lora_int_id == targets[1].lora_int_id > 0
     assert targets[0].requested_as == "style"
@@ -165,14 +168,16 @@ def test_every_request_carries_its_metering_context(setup):
     body = {"model": "style", "messages": [{"role": "user", "content": "hi"}], "request_id": "client-chosen"}
     reply = client.post("/v1/chat/completions", headers=keys["acme"], json=body)
     assert reply.status_code == 200
-    meta = reply.json()["meta"]
+    call = reply.json()["call"]
     # The id is ours (a client-chosen one could collide in the ledger and in vLLM), and echoed.
-    assert reply.json()["request_id"] == meta["request_id"] == reply.headers["x-loraplex-request-id"] != "client-chosen"
+    assert reply.json()["request_id"] == call["request_id"] == reply.headers["x-loraplex-request-id"] != "client-chosen"
     acme = client.get("/v1/models", headers=keys["acme"]).json()["data"][1]["owned_by"]
-    assert meta["tenant_id"] == acme and meta["adapter"] == "style@1" and meta["api_key_id"].startswith("key")
-    assert meta["arrival_time"] > 0
+    assert call["tenant_id"] == acme and call["adapter"] == "style@1" and call["api_key_id"].startswith("key")
+    assert call["arrival_time"] > 0
+    # The router's key: tenant/adapter name, so every version of one adapter shares a replica.
+    assert call["routing_key"] == f"{acme}/style"
     second = chat(client, keys["acme"], BASE)
-    assert second.json()["meta"]["adapter"] is None
+    assert second.json()["call"]["adapter"] is None and second.json()["call"]["routing_key"] == acme
     assert second.headers["x-loraplex-request-id"] != reply.headers["x-loraplex-request-id"]
 
 
@@ -191,3 +196,48 @@ def test_refusals_before_the_engine_are_counted_not_billed(setup):
               rejection_counts(client.accounting.db, now - timedelta(hours=2), now + timedelta(hours=1))}
     assert counts == {(True, "401"): 1, (False, "404"): 1, (False, "400"): 1}
     assert chat(client, keys["acme"], BASE).status_code == 200  # still serving
+
+
+def _rows_and_refusals(client):
+    from datetime import datetime, timedelta, timezone
+
+    from sqlalchemy import select
+
+    from loraplex.accounting.tables import usage_records
+
+    client.accounting.ledger.flush()
+    with client.accounting.db.connect() as conn:
+        rows = [r._asdict() for r in conn.execute(select(usage_records))]
+    now = datetime.now(timezone.utc)
+    refusals = {c.reason: c.count for c in
+                rejection_counts(client.accounting.db, now - timedelta(hours=2), now + timedelta(hours=1))}
+    return rows, refusals
+
+
+def test_engine_lost_mid_stream_bills_what_the_client_received(setup):
+    client, keys, engine, _ = setup
+
+    def dies_after_three_tokens(method, call, request):
+        yield from ['data: {"choices":[{"delta":{"content":"a"}}]}\n\n'] * 3
+        raise RuntimeError("ActorDiedError: the replica was killed")
+
+    engine.script = dies_after_three_tokens
+    body = {"model": BASE, "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    reply = client.post("/v1/chat/completions", headers=keys["acme"], json=body)
+    assert reply.status_code == 200 and '"error"' in reply.text and reply.text.endswith("data: [DONE]\n\n")
+    rows, refusals = _rows_and_refusals(client)
+    assert [(r["request_id"], r["status"], r["prompt_tokens"], r["completion_tokens"]) for r in rows] == [
+        (reply.headers["x-loraplex-request-id"], "engine_error", 3, 3)]
+    assert refusals == {}  # billed, so not also a refusal
+
+
+def test_adapter_deleted_before_the_engine_ran_is_a_404_refusal(setup):
+    from loraplex.engine.protocol import EngineError
+
+    client, keys, engine, _ = setup
+    engine.script = lambda method, call, request: iter(
+        [EngineError(404, "The model `style` was deleted.", "NotFoundError", "model")])
+    reply = chat(client, keys["acme"], BASE)
+    assert reply.status_code == 404 and reply.json()["error"]["param"] == "model"
+    rows, refusals = _rows_and_refusals(client)
+    assert rows == [] and refusals == {"404": 1}
