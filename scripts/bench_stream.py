@@ -2,30 +2,33 @@
 """Streaming through the platform at GPU token rates: tokens/s delivered, added TTFT and TPOT.
 
     python scripts/bench_stream.py [--modes paced,instant] [--streams 64,128,256,512]
-                                   [--variants bare,before,after] [--duration 20]
+                                   [--variants direct,bare,before,after] [--after '{"stream_window_s": 0.1}']
 
 The real ingress, router and Engine deployment behind Serve's HTTP proxy on 127.0.0.1, with the
 engine class swapped for `BenchmarkFakeEngine`, which emits tokens itself and loads no model:
-- paced: every stream gets a token every `--interval` (20 ms: a loaded GPU's decode step; all
-  streams of a replica step together, the first token comes at once). Offered = streams / interval.
-- instant: every token at once (one per event-loop turn, streams interleaved): the ceiling.
+- paced: a token every `--interval` (20 ms: a loaded GPU's decode step; a replica's streams all
+  step together; the first token comes at once). Offered load = streams / interval.
+  Closed loop: `streams` requests always run, each client sending its next request when one
+  ends; measured are the requests sent once all run (see run_streams).
+- instant: every token at once (one per stream per event-loop turn), all streams sent at once:
+  the ceiling.
 
-Variants, deployed one after another in the same run:
-- bare: Ray Serve alone, one item per token: a minimal HTTP deployment that streams one body
-  message per item from a minimal token deployment (the same fake) over a handle. The handle hop
-  alone (deployment to deployment) is measured too, in instant mode.
+Variants, one after another in the same run:
+- direct: the same fake behind a bare asyncio HTTP server, no Ray: what the client and kernel
+  add, and the client's own ceiling.
+- bare: Ray Serve alone, one item per token on both hops: a minimal HTTP deployment streaming
+  one body message per item from a minimal deployment around the fake. In instant mode the
+  handle hop alone (deployment to deployment, no HTTP) is measured as well.
 - before: the platform with `stream_window_s: 0` (one Ray stream item per chunk).
-- after: the platform with its default coalescing.
+- after: the platform with its default coalescing (or `--after`'s engine_deployment fields).
 
-The client is raw asyncio (one HTTP/1.1 connection per stream, SSE events counted in the bytes,
-never parsed: in the fake one `data: {` event is one token), in this process, sharing the cores.
-Per stream: TTFT = first token - request sent; TPOT = (last token - first token) / (tokens - 1).
-Added TTFT = TTFT (the fake's first token is immediate); added TPOT = TPOT - interval (paced).
-Gap = time between two reads that carried tokens. Delivered tokens/s: paced, the sum over streams
-of (tokens - 1) / (last - first), i.e. how fast each stream flows against the engine's pace
-(TTFT is reported apart); instant, all tokens / (last token - first request).
-Streams start spread over `--ramp` seconds (paced; a burst would measure admission, not
-streaming) or all at once (instant). Every cell stops after `--duration` seconds.
+The client is raw asyncio on one HTTP/1.1 connection per request, in this process, sharing the
+cores. It counts `data: {` events in the bytes (in the fake one event is one token), never
+parses them. Per request: TTFT = first token - request sent, TPOT = (last token - first token)
+/ (tokens - 1); added TTFT = TTFT (the fake's first token is immediate), added TPOT = TPOT -
+interval. Gap = time between two reads that carried tokens. Delivered tokens/s: paced, streams x
+the mean of (tokens - 1) / (last - first), i.e. how fast streams flow against the engine's
+pace (TTFT apart); instant, all tokens / (last token - first request).
 """
 
 from __future__ import annotations
@@ -140,6 +143,8 @@ class BenchmarkFakeEngine:
             yield "data: [DONE]\n\n"
         finally:
             self._running -= 1
+            if usage.finish_time is None:  # cancelled: the client went away
+                usage.status, usage.finish_time = "client_disconnect", time.time()
 
     async def _tokens(self, n: int, usage) -> AsyncIterator[int]:
         """Token indexes 0..n-1 at the engine's pace, metering each as the contract says."""
@@ -196,7 +201,7 @@ def bare_app(interval: float, model: str):
 
         async def stream(self, n: int, request_id: str = "bare"):
             request = SimpleNamespace(stream=True, max_tokens=n, model=model, request_id=request_id)
-            usage = SimpleNamespace(engine_request_ids=[], completion_tokens=0)
+            usage = SimpleNamespace(engine_request_ids=[], completion_tokens=0, finish_time=None)
             async for event in self.engine.generate(None, request, usage):
                 yield event
 
@@ -251,7 +256,7 @@ def direct_server(port: int, interval: float, model: str) -> None:
             writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
                          b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n")
             request = SimpleNamespace(stream=True, max_tokens=body["max_tokens"], model=model, request_id="direct")
-            usage = SimpleNamespace(engine_request_ids=[], completion_tokens=0)
+            usage = SimpleNamespace(engine_request_ids=[], completion_tokens=0, finish_time=None)
             async for event in engine.generate(None, request, usage):
                 data = event.encode()
                 writer.write(b"%x\r\n%s\r\n" % (len(data), data))
@@ -311,9 +316,15 @@ class _SSEStream(asyncio.Protocol):
             self.done.set_result(None)
 
 
-async def run_streams(port: int, api_key: str | None, model: str, streams: int, tokens: int, ramp: float,
-                      duration: float) -> dict:
-    """`streams` concurrent streamed chat requests of `tokens` tokens, started over `ramp` seconds."""
+async def run_streams(port: int, api_key: str | None, model: str, streams: int, tokens: int, duration: float,
+                      lifetime: float = 0.0) -> dict:
+    """`streams` concurrent streamed chat requests of `tokens` tokens; all cut after `duration` s.
+
+    lifetime 0: one request per stream, all sent at once. Else a closed loop: each of `streams`
+    workers sends requests back to back until the cut, the first ones spread over `lifetime`
+    (one request's length), so that `streams` always run and arrive at a steady
+    streams / lifetime per second. Measured: the requests sent between the end of that ramp and
+    2 lifetimes before the cut, so that all `streams` run for as long as they do."""
     loop = asyncio.get_running_loop()
     body = json.dumps({"model": model, "stream": True, "max_tokens": tokens,
                        "messages": [{"role": "user", "content": "Stream, please."}]}).encode()
@@ -325,11 +336,11 @@ async def run_streams(port: int, api_key: str | None, model: str, streams: int, 
     protos: list[_SSEStream] = []
     t0 = time.perf_counter()
     deadline = t0 + duration
+    measured = (t0 + lifetime, deadline - 2 * lifetime) if lifetime else (t0, deadline)
 
-    async def one(i: int):
-        await asyncio.sleep(ramp * i / streams)
-        proto = _SSEStream(request, gaps, loop.create_future())
-        protos.append(proto)
+    async def one() -> _SSEStream:
+        now = time.perf_counter()
+        proto = _SSEStream(request, gaps if measured[0] <= now <= measured[1] else [], loop.create_future())
         try:
             await loop.create_connection(lambda: proto, "127.0.0.1", port)
             await asyncio.wait_for(proto.done, max(0.0, deadline - time.perf_counter()))
@@ -338,19 +349,32 @@ async def run_streams(port: int, api_key: str | None, model: str, streams: int, 
         finally:
             if proto.transport is not None:
                 proto.transport.close()  # cut at the deadline: the platform must abort it
+        return proto
 
-    await asyncio.gather(*(one(i) for i in range(streams)))
+    async def worker(i: int):
+        await asyncio.sleep(lifetime * i / streams)
+        while True:
+            proto = await one()
+            if proto.gaps is gaps:
+                protos.append(proto)
+            if not lifetime or time.perf_counter() >= deadline:
+                return
+            if proto.status != 200 and proto.first is None:
+                await asyncio.sleep(0.1)  # refused or failed: do not spin
+
+    await asyncio.gather(*(worker(i) for i in range(streams)))
     ok = [p for p in protos if p.first is not None]
     multi = [p for p in ok if p.tokens > 1]
-    ends = [p.last for p in ok]
     total = sum(p.tokens for p in protos)
+    flow = statistics.mean((p.tokens - 1) / (p.last - p.first) for p in multi if p.last > p.first) if multi else 0.0
     return {
         "streams": streams,
+        "requests": len(protos),
         "tokens": total,
         "complete": sum(p.finished and p.tokens == tokens for p in protos),
         "errors": sorted({p.status for p in protos if p.status not in (None, 200)}),
-        "wall_tok_s": total / (max(ends) - t0) if ends else 0.0,
-        "flow_tok_s": sum((p.tokens - 1) / (p.last - p.first) for p in multi if p.last > p.first),
+        "wall_tok_s": total / (max(p.last for p in ok) - t0) if ok else 0.0,
+        "flow_tok_s": flow * streams,  # streams, each flowing at the mean measured rate
         "ttft": [p.first - p.sent for p in ok],
         "tpot": [(p.last - p.first) / (p.tokens - 1) for p in multi],
         "gaps": gaps,
@@ -386,14 +410,13 @@ def stub_model_dir(state: Path, name: str) -> Path:
     return d
 
 
-def platform_args(state: Path, model_dir: Path, interval: float, window: float | None, max_streams: int) -> dict:
+def platform_args(state: Path, model_dir: Path, interval: float, streaming: dict, max_streams: int) -> dict:
     engine_deployment: dict[str, Any] = {
         # A GPU replica with a large batch takes every stream; Serve must not queue them.
         "max_ongoing_requests": max_streams + 64,
         "health_check_period_s": 30,
+        **streaming,
     }
-    if window is not None:
-        engine_deployment["stream_window_s"] = window
     return {
         "database_url": f"sqlite:///{state}/loraplex.db",
         "registry": {"store_url": str(state / "adapters"), "cache_dir": str(state / "cache")},
@@ -476,7 +499,7 @@ def summarize(mode: str, variant: str, r: dict, interval: float) -> dict:
         "mode": mode, "streams": r["streams"], "variant": variant, "offered": offered, "delivered": delivered,
         "ttft_p50": pct(r["ttft"], 0.5) * 1e3, "ttft_p99": pct(r["ttft"], 0.99) * 1e3,
         "tpot_p50": (pct(r["tpot"], 0.5) - tpot_add) * 1e3, "tpot_p99": (pct(r["tpot"], 0.99) - tpot_add) * 1e3,
-        "gap_p99": pct(r["gaps"], 0.99) * 1e3, "complete": r["complete"], "errors": r["errors"],
+        "gap_p99": pct(r["gaps"], 0.99) * 1e3, "complete": r["complete"], "requests": r["requests"], "errors": r["errors"],
         "tokens": r["tokens"],
     }
 
@@ -484,7 +507,7 @@ def summarize(mode: str, variant: str, r: dict, interval: float) -> dict:
 def print_table(rows: list[dict], hop: list[dict]) -> None:
     print()
     print("| mode | streams | variant | offered tok/s | delivered tok/s | delivered/offered | TTFT p50 ms "
-          "| TTFT p99 ms | added TPOT p50 ms | added TPOT p99 ms | gap p99 ms | complete streams |")
+          "| TTFT p99 ms | added TPOT p50 ms | added TPOT p99 ms | gap p99 ms | complete requests |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         offered = f"{r['offered']:,.0f}" if r["offered"] else "-"
@@ -492,7 +515,7 @@ def print_table(rows: list[dict], hop: list[dict]) -> None:
         errors = f" (HTTP {r['errors']})" if r["errors"] else ""
         print(f"| {r['mode']} | {r['streams']} | {r['variant']} | {offered} | {r['delivered']:,.0f} | {share} "
               f"| {r['ttft_p50']:.1f} | {r['ttft_p99']:.1f} | {r['tpot_p50']:.2f} | {r['tpot_p99']:.2f} "
-              f"| {r['gap_p99']:.1f} | {r['complete']}/{r['streams']}{errors} |")
+              f"| {r['gap_p99']:.1f} | {r['complete']}/{r['requests']}{errors} |")
     by = {(r["mode"], r["streams"], r["variant"]): r for r in rows}
     ratios = []
     for (mode, streams, variant), r in by.items():
@@ -556,10 +579,10 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=200, help="tokens per stream, paced")
     ap.add_argument("--instant-tokens", type=int, default=400, help="tokens per stream, instant")
     ap.add_argument("--interval", type=float, default=0.02, help="seconds per token, paced")
-    ap.add_argument("--ramp", type=float, default=1.0, help="seconds over which paced streams start")
-    ap.add_argument("--duration", type=float, default=20.0, help="every cell is cut after this many seconds")
-    ap.add_argument("--window", type=float, default=None,
-                    help="stream_window_s of the 'after' variant (default: the platform's default)")
+    ap.add_argument("--duration", type=float, default=None,
+                    help="seconds per cell, then every stream is cut (default: paced 4 request lengths, instant 20)")
+    ap.add_argument("--after", type=json.loads, default={},
+                    help="engine_deployment fields for the 'after' variant, as JSON (default: the platform's)")
     args = ap.parse_args()
     modes = args.modes.split(",")
     counts = [int(s) for s in args.streams.split(",")]
@@ -572,10 +595,7 @@ def main() -> None:
 
     from loraplex.config import EngineDeploymentConfig, PlatformConfig
 
-    if "stream_window_s" not in EngineDeploymentConfig.model_fields and "before" in variants:
-        print("this loraplex has no engine_deployment.stream_window_s: no 'before' variant", flush=True)
-        variants.remove("before")
-    window_s = args.window if args.window is not None else getattr(EngineDeploymentConfig(), "stream_window_s", 0.0)
+    window_s = EngineDeploymentConfig(**args.after).stream_window_s
     model = PlatformConfig().engine.model_id
     os.environ["LORAPLEX_ADMIN_TOKEN"] = ADMIN  # replicas inherit it; it wins over the config
     ray.init(num_cpus=8, object_store_memory=200_000_000, include_dashboard=False, logging_level="ERROR",
@@ -591,7 +611,8 @@ def main() -> None:
             for mode in modes:
                 interval = args.interval if mode == "paced" else 0.0
                 tokens = args.tokens if mode == "paced" else args.instant_tokens
-                ramp = args.ramp if mode == "paced" else 0.0
+                lifetime = tokens * interval  # one paced request's length: the closed loop's ramp
+                duration = args.duration or (4 * lifetime if mode == "paced" else 20.0)
                 for variant in variants:
                     t0 = time.time()
                     port, key, source, server = serve_port, None, None, None
@@ -605,25 +626,25 @@ def main() -> None:
                         serve.run(bare_app(interval, model), name=APP, route_prefix="/", blocking=False)
                         source = "BareTokens"
                     else:
-                        window = 0.0 if variant == "before" else args.window
-                        deploy_platform(platform_args(state, model_dir, interval, window, max(counts)))
+                        streaming = {"stream_window_s": 0.0} if variant == "before" else args.after
+                        deploy_platform(platform_args(state, model_dir, interval, streaming, max(counts)))
                         wait_http(f"http://127.0.0.1:{port}", "/readyz")
                         api_key = api_key or tenant_key(f"http://127.0.0.1:{port}")
                         key, source = api_key, "Engine"
-                    arun(run_streams(port, key, model, 8, 10, 0.0, 30))  # warm-up
+                    arun(run_streams(port, key, model, 8, 10, 30))  # warm-up
                     print(f"[{mode} {variant}] up in {time.time() - t0:.0f} s", flush=True)
                     if variant == "bare" and mode == "instant":
                         h = serve.get_app_handle(APP)
                         for s in counts:
-                            r = h.handle_hop.remote(s, args.instant_tokens, args.duration).result()
+                            r = h.handle_hop.remote(s, tokens, duration).result()
                             hop.append({"streams": s, **r})
                             settle(source)
                     for s in counts:
-                        r = arun(run_streams(port, key, model, s, tokens, ramp, args.duration))
+                        r = arun(run_streams(port, key, model, s, tokens, duration, lifetime))
                         rows.append(summarize(mode, variant, r, args.interval))
                         x = rows[-1]
                         print(f"  {s} streams: {x['delivered']:,.0f} tok/s, TTFT p50 {x['ttft_p50']:.1f} ms, "
-                              f"TPOT p99 +{x['tpot_p99']:.2f} ms, complete {x['complete']}/{s}", flush=True)
+                              f"TPOT p99 +{x['tpot_p99']:.2f} ms, complete {x['complete']}/{x['requests']}", flush=True)
                         if source:
                             settle(source)
                     if server is not None:
