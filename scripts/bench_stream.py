@@ -262,7 +262,7 @@ def direct_server(port: int, interval: float, model: str) -> None:
                 writer.write(b"%x\r\n%s\r\n" % (len(data), data))
             writer.write(b"0\r\n\r\n")
             await writer.drain()
-        except (ConnectionError, asyncio.IncompleteReadError):
+        except (ConnectionError, RuntimeError, asyncio.IncompleteReadError):  # the client cut it
             pass
         finally:
             writer.close()
@@ -598,6 +598,9 @@ def main() -> None:
     window_s = EngineDeploymentConfig(**args.after).stream_window_s
     model = PlatformConfig().engine.model_id
     os.environ["LORAPLEX_ADMIN_TOKEN"] = ADMIN  # replicas inherit it; it wins over the config
+    # Ray runs workers at nice 15: the client (nice 0) and anything else on the machine would
+    # take the cores from the replicas first. Measured replicas compete on equal terms.
+    os.environ.setdefault("RAY_worker_niceness", "0")
     ray.init(num_cpus=8, object_store_memory=200_000_000, include_dashboard=False, logging_level="ERROR",
              log_to_driver=False)
     serve_port = free_port()
