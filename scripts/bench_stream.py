@@ -279,10 +279,11 @@ def direct_server(port: int, interval: float, model: str) -> None:
 class _SSEStream(asyncio.Protocol):
     """One streamed request on its own connection; counts token events as bytes arrive."""
 
-    def __init__(self, request: bytes, gaps: list, done: asyncio.Future):
-        self.request, self.gaps, self.done = request, gaps, done
+    def __init__(self, request: bytes, done: asyncio.Future):
+        self.request, self.done = request, done
+        self.gaps: list[float] = []  # seconds between reads that carried tokens
         self.sent = self.first = self.last = None
-        self.tokens, self.status, self.tail, self.finished = 0, None, b"", False
+        self.tokens, self.status, self.tail, self.finished, self.cut = 0, None, b"", False, False
         self.transport = None
 
     def connection_made(self, transport):
@@ -323,8 +324,8 @@ async def run_streams(port: int, api_key: str | None, model: str, streams: int, 
     lifetime 0: one request per stream, all sent at once. Else a closed loop: each of `streams`
     workers sends requests back to back until the cut, the first ones spread over `lifetime`
     (one request's length), so that `streams` always run and arrive at a steady
-    streams / lifetime per second. Measured: the requests sent between the end of that ramp and
-    2 lifetimes before the cut, so that all `streams` run for as long as they do."""
+    streams / lifetime per second. Measured: the requests sent after that ramp, when all
+    `streams` run (all requests, if the platform is too slow for any to be sent then)."""
     loop = asyncio.get_running_loop()
     body = json.dumps({"model": model, "stream": True, "max_tokens": tokens,
                        "messages": [{"role": "user", "content": "Stream, please."}]}).encode()
@@ -332,19 +333,19 @@ async def run_streams(port: int, api_key: str | None, model: str, streams: int, 
     request = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{auth}"
                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
                ).encode() + body
-    gaps: list[float] = []
     protos: list[_SSEStream] = []
     t0 = time.perf_counter()
     deadline = t0 + duration
-    measured = (t0 + lifetime, deadline - 2 * lifetime) if lifetime else (t0, deadline)
 
     async def one() -> _SSEStream:
-        now = time.perf_counter()
-        proto = _SSEStream(request, gaps if measured[0] <= now <= measured[1] else [], loop.create_future())
+        proto = _SSEStream(request, loop.create_future())
+        protos.append(proto)
         try:
             await loop.create_connection(lambda: proto, "127.0.0.1", port)
             await asyncio.wait_for(proto.done, max(0.0, deadline - time.perf_counter()))
-        except (asyncio.TimeoutError, OSError):
+        except asyncio.TimeoutError:
+            proto.cut = True
+        except OSError:
             pass
         finally:
             if proto.transport is not None:
@@ -355,29 +356,29 @@ async def run_streams(port: int, api_key: str | None, model: str, streams: int, 
         await asyncio.sleep(lifetime * i / streams)
         while True:
             proto = await one()
-            if proto.gaps is gaps:
-                protos.append(proto)
             if not lifetime or time.perf_counter() >= deadline:
                 return
             if proto.status != 200 and proto.first is None:
                 await asyncio.sleep(0.1)  # refused or failed: do not spin
 
     await asyncio.gather(*(worker(i) for i in range(streams)))
+    protos = [p for p in protos if p.sent and p.sent >= t0 + lifetime] or protos
     ok = [p for p in protos if p.first is not None]
     multi = [p for p in ok if p.tokens > 1]
     total = sum(p.tokens for p in protos)
-    flow = statistics.mean((p.tokens - 1) / (p.last - p.first) for p in multi if p.last > p.first) if multi else 0.0
+    rates = [(p.tokens - 1) / (p.last - p.first) for p in multi if p.last > p.first]
     return {
         "streams": streams,
         "requests": len(protos),
         "tokens": total,
-        "complete": sum(p.finished and p.tokens == tokens for p in protos),
+        # Ended short of its tokens and [DONE], other than by the client's cut at the deadline.
+        "failed": sum(not p.cut and not (p.finished and p.tokens == tokens) for p in protos),
         "errors": sorted({p.status for p in protos if p.status not in (None, 200)}),
         "wall_tok_s": total / (max(p.last for p in ok) - t0) if ok else 0.0,
-        "flow_tok_s": flow * streams,  # streams, each flowing at the mean measured rate
+        "flow_tok_s": statistics.mean(rates) * streams if rates else 0.0,  # streams at the mean rate
         "ttft": [p.first - p.sent for p in ok],
         "tpot": [(p.last - p.first) / (p.tokens - 1) for p in multi],
-        "gaps": gaps,
+        "gaps": [g for p in protos for g in p.gaps],
     }
 
 
@@ -499,7 +500,7 @@ def summarize(mode: str, variant: str, r: dict, interval: float) -> dict:
         "mode": mode, "streams": r["streams"], "variant": variant, "offered": offered, "delivered": delivered,
         "ttft_p50": pct(r["ttft"], 0.5) * 1e3, "ttft_p99": pct(r["ttft"], 0.99) * 1e3,
         "tpot_p50": (pct(r["tpot"], 0.5) - tpot_add) * 1e3, "tpot_p99": (pct(r["tpot"], 0.99) - tpot_add) * 1e3,
-        "gap_p99": pct(r["gaps"], 0.99) * 1e3, "complete": r["complete"], "requests": r["requests"], "errors": r["errors"],
+        "gap_p99": pct(r["gaps"], 0.99) * 1e3, "failed": r["failed"], "requests": r["requests"], "errors": r["errors"],
         "tokens": r["tokens"],
     }
 
@@ -507,7 +508,7 @@ def summarize(mode: str, variant: str, r: dict, interval: float) -> dict:
 def print_table(rows: list[dict], hop: list[dict]) -> None:
     print()
     print("| mode | streams | variant | offered tok/s | delivered tok/s | delivered/offered | TTFT p50 ms "
-          "| TTFT p99 ms | added TPOT p50 ms | added TPOT p99 ms | gap p99 ms | complete requests |")
+          "| TTFT p99 ms | added TPOT p50 ms | added TPOT p99 ms | gap p99 ms | requests (failed) |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         offered = f"{r['offered']:,.0f}" if r["offered"] else "-"
@@ -515,7 +516,7 @@ def print_table(rows: list[dict], hop: list[dict]) -> None:
         errors = f" (HTTP {r['errors']})" if r["errors"] else ""
         print(f"| {r['mode']} | {r['streams']} | {r['variant']} | {offered} | {r['delivered']:,.0f} | {share} "
               f"| {r['ttft_p50']:.1f} | {r['ttft_p99']:.1f} | {r['tpot_p50']:.2f} | {r['tpot_p99']:.2f} "
-              f"| {r['gap_p99']:.1f} | {r['complete']}/{r['requests']}{errors} |")
+              f"| {r['gap_p99']:.1f} | {r['requests']} ({r['failed']}){errors} |")
     by = {(r["mode"], r["streams"], r["variant"]): r for r in rows}
     ratios = []
     for (mode, streams, variant), r in by.items():
@@ -647,7 +648,7 @@ def main() -> None:
                         rows.append(summarize(mode, variant, r, args.interval))
                         x = rows[-1]
                         print(f"  {s} streams: {x['delivered']:,.0f} tok/s, TTFT p50 {x['ttft_p50']:.1f} ms, "
-                              f"TPOT p99 +{x['tpot_p99']:.2f} ms, complete {x['complete']}/{x['requests']}", flush=True)
+                              f"TPOT p99 +{x['tpot_p99']:.2f} ms, {x['requests']} requests, {x['failed']} failed", flush=True)
                         if source:
                             settle(source)
                     if server is not None:
