@@ -508,15 +508,15 @@ def summarize(mode: str, variant: str, r: dict, interval: float) -> dict:
 def print_table(rows: list[dict], hop: list[dict]) -> None:
     print()
     print("| mode | streams | variant | offered tok/s | delivered tok/s | delivered/offered | TTFT p50 ms "
-          "| TTFT p99 ms | added TPOT p50 ms | added TPOT p99 ms | gap p99 ms | requests (failed) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| TTFT p99 ms | added TPOT p50 ms | added TPOT p99 ms | gap p99 ms | requests (failed) | load avg |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         offered = f"{r['offered']:,.0f}" if r["offered"] else "-"
         share = f"{r['delivered'] / r['offered']:.1%}" if r["offered"] else "-"
         errors = f" (HTTP {r['errors']})" if r["errors"] else ""
         print(f"| {r['mode']} | {r['streams']} | {r['variant']} | {offered} | {r['delivered']:,.0f} | {share} "
               f"| {r['ttft_p50']:.1f} | {r['ttft_p99']:.1f} | {r['tpot_p50']:.2f} | {r['tpot_p99']:.2f} "
-              f"| {r['gap_p99']:.1f} | {r['requests']} ({r['failed']}){errors} |")
+              f"| {r['gap_p99']:.1f} | {r['requests']} ({r['failed']}){errors} | {r['load']:.1f} |")
     by = {(r["mode"], r["streams"], r["variant"]): r for r in rows}
     ratios = []
     for (mode, streams, variant), r in by.items():
@@ -645,7 +645,7 @@ def main() -> None:
                             settle(source)
                     for s in counts:
                         r = arun(run_streams(port, key, model, s, tokens, duration, lifetime))
-                        rows.append(summarize(mode, variant, r, args.interval))
+                        rows.append({**summarize(mode, variant, r, args.interval), "load": os.getloadavg()[0]})
                         x = rows[-1]
                         print(f"  {s} streams: {x['delivered']:,.0f} tok/s, TTFT p50 {x['ttft_p50']:.1f} ms, "
                               f"TPOT p99 +{x['tpot_p99']:.2f} ms, {x['requests']} requests, {x['failed']} failed", flush=True)
