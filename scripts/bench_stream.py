@@ -416,6 +416,9 @@ def platform_args(state: Path, model_dir: Path, interval: float, streaming: dict
         # A GPU replica with a large batch takes every stream; Serve must not queue them.
         "max_ongoing_requests": max_streams + 64,
         "health_check_period_s": 30,
+        # A GPU replica holds every stream in its batch: this measures streaming, not shedding
+        # (the fake's streams never wait, so in-flight requests are not a queue here).
+        "shedding": {"enabled": False},
         **streaming,
     }
     return {
