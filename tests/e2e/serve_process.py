@@ -42,6 +42,11 @@ def serve_run(config: str, log_path: Path, admin_token: str):
     # A fresh local cluster, as on an operator's first run.
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env["LORAPLEX_ADMIN_TOKEN"] = admin_token
+    # This checkout's package first, also in the Ray workers `serve run` starts (they inherit it),
+    # wherever another checkout's loraplex is installed in the venv.
+    ours = [str(ROOT / "platform"), str(ROOT)]
+    env["PYTHONPATH"] = os.pathsep.join(ours + [p for p in env.get("PYTHONPATH", "").split(os.pathsep)
+                                                if p and p not in ours])
     proc = subprocess.Popen([str(BIN / "serve"), "run", config], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                             env=env, start_new_session=True)
     try:
