@@ -5,6 +5,7 @@ import signal
 import socket
 import subprocess
 import sys
+import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import readiness  # noqa: E402
 ROOT = Path(__file__).resolve().parents[2]
 BASE_URL = "http://127.0.0.1:8000"  # serve_config.yaml's http_options
 BIN = Path(sys.executable).parent
+RUN_MARK = "LORAPLEX_TEST_RUN"
 
 
 def port_in_use(port: int) -> bool:
@@ -42,8 +44,18 @@ def serve_run(config: str, log_path: Path, admin_token: str):
     # A fresh local cluster, as on an operator's first run.
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env["LORAPLEX_ADMIN_TOKEN"] = admin_token
+    # Every process of this run (serve run, its Ray cluster, replicas, vLLM) inherits this mark:
+    # the clean-up stops those and nothing else (`ray stop --force` would stop every Ray
+    # cluster on the machine, also other people's).
+    env[RUN_MARK] = uuid.uuid4().hex
+    # This checkout's package first, also in the Ray workers `serve run` starts (they inherit it),
+    # wherever another checkout's loraplex is installed in the venv.
+    ours = [str(ROOT / "platform"), str(ROOT)]
+    env["PYTHONPATH"] = os.pathsep.join(ours + [p for p in env.get("PYTHONPATH", "").split(os.pathsep)
+                                                if p and p not in ours])
     proc = subprocess.Popen([str(BIN / "serve"), "run", config], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                             env=env, start_new_session=True)
+    proc.run_mark = env[RUN_MARK]
     try:
         wait_ready(proc, log_path)
         yield proc
@@ -56,8 +68,25 @@ def serve_run(config: str, log_path: Path, admin_token: str):
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
-        subprocess.run([str(BIN / "ray"), "stop", "--force"], capture_output=True)
+        kill_marked(RUN_MARK, env[RUN_MARK])
         log.close()
+
+
+def has_mark(pid: int, name: str, value: str) -> bool:
+    try:
+        return f"{name}={value}".encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False  # gone meanwhile, or not ours to read
+
+
+def kill_marked(name: str, value: str) -> None:
+    """SIGKILL every process whose environment has name=value (what a run left behind)."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid() and has_mark(int(entry.name), name, value):
+            try:
+                os.kill(int(entry.name), signal.SIGKILL)
+            except OSError:
+                pass
 
 
 def new_tenant_key(admin_token: str, name: str) -> str:

@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import httpx
@@ -24,7 +23,10 @@ from loraplex.accounting.tables import usage_records
 from loraplex.db import make_engine
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from serve_process import BASE_URL, ROOT, new_tenant_key, serve_run, wait_ready  # noqa: E402
+from serve_process import BASE_URL, ROOT, RUN_MARK, has_mark, new_tenant_key, serve_run  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from waiting import wait_until  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 
@@ -32,9 +34,10 @@ ADMIN_TOKEN = secrets.token_urlsafe(16)
 ENGINE_PROCESS = "ServeReplica:loraplex:Engine"  # Ray's process title of an Engine replica
 
 
-def engine_pids() -> set[int]:
+def engine_pids(proc) -> set[int]:
+    """This run's Engine replica processes (not another deployment's on the same machine)."""
     out = subprocess.run(["pgrep", "-f", ENGINE_PROCESS], capture_output=True, text=True).stdout
-    return {int(p) for p in out.split()}
+    return {int(p) for p in out.split() if has_mark(int(p), RUN_MARK, proc.run_mark)}
 
 
 def cmdline(pid: int) -> str:
@@ -124,22 +127,19 @@ def test_records_survive_kill_9_exactly_once(tmp_path):
         streams = [Stream(key, i) for i in range(3)]
         for stream in streams:
             stream.start()
-        deadline = time.time() + 120
-        while time.time() < deadline and not all(s.tokens_seen >= 3 for s in streams):
-            time.sleep(0.2)
+        wait_until(lambda: all(s.tokens_seen >= 3 for s in streams) or any(s.failure for s in streams), 120,
+                   "every stream's first tokens")
         assert all(s.tokens_seen >= 3 for s in streams), [(s.tokens_seen, s.failure) for s in streams]
 
-        [pid] = engine_pids()
+        dead_replica = httpx.get(f"{BASE_URL}/readyz", timeout=60).json()["probe"]["replica_id"]
+        [pid] = engine_pids(proc)
         engine_core = [c for c in descendants(pid) if "orphan_guard" not in cmdline(c)]
         assert engine_core, "vLLM's EngineCore should be a child of the Engine replica"
         core_memory = sum(rss(c) for c in engine_core)
         os.kill(pid, signal.SIGKILL)
         # vLLM's EngineCore does not watch its parent; the replica's orphan guard kills it, so
         # its memory is back for the replacement replica.
-        deadline = time.time() + 30
-        while time.time() < deadline and any(alive(c) for c in engine_core):
-            time.sleep(0.2)
-        assert not any(alive(c) for c in engine_core), f"EngineCore outlived its replica: {engine_core}"
+        wait_until(lambda: not any(alive(c) for c in engine_core), 30, f"EngineCore {engine_core} to die with its replica")
         assert core_memory > 100 << 20  # it held real memory (the model), now freed
         for stream in streams:
             stream.join(timeout=60)
@@ -149,18 +149,19 @@ def test_records_survive_kill_9_exactly_once(tmp_path):
             assert error["code"] == 503 and "lost" in error["message"]
             assert stream.events[-1] == "data: [DONE]"
         # Serve notices the dead actor and starts another replica, which replays the dead one's spool.
-        deadline = time.time() + 300
-        while time.time() < deadline and not (engine_pids() - {pid}):
-            time.sleep(1)
-        time.sleep(5)  # let Serve mark the replica dead before /readyz is asked
-        wait_ready(proc, tmp_path / "serve_run.log")
-        deadline = time.time() + 60
-        while True:
+        wait_until(lambda: engine_pids(proc) - {pid}, 300, "a replacement Engine replica process", interval_s=1)
+
+        def ready_on_the_replacement():
+            assert proc.poll() is None, f"`serve run` exited with {proc.returncode}"
+            ready = httpx.get(f"{BASE_URL}/readyz", timeout=60)
+            return ready.status_code == 200 and ready.json()["probe"]["replica_id"] != dead_replica
+        wait_until(ready_on_the_replacement, 600, "/readyz to answer 200 from the replacement replica", interval_s=2)
+
+        def replayed():
             with db.connect() as conn:
                 rows = {r.request_id: r for r in conn.execute(select(usage_records))}
-            if len(rows) >= len(sent) or time.time() > deadline:
-                break
-            time.sleep(1)
+            return rows if len(rows) >= len(sent) else None
+        rows = wait_until(replayed, 60, "the dead replica's spooled records to be replayed", interval_s=1)
         assert set(rows) == set(sent)
         for request_id, usage in sent.items():
             assert rows[request_id].prompt_tokens == usage["prompt_tokens"]

@@ -1,5 +1,6 @@
 """One Ray Serve deployment of LoRAPlex with the real vLLM engine, shared by every integration test."""
 
+import os
 import socket
 import sys
 from pathlib import Path
@@ -15,6 +16,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tenant_keys import ADMIN_TOKEN, new_tenant_key  # noqa: E402
 
 APP = "loraplex"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def this_checkout_first_on_pythonpath() -> None:
+    """Ray workers (Serve replicas) inherit the driver's environment: put this checkout's package
+    and root first, so replicas run the code under test even where another checkout's loraplex
+    is installed in the venv."""
+    ours = [str(ROOT / "platform"), str(ROOT)]
+    rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p not in ours]
+    os.environ["PYTHONPATH"] = os.pathsep.join(ours + rest)
 
 
 def free_port() -> int:
@@ -30,6 +41,7 @@ def serve_app(tmp_path_factory):
 
     from loraplex.app import build_app
 
+    this_checkout_first_on_pythonpath()
     # 2 cores: give Ray more logical CPUs than that so engine + ingress + helpers all schedule.
     ray.init(num_cpus=8, object_store_memory=256 * 1024**2, include_dashboard=False, logging_level="WARNING")
     port = free_port()
@@ -51,6 +63,15 @@ def serve_app(tmp_path_factory):
         "engine_deployment": {"health_check_period_s": 5},
         "ingress": {"num_replicas": 2, "num_cpus": 0.25},
     }
+    import loraplex
+
+    @ray.remote(num_cpus=0)
+    def package_dir() -> str:
+        import loraplex as in_worker
+
+        return in_worker.__file__
+
+    assert ray.get(package_dir.remote()) == loraplex.__file__, "Ray workers import another checkout's loraplex"
     serve.run(build_app(args), name=APP, route_prefix="/", blocking=False)
     base_url = f"http://127.0.0.1:{port}"
     wait_ready(base_url)

@@ -9,18 +9,12 @@ import httpx
 import pytest
 
 from test_usage_metering import records
+from waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
 LONG = {"messages": [{"role": "user", "content": "Tell me a very long story about dragons."}],
         "max_tokens": 1900, "ignore_eos": True}
-
-
-def wait_until(predicate, timeout_s: float, what: str):
-    deadline = time.time() + timeout_s
-    while not predicate():
-        assert time.time() < deadline, f"timed out after {timeout_s}s waiting for {what}"
-        time.sleep(0.05)
 
 
 def test_a_stream_past_its_deadline_is_cut_with_an_error_event_and_billed_as_timeout(

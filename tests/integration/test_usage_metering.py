@@ -1,13 +1,15 @@
 """Every request the real engine serves is metered exactly once, for the tokens it processed."""
 
 import asyncio
+import json
 import time
 
 import httpx
 import pytest
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from loraplex.accounting.tables import usage_records
+from waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -104,16 +106,39 @@ def test_disconnect_is_billed_for_the_tokens_generated(base_url, api_key, model_
     # At least what reached the client (the first event carries only the role), far from 1900.
     assert received - 1 <= row["completion_tokens"] < 1900
     assert row["prompt_tokens"] > 0
-    assert engine_handle.num_unfinished_requests.remote().result() == 0
+    # The abort has landed: nothing left running (a health probe may be for a moment).
+    wait_until(lambda: engine_handle.num_unfinished_requests.remote().result() == 0, 10,
+               "the engine to have no unfinished request")
 
 
-def test_refused_request_is_not_a_usage_record(client, model_name, usage_db):
-    too_long = client.post("/v1/completions", json={"model": model_name, "prompt": "hi " * 3000, "max_tokens": 1})
-    assert too_long.status_code == 400
-    assert "x-loraplex-request-id" not in too_long.headers
-    ok = client.post("/v1/completions", json={"model": model_name, "prompt": "hi", "max_tokens": 1})
-    assert ok.status_code == 200
-    assert records(usage_db, [ok.headers["x-loraplex-request-id"]])
+def tenant_rows(usage_db, tenant_id: str) -> int:
+    with usage_db.connect() as conn:
+        return conn.execute(select(func.count()).select_from(usage_records)
+                            .where(usage_records.c.tenant_id == tenant_id)).scalar()
+
+
+def test_refused_request_is_not_a_usage_record(base_url, admin, model_name, usage_db):
+    """A prompt the engine rejects (over max_model_len) is counted as a refusal, never billed: the
+    tenant's ledger rows grow by the one request that was served, not by the refused one."""
+    tenant_id = admin.post("/admin/tenants", json={"name": "refused"}).json()["id"]
+    key = admin.post(f"/admin/tenants/{tenant_id}/keys").json()["key"]
+    with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {key}"}, timeout=120) as client:
+        too_long = client.post("/v1/completions", json={"model": model_name, "prompt": "hi " * 3000, "max_tokens": 1})
+        assert too_long.status_code == 400, too_long.text
+        # Then a request that is served, on the same replica and spool: once its row has landed,
+        # a record of the refused one (appended before it) would have landed too.
+        ok = client.post("/v1/completions", json={"model": model_name, "prompt": "hi", "max_tokens": 1})
+        assert ok.status_code == 200, ok.text
+    request_id = ok.headers["x-loraplex-request-id"]
+    row = wait_until(lambda: records(usage_db, [request_id], timeout_s=0).get(request_id), 30,
+                     "the served request's usage record")
+    assert row["tenant_id"] == tenant_id
+    assert tenant_rows(usage_db, tenant_id) == 1, "the refused request was billed"
+    # The refusal is counted (diagnostics, not billing) under the tenant.
+    report = admin.get("/admin/usage", params={"tenant": tenant_id, "start": "2000-01-01", "end": "2100-01-01"})
+    assert report.status_code == 200, report.text
+    assert report.json()["total"]["requests"] == 1
+    assert [(r["reason"], r["count"]) for r in report.json()["rejections"]] == [("400", 1)], report.json()
 
 
 def test_ledger_reconciles_with_the_engines_own_token_counters(client, model_name, engine_handle, usage_db):
