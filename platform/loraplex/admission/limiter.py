@@ -95,6 +95,8 @@ class Admission:
             async for item in items:
                 if isinstance(item, EngineChunk):
                     self.last = item
+                    if item.final:  # metered: free the slot before the client sees the end
+                        self.release()
                 elif isinstance(item, EngineError) and item.billed:
                     self.billed = True
                 yield item

@@ -92,9 +92,9 @@ class Engine:
                     self._meter(call, usage)
                     metered = True
                 if isinstance(last, dict):
-                    yield usage.chunk(json.dumps(last, separators=(",", ":")).encode())
+                    yield usage.chunk(json.dumps(last, separators=(",", ":")).encode(), final=metered)
                 else:
-                    yield usage.chunk("".join(items).encode())
+                    yield usage.chunk("".join(items).encode(), final=metered)
         except DeadlineExceeded:
             # The batcher cancelled the engine request; bill what it produced, as a timeout.
             usage.status, usage.finish_time = "timeout", time.time()
@@ -103,7 +103,7 @@ class Engine:
             message = ("The request ran past its deadline and was stopped; ask for fewer tokens, "
                        "or a longer X-LoRAPlex-Timeout (up to the server's limit).")
             if call.stream and usage.engine_request_ids:
-                yield usage.chunk(sse_error(504, message, "timeout_error") + SSE_DONE.encode())
+                yield usage.chunk(sse_error(504, message, "timeout_error") + SSE_DONE.encode(), final=True)
             else:
                 yield EngineError(status=504, message=message, type="timeout_error",
                                   billed=bool(usage.engine_request_ids))
@@ -114,7 +114,7 @@ class Engine:
             metered = True
             message = f"The engine failed on this request ({type(exc).__name__}); retry it."
             if call.stream and usage.engine_request_ids:
-                yield usage.chunk(sse_error(503, message) + SSE_DONE.encode())
+                yield usage.chunk(sse_error(503, message) + SSE_DONE.encode(), final=True)
             else:
                 yield EngineError(status=503, message=message, type="ServiceUnavailableError",
                                   billed=bool(usage.engine_request_ids))

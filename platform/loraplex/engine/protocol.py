@@ -102,6 +102,9 @@ class EngineChunk(NamedTuple):
     cached_prompt_tokens: int
     completion_tokens: int
     first_token_time: Optional[float] = None
+    # The request's last chunk: it is metered, so the ingress may free its admission (a
+    # concurrency slot) before the client sees the reply end and sends its next request.
+    final: bool = False
 
 
 @dataclass
@@ -125,6 +128,6 @@ class RequestUsage:
     engine_request_ids: list = field(default_factory=list, repr=False)
     _completion_by_output: dict = field(default_factory=dict, repr=False)
 
-    def chunk(self, data: bytes) -> EngineChunk:
+    def chunk(self, data: bytes, final: bool = False) -> EngineChunk:
         return EngineChunk(data, self.prompt_tokens, self.cached_prompt_tokens, self.completion_tokens,
-                           self.first_token_time)
+                           self.first_token_time, final)

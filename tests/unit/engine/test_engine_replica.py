@@ -360,6 +360,8 @@ async def test_a_finished_stream_is_metered_once_before_its_last_chunk_leaves(re
     # The record was spooled before the chunk carrying [DONE] left, and not before.
     assert appended_when_received[-1] == 1
     assert all(n == 0 for n in appended_when_received[:-1])
+    # Only the metered last chunk is final: the ingress frees the admission on it.
+    assert chunks[-1].final and not any(c.final for c in chunks[:-1])
     events = sse_events(chunks)
     assert events[-1] == "data: [DONE]" and sum(e.startswith('data: {"id"') for e in events) == 5
     last = chunks[-1]
