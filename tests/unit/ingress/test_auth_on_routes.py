@@ -4,28 +4,13 @@ delete) and /v1/usage. The real ingress app with real tenancy, registry and acco
 local store); only the engine is a fake, which must never see a refused request."""
 
 import io
-import json
-import sys
-from pathlib import Path
 
 import pytest
 from starlette.testclient import TestClient
 
-from fake_engine import FakeEngineClient
-from loraplex.accounting import Accounting
-from loraplex.config import PlatformConfig
-from loraplex.db import make_engine
-from loraplex.ingress.app import build_ingress_app
-from loraplex.registry.registry import build_registry
-from loraplex.tenancy import Tenancy, TenantService
+from platform_app import ADMIN_TOKEN, BASE, build_platform_app
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "registry"))
-from registry_builders import SMOLLM2_CONFIG, lora_config, lora_tensors, tar_dir, write_adapter  # noqa: E402
-
-from loraplex.registry import BaseModelSpec  # noqa: E402
-
-BASE = "SmolLM2-135M-Instruct"
-ADMIN = {"Authorization": "Bearer admin"}
+ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 
 
 def script(method, call, request):
@@ -36,28 +21,13 @@ def script(method, call, request):
 
 @pytest.fixture
 def env(tmp_path):
-    model_dir = tmp_path / BASE
-    model_dir.mkdir()
-    (model_dir / "config.json").write_text(json.dumps(SMOLLM2_CONFIG))
-    config = PlatformConfig.from_args({
-        "engine": {"model": str(model_dir)},
-        "database_url": f"sqlite:///{tmp_path}/db.sqlite",
-        "registry": {"store_url": str(tmp_path / "store"), "cache_dir": str(tmp_path / "cache")},
-    })
-    db = make_engine(config.database_url)
-    service = TenantService(db)
-    engine = FakeEngineClient(script, calls={"base_models": {"object": "list", "data": [{"id": BASE, "parent": None}]}})
-    accounting = Accounting.start(config.accounting.model_copy(update={"spool_dir": str(tmp_path / "spool")}),
-                                  db, "ingress-test", plan_of=service.plan_of)
-    client = TestClient(build_ingress_app(engine, config, tenancy=Tenancy(service, admin_token="admin"),
-                                          registry=build_registry(config, db), accounting=accounting),
-                        raise_server_exceptions=False)
-    spec = BaseModelSpec.from_config(SMOLLM2_CONFIG, BASE)
-    archive = tar_dir(write_adapter(tmp_path / "a", lora_config(), lora_tensors(spec)), tmp_path / "a.tar.gz").read_bytes()
+    platform = build_platform_app(tmp_path, script)
+    client = TestClient(platform.app, raise_server_exceptions=False)
+    archive = platform.adapter_archive()
     tenant = client.post("/admin/tenants", headers=ADMIN, json={"name": "acme"}).json()
     keys = [client.post(f"/admin/tenants/{tenant['id']}/keys", headers=ADMIN).json() for _ in range(2)]
-    yield client, engine, tenant["id"], keys, archive
-    accounting.close()
+    yield client, platform.engine, tenant["id"], keys, archive
+    platform.close()
 
 
 def calls(archive):
