@@ -104,7 +104,12 @@ class EngineDeploymentConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    num_replicas: int = Field(1, gt=0, description="Engine replicas (each a full vLLM engine).")
+    num_replicas: int = Field(
+        1, gt=0,
+        description="Engine replicas (each a full vLLM engine) when the app is built. In a serve "
+        "config, scale with `deployments: [{name: Engine, num_replicas: N}]` instead: Serve "
+        "applies that in place, while any change under `args` replaces every replica.",
+    )
     num_cpus: float = Field(1.0, ge=0, description="Logical CPUs Ray reserves per replica.")
     num_gpus: float = Field(
         0.0, ge=0, description="GPUs per replica; set it to tensor_parallel_size on GPU nodes."
@@ -165,7 +170,11 @@ class IngressDeploymentConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    num_replicas: int = Field(1, gt=0, description="Ingress replicas.")
+    num_replicas: int = Field(
+        1, gt=0,
+        description="Ingress replicas when the app is built; in a serve config, scale with "
+        "`deployments: [{name: Ingress, num_replicas: N}]` (applied in place).",
+    )
     num_cpus: float = Field(0.5, ge=0, description="Logical CPUs Ray reserves per replica.")
     max_ongoing_requests: int = Field(256, gt=0, description="Concurrent HTTP requests per replica.")
     max_request_body_bytes: int = Field(

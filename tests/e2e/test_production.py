@@ -22,6 +22,7 @@ from loraplex.db import make_engine
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from serve_process import BASE_URL, BIN, ROOT, serve_run  # noqa: E402
+from waiting import wait_until  # noqa: E402  (serve_process put tests/ on the path)
 
 pytestmark = pytest.mark.e2e
 
@@ -46,6 +47,12 @@ def body(text: str, max_tokens: int, **extra) -> dict:
             "temperature": 0, **extra}
 
 
+def engine_replicas(config: dict, n: int) -> None:
+    """Set the Engine replica count where an operator does: the config's `deployments:` entry."""
+    [engine] = [d for d in config["applications"][0]["deployments"] if d["name"] == "Engine"]
+    engine["num_replicas"] = n
+
+
 def p95(values: list[float]) -> float:
     values = sorted(values)
     return values[min(len(values) - 1, int(0.95 * len(values)))]
@@ -60,8 +67,9 @@ def platform(tmp_path_factory):
     args["registry"] = {"store_url": str(tmp / "adapters"), "cache_dir": str(tmp / "cache")}
     args["accounting"] = {"spool_dir": str(tmp / "spool"), "flush_interval_s": 0.2}
     args["engine"]["max_num_seqs"] = 4
+    engine_replicas(config, 2)
     args["engine_deployment"].update(
-        num_replicas=2, num_cpus=0.5, graceful_shutdown_timeout_s=120,
+        num_cpus=0.5, graceful_shutdown_timeout_s=120,
         # Priority 0 may have one request in flight per replica (two replicas share two cores
         # here, so any more would slow the other tenant through the CPU, not the batch);
         # priority 100 only ever meets the hard bound of 64.
@@ -146,7 +154,7 @@ def test_scaling_down_drains_running_requests_and_flushes_their_records(platform
             await asyncio.sleep(8)  # every stream under way on one of the two replicas
             assert not any(t.done() for t in tasks), "streams ended before the scale-down"
             # Redeploy the config with one Engine replica, as an operator would.
-            config["applications"][0]["args"]["engine_deployment"]["num_replicas"] = 1
+            engine_replicas(config, 1)
             config_path.write_text(yaml.safe_dump(config))
             deploy = await asyncio.to_thread(subprocess.run, [str(BIN / "serve"), "deploy", str(config_path)],
                                              capture_output=True, text=True, cwd=ROOT, env=RAY_CLI_ENV)
@@ -157,18 +165,31 @@ def test_scaling_down_drains_running_requests_and_flushes_their_records(platform
     for request_id, events in results:
         assert events[-1] == "data: [DONE]" and '"error"' not in events[-2], events[-3:]
     # One replica is left once the drained one exited; its records were flushed on the way out.
-    deadline = time.time() + 180
-    while time.time() < deadline:
+    def one_engine_left() -> bool:
         status = subprocess.run([str(BIN / "serve"), "status"], capture_output=True, text=True, env=RAY_CLI_ENV).stdout
-        if "RUNNING: 1" in status.split("Engine:")[-1][:400] and "STOPPING" not in status:
-            break
-        time.sleep(2)
+        return "RUNNING: 1" in status.split("Engine:")[-1][:400] and "STOPPING" not in status
+    wait_until(one_engine_left, 180, "the drained Engine replica to exit", interval_s=2)
     db = make_engine(db_url)
     want = {request_id for request_id, _ in results}
     with db.connect() as conn:
         rows = {r.request_id: r for r in conn.execute(select(usage_records).where(usage_records.c.request_id.in_(want)))}
     assert set(rows) == want, f"records missing after the drain: {want - set(rows)}"
     assert all(r.status == "length" and r.completion_tokens == 120 for r in rows.values())
+    # A scale-down, not a restart: the streams ran on both replicas, and the one left is one of them.
+    before = {r.replica_id for r in rows.values()}
+    assert len(before) == 2, before
+    with httpx.Client(base_url=BASE_URL, timeout=120) as client:
+        reply = client.post("/v1/chat/completions", json=body("Hi", 2),
+                            headers={"Authorization": f"Bearer {keys[0]}"})
+    assert reply.status_code == 200, reply.text
+    after = wait_until(lambda: replica_of(db, reply.headers["x-loraplex-request-id"]), 30, "the request's record")
+    assert after in before, (after, before)
     # Nothing was left behind in a spool for someone else to replay.
     left = UsageLedger(db_url, str(tmp / "spool" / "check"), adopt_orphans=True).recover()
     assert left.inserted == 0
+
+
+def replica_of(db, request_id: str) -> str | None:
+    with db.connect() as conn:
+        return conn.execute(select(usage_records.c.replica_id)
+                            .where(usage_records.c.request_id == request_id)).scalar()

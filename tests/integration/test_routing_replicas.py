@@ -1,11 +1,12 @@
-"""Tenant-affinity routing on real Engine replicas: a tenant's requests land on one replica, and
-removing a replica moves only the tenants it held.
+"""Tenant-affinity routing on real Engine replicas: a tenant's requests land on one replica,
+scaling the pool in place keeps the running replicas, a removed replica's tenants (and only
+they) move, and a joining replica takes only the new keys it wins.
 
-A second application next to the session's, with three small engine replicas; which replica
-served a request is read from the usage ledger (each record names its replica).
+A second application next to the session's, deployed from a config the way `serve deploy`
+does (Serve's controller, `import_path` + `args`), scaled by the `deployments:` entry as an
+operator would. Which replica served a request is read from the usage ledger (each record
+names its replica); Serve's controller lists the replica ids.
 """
-
-import time
 
 import httpx
 import pytest
@@ -13,9 +14,11 @@ from sqlalchemy import select
 
 from loraplex.accounting.tables import usage_records
 from loraplex.db import make_engine
+from loraplex.routing.rendezvous import rendezvous_order
 from model_dir import default_model_dir
 from readiness import wait_ready
 from tenant_keys import ADMIN_TOKEN, new_tenant_key
+from waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -24,7 +27,7 @@ PREFIX = "/routing"
 TENANTS = 12
 
 
-def routed_args(state, replicas: int) -> dict:
+def routing_args(state) -> dict:
     return {
         "database_url": f"sqlite:///{state}/loraplex.db",
         "registry": {"store_url": str(state / "adapters"), "cache_dir": str(state / "cache")},
@@ -32,16 +35,41 @@ def routed_args(state, replicas: int) -> dict:
         "accounting": {"spool_dir": str(state / "spool"), "flush_interval_s": 0.2},
         "engine": {"model": str(default_model_dir()), "max_model_len": 2048, "max_num_seqs": 4,
                    "dtype": "float32", "engine_kwargs": {"kv_cache_memory_bytes": 128 << 20}},
-        "engine_deployment": {"num_replicas": replicas, "num_cpus": 0.5, "health_check_period_s": 5,
+        "engine_deployment": {"num_cpus": 0.5, "health_check_period_s": 5,
                               "routing": {"policy": "tenant_affinity", "stats_period_s": 2}},
         "ingress": {"num_cpus": 0.25},
     }
 
 
-def running_engines() -> int:
-    from ray import serve
+def deploy(state, engine_replicas: int) -> None:
+    """Apply the app's config as `serve deploy` does. The replica count is in `deployments:`,
+    not in `args`: Serve hashes `args` into the app's code version, so a change there replaces
+    every replica, while a `deployments:` change is applied in place."""
+    from ray.serve.context import _get_global_client
+    from ray.serve.schema import ServeDeploySchema
 
-    return serve.status().applications[APP].deployments["Engine"].replica_states.get("RUNNING", 0)
+    _get_global_client().deploy_apps(ServeDeploySchema(applications=[{
+        "name": APP, "route_prefix": PREFIX, "import_path": "loraplex.app:build_app",
+        "args": routing_args(state),
+        "deployments": [{"name": "Engine", "num_replicas": engine_replicas}],
+    }]))
+
+
+def engine_replicas() -> dict[str, str]:
+    """The routing app's Engine replicas as Serve's controller lists them: id -> state."""
+    from ray.serve.context import _get_global_client
+
+    details = _get_global_client().get_serve_details()
+    app = details["applications"].get(APP)
+    if not app or "Engine" not in app["deployments"]:
+        return {}
+    return {r["replica_id"]: r["state"] for r in app["deployments"]["Engine"]["replicas"]}
+
+
+def running_exactly(n: int):
+    replicas = engine_replicas()
+    running = {r for r, state in replicas.items() if state == "RUNNING"}
+    return running if len(running) == len(replicas) == n else None
 
 
 @pytest.fixture(scope="module")
@@ -49,75 +77,123 @@ def routed(serve_app, tmp_path_factory):
     """(base_url, state dir): the routing app with three Engine replicas."""
     from ray import serve
 
-    from loraplex.app import build_app
-
     state = tmp_path_factory.mktemp("routing-state")
-    serve.run(build_app(routed_args(state, 3)), name=APP, route_prefix=PREFIX, blocking=False)
+    deploy(state, 3)
     base_url = serve_app[0].rstrip("/") + PREFIX
     wait_ready(base_url, timeout_s=900)
+    wait_until(lambda: running_exactly(3), 300, "three running Engine replicas")
     yield base_url, state
     serve.delete(APP)
 
 
-def served_by(db, request_ids: list[str], timeout_s: float = 20) -> dict[str, str]:
-    deadline = time.time() + timeout_s
-    while True:
+def served_by(db, request_ids: list[str]) -> dict[str, tuple[str, str]]:
+    """request id -> (tenant id, replica id), once every request has its usage record."""
+    def rows():
         with db.connect() as conn:
-            rows = dict(conn.execute(select(usage_records.c.request_id, usage_records.c.replica_id)
-                                     .where(usage_records.c.request_id.in_(request_ids))).all())
-        if len(rows) == len(request_ids) or time.time() > deadline:
-            return rows
-        time.sleep(0.2)
+            found = {r.request_id: (r.tenant_id, r.replica_id) for r in conn.execute(
+                select(usage_records.c.request_id, usage_records.c.tenant_id, usage_records.c.replica_id)
+                .where(usage_records.c.request_id.in_(request_ids)))}
+        return found if len(found) == len(request_ids) else None
+    return wait_until(rows, 30, f"usage records of {len(request_ids)} requests")
 
 
-def one_round(base_url, keys, model_name) -> list[tuple[int, str]]:
+def one_round(base_url, keys: dict[int, str], model_name, strict: bool = True) -> list[tuple[int, str]]:
+    """One request per tenant (index -> key): [(tenant index, request id)]. Not strict: a
+    refused request is left out (while routers still learn of a removed replica)."""
     sent = []
-    for t, key in enumerate(keys):
+    for t, key in keys.items():
         r = httpx.post(f"{base_url}/v1/chat/completions", headers={"Authorization": f"Bearer {key}"}, timeout=120,
                        json={"model": model_name, "messages": [{"role": "user", "content": f"Hi from {t}"}],
                              "max_tokens": 1})
-        assert r.status_code == 200, r.text
-        sent.append((t, r.headers["x-loraplex-request-id"]))
+        if strict:
+            assert r.status_code == 200, r.text
+        if r.status_code == 200:
+            sent.append((t, r.headers["x-loraplex-request-id"]))
     return sent
 
 
 def placement(db, sent) -> dict[int, set[str]]:
-    replicas = served_by(db, [rid for _, rid in sent])
+    """tenant index -> the replicas that served its requests in `sent`."""
+    served = served_by(db, [rid for _, rid in sent])
     out: dict[int, set[str]] = {}
     for t, rid in sent:
-        out.setdefault(t, set()).add(replicas[rid])
+        out.setdefault(t, set()).add(served[rid][1])
     return out
 
 
-def test_tenants_stick_and_removal_moves_only_its_tenants(routed, model_name):
-    from ray import serve
+def tenant_ids(db, sent) -> dict[int, str]:
+    served = served_by(db, [rid for _, rid in sent])
+    return {t: served[rid][0] for t, rid in sent}
 
-    from loraplex.app import build_app
 
+def homes(db, sent) -> dict[int, str]:
+    where = placement(db, sent)
+    assert all(len(replicas) == 1 for replicas in where.values()), where  # each tenant on one replica
+    return {t: next(iter(r)) for t, r in where.items()}
+
+
+def test_scaling_in_place_moves_only_the_tenants_it_must(routed, model_name):
     base_url, state = routed
     db = make_engine(f"sqlite:///{state}/loraplex.db")
-    with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=60) as admin:
-        keys = [new_tenant_key(admin, f"route-{t}") for t in range(TENANTS)]
+    admin = httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=60)
 
-    before = placement(db, one_round(base_url, keys, model_name) + one_round(base_url, keys, model_name))
-    assert all(len(replicas) == 1 for replicas in before.values()), before  # each tenant on one replica
-    home = {t: next(iter(r)) for t, r in before.items()}
-    assert len(set(home.values())) >= 2, home  # and tenants spread over the pool
+    def new_tenants(first: int, n: int) -> dict[int, str]:
+        return {t: new_tenant_key(admin, f"route-{t}") for t in range(first, first + n)}
 
-    # Scale 3 -> 2: Serve stops one replica; the replica counts are not in the replicas' init
-    # args, so the other two keep running (same ids).
-    serve.run(build_app(routed_args(state, 2)), name=APP, route_prefix=PREFIX, blocking=False)
-    deadline = time.time() + 300
-    while (running_engines() != 2 or len(serve.status().applications[APP].deployments["Engine"].replica_states) != 1) \
-            and time.time() < deadline:
-        time.sleep(1)
-    time.sleep(3)  # routers hear of the removal through Serve's long poll
+    # Tenants until every one of the three replicas is home to at least one, so that whichever
+    # replica Serve removes, some tenants must move.
+    keys: dict[int, str] = {}
+    home: dict[int, str] = {}
+    while len(set(home.values())) < 3 and len(keys) < 4 * TENANTS:
+        batch = new_tenants(len(keys), TENANTS)
+        keys.update(batch)
+        home.update(homes(db, one_round(base_url, batch, model_name) + one_round(base_url, batch, model_name)))
+    assert len(set(home.values())) == 3, f"{len(keys)} tenants never reached all three replicas: {home}"
+    first_three = set(engine_replicas())
+    assert set(home.values()) == first_three
 
-    after = placement(db, one_round(base_url, keys, model_name))
-    now = {t: next(iter(r)) for t, r in after.items()}
-    survivors = set(now.values())
-    assert len(survivors) <= 2
-    removed = set(home.values()) - survivors
-    assert all(now[t] == home[t] for t in home if home[t] not in removed), (home, now)
-    moved = {t for t in home if now[t] != home[t]}
-    assert moved == {t for t in home if home[t] in removed}
+    # 3 -> 2: Serve stops one replica and keeps the other two running (same ids).
+    deploy(state, 2)
+    survivors = wait_until(lambda: running_exactly(2), 300, "Serve to scale the Engine deployment to 2")
+    assert survivors < first_three, (survivors, first_three)
+    [removed] = first_three - survivors
+    held = {t for t in home if home[t] == removed}
+    assert held, "the removed replica held no tenant"
+
+    # Routers hear of the removal through Serve's long poll: until then a request for a moved
+    # tenant may still be sent to the stopped replica.
+    def routers_updated():
+        sent = one_round(base_url, {t: keys[t] for t in held}, model_name, strict=False)
+        return len(sent) == len(held) and removed not in set.union(*placement(db, sent).values())
+    wait_until(routers_updated, 60, "every router to stop sending to the removed replica", interval_s=1)
+
+    now = homes(db, one_round(base_url, keys, model_name))
+    assert set(now.values()) == survivors
+    assert {t for t in home if now[t] != home[t]} == held, (home, now)  # exactly its tenants moved
+
+    # 2 -> 3: a new replica joins; the two running ones stay (same ids).
+    deploy(state, 3)
+    pool = wait_until(lambda: running_exactly(3), 600, "Serve to scale the Engine deployment to 3")
+    assert survivors < pool, (survivors, pool)
+    [joined] = pool - survivors
+
+    # Every tenant the pool already serves stays where its prefix is cached: held keys first.
+    # Routers hear of the new replica through the long poll; a fresh tenant whose rendezvous
+    # order puts it first shows when they have (a fresh one each try: once routed, a key stays).
+    probes = iter(range(1000, 2000))
+
+    def router_knows_joined():
+        t = next(probes)
+        sent = one_round(base_url, new_tenants(t, 1), model_name)
+        [(tenant, replica)] = served_by(db, [sent[0][1]]).values()
+        return replica == joined if rendezvous_order(tenant, pool)[0] == joined else None
+    wait_until(router_knows_joined, 120, "routers to route to the joining replica", interval_s=1)
+
+    assert homes(db, one_round(base_url, keys, model_name)) == now  # nobody moved to it
+
+    # New tenants go to their rendezvous winner: the joining replica takes exactly those it wins.
+    fresh = new_tenants(len(keys), TENANTS)
+    sent = one_round(base_url, fresh, model_name)
+    landed, ids = homes(db, sent), tenant_ids(db, sent)
+    assert landed == {t: rendezvous_order(ids[t], pool)[0] for t in fresh}, (landed, ids)
+    admin.close()

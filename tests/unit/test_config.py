@@ -18,6 +18,10 @@ def test_shipped_serve_configs_parse(name):
     args = platform.engine.engine_args()
     assert args["enable_lora"] and args["enable_prefix_caching"] and args["enable_chunked_prefill"]
     assert args["served_model_name"] == ["SmolLM2-135M-Instruct"]
+    # Replica counts are scaled in place through `deployments:`; under `args` a change would
+    # replace every replica (Serve hashes args into the app's version).
+    assert "num_replicas" not in app["args"]["engine_deployment"] and "num_replicas" not in app["args"]["ingress"]
+    assert {d["name"] for d in app["deployments"] if "num_replicas" in d} == {"Engine", "Ingress"}
 
 
 def test_gpu_profile_reserves_one_gpu_per_tensor_parallel_rank():

@@ -153,3 +153,19 @@ def test_load_bound_rounds_up_and_honours_the_floor():
     assert load_bound(0, 8, 1.25) == 1
     assert load_bound(0, 8, 1.25, min_bound=4) == 4
     assert load_bound(255, 8, 1.25) == 40
+
+
+def test_an_empty_pool_has_no_bound():
+    import pytest
+
+    with pytest.raises(ValueError, match="no replicas"):
+        load_bound(3, 0)
+
+
+def test_a_replica_with_no_kv_report_counts_as_empty_cache_in_ties():
+    # Two equally loaded holders: the one that reported 50% KV usage goes after the one that
+    # reported none (no report yet means a fresh replica, not a full one).
+    loads, both = {"r1": 1, "r2": 1}, {"r1", "r2"}
+    for key in ("a", "b", "c", "d"):
+        assert rank_tenant_affinity(key, loads, both, kv_usage={"r1": 0.5})[0] == "r2"
+        assert rank_tenant_affinity(key, loads, both, kv_usage={"r2": 0.5})[0] == "r1"
