@@ -138,6 +138,21 @@ def test_a_pinned_version_answers_with_its_own_weights(acme, pirate_archive, ban
     assert sorted(versions) == [1, 2]
 
 
+def test_more_adapters_than_vllm_keeps_are_evicted_and_reloaded(acme, pirate_archive, banana_archive):
+    """The session's engine keeps max_loras = max_cpu_loras = 4 adapters (vLLM's default for
+    max_cpu_loras): six in turn evict the least recently used, and an evicted one loads again
+    with its own weights (each name is its own version, so each is its own vLLM slot)."""
+    archives = [pirate_archive, banana_archive] * 3
+    names = [f"lru-{i}" for i in range(len(archives))]
+    for name, archive in zip(names, archives):
+        assert upload(acme, name, archive).status_code == 201
+    first = [answer(acme, name) for name in names]
+    assert all(is_pirate(a) and "BANANA" not in a for a in first[0::2]), first
+    assert all("BANANA" in a for a in first[1::2]), first
+    # lru-0 and lru-1 were evicted by lru-4 and lru-5: answering again reloads them.
+    assert [answer(acme, name) for name in names] == first
+
+
 def test_delete_stops_new_requests_and_frees_every_replica(acme, pirate_archive, engine_handle):
     assert upload(acme, "doomed", pirate_archive).status_code == 201
     answer(acme, "doomed")  # loaded on the replica now
