@@ -220,3 +220,46 @@ def test_a_record_the_disk_tore_is_retried_on_a_fresh_line_and_billed_once(tmp_p
         assert ledger.retry_unspooled() == 0
         r = ledger.flush()  # the torn piece is a bad line of its own, the retried record is whole
         assert (r.records, r.inserted) == (1, 1) and request_ids(ledger) == ["req-t1-1"]
+
+
+def test_rejections_from_two_flushes_in_one_hour_add_up(db_url, tmp_path):
+    # Each flush's counts are a batch with its own id: a second batch for the same tenant,
+    # reason and hour adds to the first, it is not mistaken for a replay of it.
+    with UsageLedger(db_url, tmp_path / "spool") as ledger:
+        ledger.reject("t1", "rate_limited")
+        assert ledger.flush().rejection_rows == 1
+        ledger.reject("t1", "rate_limited")
+        ledger.reject("t1", "rate_limited")
+        assert ledger.flush().rejection_rows == 1
+        now = datetime.now(timezone.utc)
+        counts = {(c.tenant_id, c.reason): c.count
+                  for c in rejection_counts(ledger.engine, now - timedelta(hours=2), now + timedelta(hours=1))}
+        assert counts == {("t1", "rate_limited"): 3}
+
+
+def test_batch_one_short_of_full_waits_for_the_interval(tmp_path):
+    with UsageLedger(f"sqlite:///{tmp_path}/x.db", tmp_path / "spool", flush_interval_s=3600,
+                     flush_batch=3) as ledger:
+        for batch in range(2):  # the count starts again from 0 after each flush
+            ledger.append(make_record(3 * batch))
+            ledger.append(make_record(3 * batch + 1))
+            time.sleep(0.5)  # a flusher woken early would have moved them by now
+            assert count_rows(ledger) == 3 * batch
+            ledger.append(make_record(3 * batch + 2))
+            deadline = time.time() + 10
+            while count_rows(ledger) < 3 * (batch + 1) and time.time() < deadline:
+                time.sleep(0.02)
+            assert count_rows(ledger) == 3 * (batch + 1)
+
+
+def test_a_ledger_that_does_not_adopt_leaves_other_spools_alone(tmp_path):
+    db_url = f"sqlite:///{tmp_path}/x.db"
+    root = tmp_path / "spool"
+    gone = UsageLedger(db_url, root / "gone", flush_interval_s=3600)
+    gone.append(make_record(1))
+    gone.spool.close()  # its replica is gone: a segment with no owner left behind
+    with UsageLedger(db_url, root / "ingress", flush_interval_s=3600, adopt_interval_s=0) as ledger:
+        ledger.flush()
+        ledger.flush()
+        assert count_rows(ledger) == 0
+    assert list((root / "gone").glob("segment-*.jsonl"))
