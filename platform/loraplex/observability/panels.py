@@ -91,6 +91,9 @@ def replicas(served: ServedPlatform) -> Row:
                Target(q.prefix_hit_ratio(RATE, [n.REPLICA]), "{{replica}}")), "percentunit"),
         Panel("Preemptions/s per engine replica", "Requests vLLM evicted from the batch for KV room.",
               (Target(q.per_second(n.PREEMPTIONS, RATE, [n.REPLICA]), "{{replica}}"),)),
+        Panel("Routing decisions/s", "Where the ingress routers sent requests: affinity (a replica holding the "
+              "tenant's key), new_key, spill (holders over the load bound), ranked, fallback (power of two).",
+              (Target(q.per_second(n.ROUTING_DECISIONS, RATE, [n.DECISION]), "{{decision}}"),)),
         Panel("Healthy replicas", "Ray Serve's healthy replicas per deployment, against the configured count.",
               tuple(Target(q.healthy_replicas(app, d), d) for d in served.deployments())
               + tuple(_ref(want, f"{d} configured") for d, want in served.deployments().items())),
@@ -107,8 +110,12 @@ def adapters(served: ServedPlatform) -> Row:
               (Target(q.per_second(n.ADAPTER_LOADS, RATE, [n.REPLICA]), "{{replica}}"),)),
         Panel("Adapter load time", "P50 / P95 of loading an adapter version into an engine.",
               (Target(q.quantile(0.5, n.ADAPTER_LOAD, RATE), "P50"), Target(q.quantile(0.95, n.ADAPTER_LOAD, RATE), "P95")), "s"),
-        Panel("Adapters resident per engine replica", "Adapter versions an engine holds.",
-              (Target(q.per_replica(n.LOADED_ADAPTERS), "{{replica}}"),)),
+        Panel("Adapters resident per engine replica", "Adapter versions an engine holds: tier cpu in vLLM's "
+              "host cache (max_cpu_loras), tier gpu in the batch's LoRA slots (max_loras).",
+              (Target(f"max by ({n.REPLICA}, {n.TIER}) ({n.LOADED_ADAPTERS})", "{{replica}} {{tier}}"),)),
+        Panel("Adapter evictions/s per engine replica", "lru: pushed out of the host cache to make room "
+              "(churn: more adapters in use than max_cpu_loras); deleted: freed after a DELETE.",
+              (Target(q.per_second(n.ADAPTER_EVICTIONS, RATE, [n.REPLICA, n.REASON]), "{{replica}} {{reason}}"),)),
     ))
 
 
@@ -123,6 +130,9 @@ def tenants(served: ServedPlatform) -> Row:
               (Target(f"topk(20, {q.per_second(n.PROMPT_TOKENS, RATE, [n.TENANT])})", "{{tenant}}"),)),
         Panel("Completion tokens/s per tenant", "The 20 busiest.",
               (Target(f"topk(20, {q.per_second(n.COMPLETION_TOKENS, RATE, [n.TENANT])})", "{{tenant}}"),)),
+        Panel("Refusals/s per tenant", "Requests refused before generating (never billed), by tenant and reason: "
+              "429s are the tenant's own limits, 503s are capacity.",
+              (Target(f"topk(20, {q.per_second(n.REFUSALS, RATE, [n.TENANT, n.REASON])})", "{{tenant}} {{reason}}"),)),
         Panel(f"Cost per hour per tenant ({pricing.currency})", price_note + " From the recording rule " + COST_RECORD + ".",
               (Target(f"3600 * sum by ({n.TENANT}) ({COST_RECORD})", "{{tenant}}"),), unit),
         Panel(f"Tokens and cost per tenant over the range ({pricing.currency})", price_note,

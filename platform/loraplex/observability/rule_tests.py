@@ -15,8 +15,8 @@ from loraplex.observability.rules import BURN, COST_RECORD, HEADER, rule_groups
 from loraplex.observability.served import ServedPlatform, load_served
 
 # Example label values: what a request or a refusal carries (must match names.py's regexes).
-OK_STATUS, ERROR_STATUS = "stop", "error"
-SHED_REASON, LIMIT_REASON = "503", "429:rate_limit_requests"
+OK_STATUS, ERROR_STATUS = "ok", "error"
+SHED_REASON, LIMIT_REASON = "503:shed", "429:rate_limit_requests"
 assert re.fullmatch(n.ERROR_STATUSES, ERROR_STATUS) and not re.fullmatch(n.ERROR_STATUSES, OK_STATUS)
 assert re.fullmatch(n.SHED_REASONS, SHED_REASON) and not re.fullmatch(n.SHED_REASONS, LIMIT_REASON)
 
@@ -118,15 +118,14 @@ class _Tests:
                        self.alert("LoraplexScrapeTargetDown", 0, instance="10.0.0.2:8080", job=n.RAY_JOB))])
 
     def spool(self) -> dict:
-        max_age = self.slo.spool_flush_max_age_s
-        late = (max_age // 60 + 1) * 60   # first sample past the limit
-        points = late // 60 + 2
-        series = [_series(n.SPOOL_LAST_FLUSH, f"0x{points}", replica="r1"),          # never flushed since t=0
-                  _series(n.SPOOL_LAST_FLUSH, f"0+60x{points}", replica="r2")]       # flushes all along
-        return self.case("A spool not flushed for longer than the limit", series, [
-            self.check("LoraplexUsageSpoolNotFlushing", late - 60 if late - 60 <= max_age else late),
-            self.check("LoraplexUsageSpoolNotFlushing", late,
-                       self.alert("LoraplexUsageSpoolNotFlushing", late, replica="r1"))][late - 60 > max_age:])
+        stuck = (self.slo.spool_flush_max_age_s // 60 + 2) * 60   # first sample with age > the limit
+        points = stuck // 60 + 3
+        series = [_series(n.SPOOL_LAST_FLUSH, f"0 60x{points}", replica="r1"),   # last flushed at t = 1 min
+                  _series(n.SPOOL_LAST_FLUSH, f"0+60x{points}", replica="r2")]   # flushes all along
+        name = "LoraplexUsageSpoolNotFlushing"
+        return self.case("A spool not flushed for longer than the limit (for 1 min)", series, [
+            self.check(name, stuck),  # over the limit: pending for a minute
+            self.check(name, stuck + 60, self.alert(name, stuck, replica="r1"))])
 
     def cost(self) -> dict:
         pricing = self.served.config.accounting.pricing

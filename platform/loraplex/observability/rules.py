@@ -74,7 +74,8 @@ def platform_alerts(served: ServedPlatform) -> list[dict]:
                "Prometheus cannot scrape a LoRAPlex metrics endpoint",
                "{{ $labels.instance }} (job {{ $labels.job }}) is down: a Ray node's metrics agent or the "
                "node itself, or the ingress /metrics."),
-        _alert("LoraplexUsageSpoolNotFlushing", f"{q.spool_age()} > {slo.spool_flush_max_age_s:g}", 0, "critical",
+        # for 1 min: a replica reports 0 until its first flush, a second after it starts.
+        _alert("LoraplexUsageSpoolNotFlushing", f"{q.spool_age()} > {slo.spool_flush_max_age_s:g}", 60, "critical",
                "Usage records are not reaching the database",
                f"Replica {{{{ $labels.{n.REPLICA} }}}} last copied its usage spool into the database "
                f"{{{{ $value | humanizeDuration }}}} ago (limit {slo.spool_flush_max_age_s:g} s); "
