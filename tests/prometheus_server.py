@@ -6,7 +6,7 @@ import socket
 import subprocess
 import urllib.request
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import yaml
 
@@ -50,15 +50,21 @@ def stop(proc: subprocess.Popen, timeout_s: float = 30) -> int:
 
 
 @contextlib.contextmanager
-def throwaway_prometheus(workdir: Path, scrape_interval: str = "1s") -> Iterator[str]:
-    """A Prometheus on a free loopback port with its TSDB under workdir, scraping only itself;
-    yields its URL (http://127.0.0.1:PORT)."""
+def throwaway_prometheus(workdir: Path, scrape_interval: str = "1s", targets: Sequence[str] = (),
+                         rule_files: Sequence[Path] = ()) -> Iterator[str]:
+    """A Prometheus on a free loopback port with its TSDB under workdir, scraping itself and
+    `targets` (host:port serving /metrics: e.g. a Ray node's metrics export port, for a cluster
+    started without the dashboard, which writes no service-discovery file) with `rule_files`
+    loaded; yields its URL (http://127.0.0.1:PORT)."""
     binary = prometheus_tool("prometheus")
     port = free_port()
     config = workdir / "prometheus.yml"
+    jobs = [{"job_name": "prometheus", "static_configs": [{"targets": [f"127.0.0.1:{port}"]}]}]
+    if targets:
+        jobs.append({"job_name": "ray", "static_configs": [{"targets": list(targets)}]})
     config.write_text(yaml.safe_dump({
         "global": {"scrape_interval": scrape_interval, "evaluation_interval": scrape_interval},
-        "scrape_configs": [{"job_name": "prometheus", "static_configs": [{"targets": [f"127.0.0.1:{port}"]}]}]}))
+        "rule_files": [str(f) for f in rule_files], "scrape_configs": jobs}))
     log = (workdir / "prometheus.log").open("wb")
     proc = subprocess.Popen([binary, f"--config.file={config}", f"--storage.tsdb.path={workdir / 'data'}",
                              f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT)

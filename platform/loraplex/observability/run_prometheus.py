@@ -59,6 +59,9 @@ def prepare(args: argparse.Namespace) -> list[str]:
         rules_file=rules, self_address=self_address,
         ray_sd_files=[] if args.no_ray else [ray_sd_file(args.ray_temp_dir)], static_targets=args.target,
         scrape_interval_s=args.scrape_interval, alertmanagers=args.alertmanager), sort_keys=False))
+    if not args.no_ray and not ray_sd_file(args.ray_temp_dir).exists():
+        print(f"prometheus: no {ray_sd_file(args.ray_temp_dir)} yet: Prometheus picks it up when Ray writes it "
+              "(Ray's dashboard does; a cluster without one: --target NODE_IP:METRICS_EXPORT_PORT)", file=sys.stderr)
     subprocess.run([require("promtool"), "check", "config", str(config)], check=True, stdout=subprocess.DEVNULL)
     return [require("prometheus"), f"--config.file={config}", f"--storage.tsdb.path={data / 'data'}",
             f"--web.listen-address={address}", f"--storage.tsdb.retention.time={args.retention}"]
