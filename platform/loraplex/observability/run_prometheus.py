@@ -29,6 +29,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="config, rules and the TSDB (data/) live here (default var/prometheus)")
     p.add_argument("--ray-temp-dir", type=Path, default=None,
                    help="Ray's --temp-dir, if the cluster was started with one (default $RAY_TMPDIR or /tmp, + /ray)")
+    p.add_argument("--sd-file", action="append", default=[], type=Path, metavar="PATH",
+                   help="file_sd JSON listing the nodes' metrics agents, instead of Ray's own (repeatable; "
+                   "e.g. what `python -m loraplex.metrics.discovery --out PATH` writes without a dashboard)")
     p.add_argument("--no-ray", action="store_true", help="do not scrape Ray's metrics export")
     p.add_argument("--target", action="append", default=[], metavar="HOST:PORT",
                    help="also scrape http://HOST:PORT/metrics (repeatable)")
@@ -53,15 +56,17 @@ def prepare(args: argparse.Namespace) -> list[str]:
     (data / "data").mkdir(parents=True, exist_ok=True)
     rules, config = data / "rules.yml", data / "prometheus.yml"
     rules.write_text(render_rules(served))
+    sd_files = [] if args.no_ray else [f.resolve() for f in args.sd_file] or [ray_sd_file(args.ray_temp_dir)]
     address = f"{args.host}:{args.port}"
     self_address = f"127.0.0.1:{args.port}" if args.host in ("0.0.0.0", "::") else address
     config.write_text(yaml.safe_dump(scrape_config(
         rules_file=rules, self_address=self_address,
-        ray_sd_files=[] if args.no_ray else [ray_sd_file(args.ray_temp_dir)], static_targets=args.target,
+        ray_sd_files=sd_files, static_targets=args.target,
         scrape_interval_s=args.scrape_interval, alertmanagers=args.alertmanager), sort_keys=False))
-    if not args.no_ray and not ray_sd_file(args.ray_temp_dir).exists():
-        print(f"prometheus: no {ray_sd_file(args.ray_temp_dir)} yet: Prometheus picks it up when Ray writes it "
-              "(Ray's dashboard does; a cluster without one: --target NODE_IP:METRICS_EXPORT_PORT)", file=sys.stderr)
+    for sd in sd_files:
+        if not sd.exists():
+            print(f"prometheus: no {sd} yet: Prometheus reads it once it is written (Ray's dashboard writes "
+                  "its own; without one: --sd-file or --target NODE_IP:METRICS_EXPORT_PORT)", file=sys.stderr)
     subprocess.run([require("promtool"), "check", "config", str(config)], check=True, stdout=subprocess.DEVNULL)
     return [require("prometheus"), f"--config.file={config}", f"--storage.tsdb.path={data / 'data'}",
             f"--web.listen-address={address}", f"--storage.tsdb.retention.time={args.retention}"]

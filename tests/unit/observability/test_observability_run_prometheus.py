@@ -13,6 +13,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/: shared helpers
 from prometheus_server import free_port, prometheus_tool, stop, wait_ready  # noqa: E402
@@ -20,6 +21,7 @@ from waiting import wait_until  # noqa: E402
 
 from loraplex.observability.names import KV_USAGE, RAY_JOB, STATIC_JOB  # noqa: E402
 from loraplex.observability.panel_data import instant_query  # noqa: E402
+from loraplex.observability.run_prometheus import parse_args, prepare  # noqa: E402
 from loraplex.observability.scrape_config import SD_FILE  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -91,3 +93,25 @@ def test_scripts_prometheus_explains_a_missing_binary(tmp_path):
                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode != 0
     assert "apt-get install prometheus" in result.stderr
+
+
+def test_options_shape_the_generated_config(tmp_path, monkeypatch):
+    prometheus_tool("promtool")
+    monkeypatch.chdir(ROOT)
+    sd = tmp_path / "targets.json"
+    command = prepare(parse_args(["serve_config.gpu.yaml", "--data-dir", str(tmp_path / "p"), "--port", "9999",
+                                  "--host", "0.0.0.0", "--sd-file", str(sd), "--target", "10.0.0.5:8000",
+                                  "--alertmanager", "10.0.0.9:9093", "--scrape-interval", "30", "--retention", "2d"]))
+    config = yaml.safe_load((tmp_path / "p" / "prometheus.yml").read_text())
+    jobs = {j["job_name"]: j for j in config["scrape_configs"]}
+    assert jobs[RAY_JOB]["file_sd_configs"][0]["files"] == [str(sd)]
+    assert jobs[STATIC_JOB]["static_configs"][0]["targets"] == ["10.0.0.5:8000"]
+    assert jobs["prometheus"]["static_configs"][0]["targets"] == ["127.0.0.1:9999"]
+    assert config["global"]["scrape_interval"] == "30s"
+    assert config["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"] == ["10.0.0.9:9093"]
+    assert "rate(ray_loraplex_time_to_first_token_seconds_bucket[5m]))) > 0.5\n" in (tmp_path / "p" / "rules.yml").read_text()
+    assert "--web.listen-address=0.0.0.0:9999" in command and "--storage.tsdb.retention.time=2d" in command
+
+    prepare(parse_args(["--data-dir", str(tmp_path / "q"), "--no-ray"]))
+    jobs = [j["job_name"] for j in yaml.safe_load((tmp_path / "q" / "prometheus.yml").read_text())["scrape_configs"]]
+    assert jobs == ["prometheus"]
