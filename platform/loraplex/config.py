@@ -223,15 +223,15 @@ class PlatformConfig(BaseModel):
     accounting: AccountingConfig = Field(
         default_factory=AccountingConfig, description="Usage ledger, prices, billing export and cost model."
     )
-
-    engine: EngineConfig = Field(default_factory=EngineConfig)
-    engine_deployment: EngineDeploymentConfig = Field(default_factory=EngineDeploymentConfig)
-    ingress: IngressDeploymentConfig = Field(default_factory=IngressDeploymentConfig)
     slo: SloConfig = Field(
         default_factory=SloConfig,
         description="Service-level objectives and alert thresholds: read by the alert-rule and "
         "dashboard generators (`python -m loraplex.observability`), not by the replicas.",
     )
+
+    engine: EngineConfig = Field(default_factory=EngineConfig)
+    engine_deployment: EngineDeploymentConfig = Field(default_factory=EngineDeploymentConfig)
+    ingress: IngressDeploymentConfig = Field(default_factory=IngressDeploymentConfig)
 
     @field_validator("engine", mode="before")
     @classmethod

@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/: shared h
 from prometheus_server import free_port, prometheus_tool, stop, wait_ready  # noqa: E402
 from waiting import wait_until  # noqa: E402
 
-from loraplex.observability.names import KV_USAGE, RAY_JOB, STATIC_JOB  # noqa: E402
+from loraplex.observability.names import KV_USAGE, RAY_JOB, STATIC_JOB, TTFT  # noqa: E402
 from loraplex.observability.panel_data import instant_query  # noqa: E402
 from loraplex.observability.run_prometheus import parse_args, prepare  # noqa: E402
 from loraplex.observability.scrape_config import SD_FILE  # noqa: E402
@@ -109,7 +109,7 @@ def test_options_shape_the_generated_config(tmp_path, monkeypatch):
     assert jobs["prometheus"]["static_configs"][0]["targets"] == ["127.0.0.1:9999"]
     assert config["global"]["scrape_interval"] == "30s"
     assert config["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"] == ["10.0.0.9:9093"]
-    assert "rate(ray_loraplex_time_to_first_token_seconds_bucket[5m]))) > 0.5\n" in (tmp_path / "p" / "rules.yml").read_text()
+    assert f"rate({TTFT}_bucket[5m]))) > 0.5\n" in (tmp_path / "p" / "rules.yml").read_text()  # the GPU SLO
     assert "--web.listen-address=0.0.0.0:9999" in command and "--storage.tsdb.retention.time=2d" in command
 
     prepare(parse_args(["--data-dir", str(tmp_path / "q"), "--no-ray"]))
