@@ -15,11 +15,6 @@ from loraplex.ingress.deployment import ingress_deployment
 def build_app(args: Optional[dict[str, Any]] = None) -> Application:
     # Replicas run in other working directories: pin relative paths to where we started.
     config = PlatformConfig.from_args(args).resolved(Path.cwd())
-    # Replicas get the config without the replica counts: Serve restarts every replica whose
-    # init args change, and scaling must only add or remove replicas.
-    replica_config = config.model_copy(update={
-        "engine_deployment": config.engine_deployment.model_copy(update={"num_replicas": 1}),
-        "ingress": config.ingress.model_copy(update={"num_replicas": 1}),
-    })
+    replica_config = config.for_replicas()
     engine = engine_deployment(config.engine_deployment).bind(replica_config)
     return ingress_deployment(config.ingress).bind(engine, replica_config)

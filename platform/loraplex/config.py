@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from loraplex.accounting.config import AccountingConfig
 from loraplex.engine.shedding import SheddingConfig
+from loraplex.observability.slo import SloConfig
 from loraplex.routing.config import RoutingConfig
 from loraplex.tenancy.config import TenancyConfig
 
@@ -231,6 +232,11 @@ class PlatformConfig(BaseModel):
     accounting: AccountingConfig = Field(
         default_factory=AccountingConfig, description="Usage ledger, prices, billing export and cost model."
     )
+    slo: SloConfig = Field(
+        default_factory=SloConfig,
+        description="Service-level objectives and alert thresholds: read by the alert-rule and "
+        "dashboard generators (`python -m loraplex.observability`), not by the replicas.",
+    )
 
     engine: EngineConfig = Field(default_factory=EngineConfig)
     engine_deployment: EngineDeploymentConfig = Field(default_factory=EngineDeploymentConfig)
@@ -244,6 +250,17 @@ class PlatformConfig(BaseModel):
     @classmethod
     def from_args(cls, args: Optional[dict[str, Any]]) -> "PlatformConfig":
         return cls.model_validate(args or {})
+
+    def for_replicas(self) -> "PlatformConfig":
+        """What replicas are built with: without the replica counts and the SLOs, which they
+        never read, so their init args do not differ by them. (A `serve deploy` of changed
+        `args` replaces every replica anyway, since Serve hashes `args` into the app's version:
+        scale through `deployments:`, and after an `slo:` change only regenerate the rules.)"""
+        return self.model_copy(update={
+            "engine_deployment": self.engine_deployment.model_copy(update={"num_replicas": 1}),
+            "ingress": self.ingress.model_copy(update={"num_replicas": 1}),
+            "slo": SloConfig(),
+        })
 
     def resolved(self, base_dir: Path) -> "PlatformConfig":
         """Pin every relative local path to base_dir: replicas run in other working dirs."""

@@ -1,0 +1,62 @@
+"""The metric and label names the rules and the dashboard read: a rename is one edit here.
+
+The platform's `loraplex_*` metrics (docs/metrics.md) reach Prometheus through Ray's metrics
+export, which puts `ray_` in front of every name (EXPORT_PREFIX); Ray Serve adds the labels
+`application`, `deployment` and `replica`. Plus Ray Serve's own replica-health gauge.
+"""
+
+EXPORT_PREFIX = "ray_"
+
+
+def _m(name: str) -> str:
+    return EXPORT_PREFIX + name
+
+
+# Histograms (seconds), labels tenant, adapter.
+TTFT = _m("loraplex_time_to_first_token_seconds")
+TPOT = _m("loraplex_time_per_output_token_seconds")
+E2E = _m("loraplex_e2e_request_latency_seconds")
+QUEUE = _m("loraplex_queue_time_seconds")
+ADAPTER_LOAD = _m("loraplex_adapter_load_seconds")            # per Engine replica, no tenant
+
+# Counters by tenant, adapter.
+PROMPT_TOKENS = _m("loraplex_prompt_tokens_total")
+CACHED_PROMPT_TOKENS = _m("loraplex_cached_prompt_tokens_total")
+COMPLETION_TOKENS = _m("loraplex_completion_tokens_total")
+REQUESTS = _m("loraplex_requests_total")          # + status: requests that reached an engine
+REFUSALS = _m("loraplex_refusals_total")          # + reason: refused before generating, never billed
+
+# Per Engine replica (the spool gauges: per Engine and Ingress replica).
+KV_USAGE = _m("loraplex_kv_cache_usage_ratio")
+RUNNING = _m("loraplex_num_requests_running")
+WAITING = _m("loraplex_num_requests_waiting")
+LOADED_ADAPTERS = _m("loraplex_loaded_adapters")            # + tier: cpu (host cache), gpu (batch slots)
+PREEMPTIONS = _m("loraplex_preemptions_total")
+ADAPTER_LOADS = _m("loraplex_adapter_loads_total")
+ADAPTER_EVICTIONS = _m("loraplex_adapter_evictions_total")  # + reason: lru, deleted
+PREFIX_QUERIES = _m("loraplex_prefix_cache_queries_total")  # prompt tokens looked up in the prefix cache
+PREFIX_HITS = _m("loraplex_prefix_cache_hits_total")        # of which found
+SPOOL_LAST_FLUSH = _m("loraplex_usage_last_flush_timestamp_seconds")  # unix time of the last good flush, 0: none
+SPOOL_PENDING = _m("loraplex_usage_spool_pending_records")  # records spooled, not yet in the database
+
+# Per Ingress replica.
+ROUTING_DECISIONS = _m("loraplex_routing_decisions_total")  # + decision: affinity, new_key, spill, ranked, fallback
+
+# Ray Serve's own (the controller's), always `ray_`-prefixed: healthy replicas per deployment.
+SERVE_REPLICA_HEALTHY = "ray_serve_deployment_replica_healthy"
+
+# Labels.
+TENANT = "tenant"
+REPLICA = "replica"
+STATUS = "status"
+REASON = "reason"
+TIER = "tier"
+DECISION = "decision"
+
+# Label values, as regular expressions.
+ERROR_STATUSES = "error|timeout"   # of ok, length, client_disconnect, timeout, error: failed us
+SHED_REASONS = "503.*"             # 503:shed, 503:queue_full, 503:limiter_unavailable
+
+# Scrape jobs of the generated Prometheus config (loraplex.observability.scrape_config).
+RAY_JOB = "ray"
+STATIC_JOB = "loraplex"

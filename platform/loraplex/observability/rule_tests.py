@@ -1,0 +1,165 @@
+"""promtool unit tests of the generated rules: synthetic series that must fire each alert, with
+the exact text it must carry, and some that must not. Generated with the rules (the thresholds
+come from the same config): deploy/prometheus/rules.test.yml, run by `promtool test rules`.
+"""
+import math
+import re
+import sys
+
+import yaml
+
+from loraplex.observability import names as n
+from loraplex.observability.alert_text import expand
+from loraplex.observability.promql import duration
+from loraplex.observability.rules import BURN, COST_RECORD, HEADER, rule_groups
+from loraplex.observability.served import ServedPlatform, load_served
+
+# Example label values: what a request or a refusal carries (must match names.py's regexes).
+OK_STATUS, ERROR_STATUS = "ok", "error"
+SHED_REASON, LIMIT_REASON = "503:shed", "429:rate_limit_requests"
+assert re.fullmatch(n.ERROR_STATUSES, ERROR_STATUS) and not re.fullmatch(n.ERROR_STATUSES, OK_STATUS)
+assert re.fullmatch(n.SHED_REASONS, SHED_REASON) and not re.fullmatch(n.SHED_REASONS, LIMIT_REASON)
+
+
+def _sel(metric: str, **labels: str) -> str:
+    return metric + "{" + ", ".join(f'{k}="{v}"' for k, v in labels.items()) + "}"
+
+
+def _series(metric: str, values: str, **labels: str) -> dict:
+    return {"series": _sel(metric, **labels), "values": values}
+
+
+class _Tests:
+    def __init__(self, served: ServedPlatform):
+        self.served, self.slo = served, served.config.slo
+        self.annotations = {r["alert"]: r["annotations"] for g in rule_groups(served)["groups"]
+                            for r in g["rules"] if "alert" in r}
+        self.fire_at = self.slo.window_s + self.slo.for_s + 120   # seconds; every condition holds from 1 min
+        self.points = self.fire_at // 60 + 2
+
+    def ramp(self, per_min: float, points: int = 0) -> str:   # a counter growing per_min per 1-minute sample
+        return f"0+{per_min:g}x{points or self.points}"
+
+    def flat(self, value: float) -> str:
+        return f"{value:g}x{self.points}"
+
+    def alert(self, name: str, value: float, **labels: str) -> dict:
+        return {"exp_labels": {**labels, "severity": self._severity(name)},
+                "exp_annotations": {k: expand(v, value, labels) for k, v in self.annotations[name].items()}}
+
+    def check(self, name: str, at_s: int, *alerts: dict) -> dict:
+        return {"eval_time": duration(at_s), "alertname": name, "exp_alerts": list(alerts)}
+
+    def _severity(self, name: str) -> str:
+        return next(r["labels"]["severity"] for g in rule_groups(self.served)["groups"] for r in g["rules"]
+                    if r.get("alert") == name)
+
+    def case(self, name: str, series: list[dict], checks: list[dict], exprs: list[dict] = ()) -> dict:
+        case = {"name": name, "interval": "1m", "input_series": series, "alert_rule_test": checks}
+        if exprs:
+            case["promql_expr_test"] = list(exprs)
+        return case
+
+    # -- cases --------------------------------------------------------------------------------
+    def kv_cache(self) -> dict:
+        hot = (1 + self.slo.kv_usage_alert) / 2
+        checks = [self.check("LoraplexKVCacheNearlyFull", self.fire_at, self.alert("LoraplexKVCacheNearlyFull", hot, replica="r1"))]
+        if self.slo.for_s >= 120:  # over the threshold, not yet for long enough: pending, not firing
+            checks.insert(0, self.check("LoraplexKVCacheNearlyFull", self.slo.for_s - 60))
+        return self.case("KV cache over the threshold fires after for_s; a cooler replica does not",
+                         [_series(n.KV_USAGE, self.flat(hot), replica="r1"),
+                          _series(n.KV_USAGE, self.flat(self.slo.kv_usage_alert / 2), replica="r2")], checks)
+
+    def latency(self, alert: str, histogram: str, slo_s: float, slow: bool) -> dict:
+        # Every request lands in one bucket: (slo, 3 slo] when slow, (0, slo / 2] when fast.
+        les = [f"{slo_s:g}", f"{3 * slo_s:g}"] if slow else [f"{slo_s / 2:g}", f"{slo_s:g}"]
+        counts = [0, 60] if slow else [60, 60]
+        series = [_series(histogram + "_bucket", self.ramp(c), tenant="ten_a", le=le) for le, c in zip(les, counts)]
+        series.append(_series(histogram + "_bucket", self.ramp(60), tenant="ten_a", le="+Inf"))
+        p95 = float(les[0]) + (float(les[1]) - float(les[0])) * 0.95
+        fired = [self.alert(alert, p95)] if slow else []
+        return self.case(f"{alert}: {'slow' if slow else 'fast'} requests", series,
+                         [self.check(alert, self.fire_at, *fired)])
+
+    def _share(self, threshold: float) -> int:
+        """Bad requests per 100 so the ratio is well over the threshold and the budget burn."""
+        return min(100, max(20, math.ceil(200 * max(threshold, BURN * (1 - self.slo.availability)))))
+
+    def errors(self) -> dict:
+        bad = self._share(self.slo.error_rate)
+        series = [_series(n.REQUESTS, self.ramp(100 - bad), tenant="ten_a", status=OK_STATUS),
+                  _series(n.REQUESTS, self.ramp(bad), tenant="ten_a", status=ERROR_STATUS),
+                  _series(n.REFUSALS, self.ramp(1000), tenant="ten_a", reason=LIMIT_REASON)]  # not ours: ignored
+        return self.case("Errors over the threshold and burning the budget", series, [
+            self.check("LoraplexErrorRateHigh", self.fire_at, self.alert("LoraplexErrorRateHigh", bad / 100)),
+            self.check("LoraplexErrorBudgetBurn", self.fire_at, self.alert("LoraplexErrorBudgetBurn", bad / 100)),
+            self.check("LoraplexShedRateHigh", self.fire_at)])
+
+    def sheds(self) -> dict:
+        shed = self._share(self.slo.shed_rate)
+        series = [_series(n.REQUESTS, self.ramp(100 - shed), tenant="ten_a", status=OK_STATUS),
+                  _series(n.REFUSALS, self.ramp(shed), tenant="ten_a", reason=SHED_REASON),
+                  _series(n.REFUSALS, self.ramp(1000), tenant="ten_a", reason=LIMIT_REASON)]
+        return self.case("503 sheds over the threshold count against availability, 429s do not", series, [
+            self.check("LoraplexShedRateHigh", self.fire_at, self.alert("LoraplexShedRateHigh", shed / 100)),
+            self.check("LoraplexErrorBudgetBurn", self.fire_at, self.alert("LoraplexErrorBudgetBurn", shed / 100)),
+            self.check("LoraplexErrorRateHigh", self.fire_at)])
+
+    def replicas(self) -> dict:
+        app, (first, *rest) = self.served.application, list(self.served.deployments().items())
+        series = [_series(n.SERVE_REPLICA_HEALTHY, self.flat(first[1] - 1), application=app, deployment=first[0])]
+        series += [_series(n.SERVE_REPLICA_HEALTHY, self.flat(want), application=app, deployment=d) for d, want in rest]
+        series += [_series("up", self.flat(0), job=n.RAY_JOB, instance="10.0.0.2:8080"),
+                   _series("up", self.flat(1), job=n.RAY_JOB, instance="10.0.0.1:8080")]
+        return self.case(f"One {first[0]} replica short, one Ray node's metrics unreachable", series, [
+            self.check("LoraplexReplicaDown", self.fire_at,
+                       self.alert("LoraplexReplicaDown", first[1] - 1, application=app, deployment=first[0])),
+            self.check("LoraplexScrapeTargetDown", self.fire_at,
+                       self.alert("LoraplexScrapeTargetDown", 0, instance="10.0.0.2:8080", job=n.RAY_JOB))])
+
+    def spool(self) -> dict:
+        stuck = (self.slo.spool_flush_max_age_s // 60 + 2) * 60   # first sample with age > the limit
+        points = stuck // 60 + 3
+        series = [_series(n.SPOOL_LAST_FLUSH, f"0 60x{points}", replica="r1"),   # last flushed at t = 1 min
+                  _series(n.SPOOL_LAST_FLUSH, f"0+60x{points}", replica="r2")]   # flushes all along
+        name = "LoraplexUsageSpoolNotFlushing"
+        return self.case("A spool not flushed for longer than the limit (for 1 min)", series, [
+            self.check(name, stuck),  # over the limit: pending for a minute
+            self.check(name, stuck + 60, self.alert(name, stuck, replica="r1"))])
+
+    def cost(self) -> dict:
+        pricing = self.served.config.accounting.pricing
+        tenants = {"ten_default": pricing.plans[pricing.default_plan], **pricing.tenant_overrides}
+        series, samples = [], []
+        for tenant, price in tenants.items():  # per second: 10 prompt tokens (1 cached), 2 completion
+            series += [_series(n.PROMPT_TOKENS, self.ramp(600, 12), tenant=tenant, adapter=""),   # to 12 min:
+                       _series(n.CACHED_PROMPT_TOKENS, self.ramp(60, 12), tenant=tenant, adapter=""),  # the rule's
+                       _series(n.COMPLETION_TOKENS, self.ramp(120, 12), tenant=tenant, adapter="")]    # 5m at 10m
+            cost = (9 * float(price.input) + float(price.cached_input) + 2 * float(price.output)) / 1e6
+            samples.append({"labels": _sel(COST_RECORD, currency=pricing.currency, tenant=tenant), "value": cost})
+        return self.case("Cost per second at list prices (overrides win)", series, [],
+                         [{"expr": COST_RECORD, "eval_time": "10m", "exp_samples": samples}])
+
+
+def rule_tests(served: ServedPlatform) -> dict:
+    t, slo = _Tests(served), served.config.slo
+    return {"rule_files": ["rules.yml"], "evaluation_interval": "1m", "tests": [
+        t.kv_cache(),
+        t.latency("LoraplexTTFTOverSLO", n.TTFT, slo.ttft_p95_s, slow=True),
+        t.latency("LoraplexTTFTOverSLO", n.TTFT, slo.ttft_p95_s, slow=False),
+        t.latency("LoraplexTPOTOverSLO", n.TPOT, slo.tpot_p95_s, slow=True),
+        t.latency("LoraplexTPOTOverSLO", n.TPOT, slo.tpot_p95_s, slow=False),
+        t.errors(), t.sheds(), t.replicas(), t.spool(), t.cost()]}
+
+
+def render_rule_tests(served: ServedPlatform) -> str:
+    return HEADER + yaml.safe_dump(rule_tests(served), sort_keys=False, width=100_000, allow_unicode=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    sys.stdout.write(render_rule_tests(load_served(argv[0] if argv else "serve_config.yaml")))
+
+
+if __name__ == "__main__":
+    main()
