@@ -88,6 +88,8 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--peak-concurrency", type=float, help="size the fleet for this many concurrent requests")
     g.add_argument("--gpu-hour-price", type=Decimal, help="default: the config's accounting.cost_model")
     g.add_argument("--gpus-per-replica", type=int, help="default: engine.tensor_parallel_size")
+    g.add_argument("--utilization", type=float, help="also price at this utilization (0..1), e.g. the one "
+                   "`loraplex billing cost-model` measured in production")
     g.add_argument("--window-s", type=float, default=5.0, help="throughput window of the cost model")
     g = ap.add_argument_group("output")
     g.add_argument("--out", type=Path, help="results dir (default var/loadtest/<UTC time>)")
@@ -215,7 +217,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     for tname, per in results.items():
         cap = capacity(per[first_sc]["levels"], slo)
         cost = (cost_summary(cap["at"], price, gpus, a.peak_concurrency, cap["capacity"] if level_name == "concurrency"
-                             else cap["at"]["mean_in_flight"]) if cap["at"] else None)
+                             else cap["at"]["mean_in_flight"], a.utilization) if cap["at"] else None)
         plans[tname] = {"capacity": cap["capacity"], "all_levels_met": cap["all_met"],
                         "met_above_first_miss": cap["met_above_first_miss"],
                         "max_num_seqs": int(cap["capacity"]) if cap["capacity"] and level_name == "concurrency" else None,

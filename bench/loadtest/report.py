@@ -36,8 +36,8 @@ def capacity_lines(cap: dict, cost: Optional[dict], peak: Optional[float], level
     if cap["met_above_first_miss"]:
         out.append(f"  - also met above the first miss (noise, not counted): {cap['met_above_first_miss']}")
     if level_name == "concurrency":
-        out.append(f"- `max_num_seqs` to set: **{int(c)}** (engine: batch no more than the SLO allows; "
-                   "later requests queue instead of slowing every running one)")
+        out.append(f"- `max_num_seqs` to set: {'at least ' if at_max else ''}**{int(c)}** (engine: batch no more "
+                   "than the SLO allows; later requests queue instead of slowing every running one)")
     else:
         out.append(f"- measured requests in flight at that rate: {cap['at']['mean_in_flight']:.1f} "
                    "(Little's law: requests/s x mean latency): a `max_num_seqs` of at least that")
@@ -51,6 +51,9 @@ def capacity_lines(cap: dict, cost: Optional[dict], peak: Optional[float], level
                    f"**{cost['capacity_cost_per_1m']}**")
         out.append(f"  - at the utilization measured at that level ({cost['utilization_measured']:.0%}): "
                    f"**{cost['measured_cost_per_1m']}**")
+        if cost.get("given_cost_per_1m"):
+            out.append(f"  - at the given utilization ({cost['utilization_given']:.0%}, e.g. `loraplex billing "
+                       f"cost-model`'s): **{cost['given_cost_per_1m']}**")
         if cost.get("fleet_cost_per_1m_at_peak"):
             out.append(f"  - the fleet of {cost['replicas']} at the peak: **{cost['fleet_cost_per_1m_at_peak']}**")
     return out
@@ -111,11 +114,13 @@ def plot(curves: dict[str, list[dict]], slo, path: Path, level_name: str = "conc
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        out = path.with_suffix(".svg")
-        out.write_text(_svg(curves, slo, level_name))
-        print(f"loadtest: matplotlib is not installed: wrote {out} instead of {path.name} "
-              "(pip install matplotlib for the PNG)", file=sys.stderr)
-        return out
+        try:
+            _png_pillow(curves, slo, path, level_name)
+        except ImportError:
+            print("loadtest: neither matplotlib nor Pillow is installed: no plot", file=sys.stderr)
+            return None
+        print(f"loadtest: matplotlib is not installed: drew {path.name} with Pillow", file=sys.stderr)
+        return path
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
     for ax, key, limit, label in ((axes[0], "ttft", slo.ttft_p95_s, "TTFT"), (axes[1], "tpot", slo.tpot_p95_s, "TPOT")):
         for name, levels in curves.items():
@@ -140,38 +145,64 @@ def plot(curves: dict[str, list[dict]], slo, path: Path, level_name: str = "conc
     return path
 
 
-def _svg(curves: dict[str, list[dict]], slo, level_name: str) -> str:
-    W, H, M = 520, 360, 50
-    colors = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728"]
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{2 * W}" height="{H}" font-family="sans-serif" '
-             'font-size="11">', f'<rect width="{2 * W}" height="{H}" fill="white"/>']
-    all_pts = [s for lv in curves.values() for s in lv]
-    xmax = max([s["output_tokens_per_s"] for s in all_pts] + [1e-9]) * 1.1
+COLORS = [(31, 119, 180), (255, 127, 14), (44, 160, 44), (148, 103, 189)]
+
+
+def _png_pillow(curves: dict[str, list[dict]], slo, path: Path, level_name: str) -> None:
+    """The same plot as matplotlib's, drawn with Pillow (which vLLM installs)."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    W, H, L, R, T, B = 620, 460, 70, 20, 40, 60
+    img = Image.new("RGB", (2 * W, H), "white")
+    d = ImageDraw.Draw(img)
+    font = ImageFont.load_default()
+    pts_all = [s for lv in curves.values() for s in lv]
+    xmax = _nice(max([s["output_tokens_per_s"] for s in pts_all] + [1e-9]) * 1.05)
     for panel, (key, limit, label) in enumerate((("ttft", slo.ttft_p95_s, "TTFT"), ("tpot", slo.tpot_p95_s, "TPOT"))):
         ox = panel * W
-        ys = [s[f"{key}_p95"] for s in all_pts if s[f"{key}_p95"] is not None] + ([limit] if limit else [])
-        ymax = max(ys + [1e-9]) * 1.15
+        ys = [s[f"{key}_{q}"] for s in pts_all for q in ("p50", "p95") if s[f"{key}_{q}"] is not None]
+        ymax = _nice(max(ys + ([limit] if limit else []) + [1e-9]) * 1.1)
 
         def px(x, y):
-            return ox + M + (W - 2 * M) * x / xmax, H - M - (H - 2 * M) * y / ymax
+            return ox + L + (W - L - R) * x / xmax, H - B - (H - T - B) * y / ymax
 
-        parts.append(f'<line x1="{ox + M}" y1="{H - M}" x2="{ox + W - M}" y2="{H - M}" stroke="black"/>')
-        parts.append(f'<line x1="{ox + M}" y1="{M}" x2="{ox + M}" y2="{H - M}" stroke="black"/>')
-        parts.append(f'<text x="{ox + W / 2}" y="{H - 12}" text-anchor="middle">output tokens/s (0 - {xmax:.1f})</text>')
-        parts.append(f'<text x="{ox + 8}" y="{M - 12}">{label} P95, s (0 - {ymax:.3g}); points: {level_name}</text>')
-        if limit:
+        d.rectangle([ox + L, T, ox + W - R, H - B], outline="black")
+        for i in range(6):
+            x, y = px(xmax * i / 5, ymax * i / 5)
+            d.line([x, H - B, x, H - B + 4], fill="black")
+            d.text((x, H - B + 6), f"{xmax * i / 5:.3g}", fill="black", font=font, anchor="ma")
+            d.line([ox + L - 4, y, ox + L, y], fill="black")
+            d.line([ox + L, y, ox + W - R, y], fill=(230, 230, 230))
+            d.text((ox + L - 6, y), f"{ymax * i / 5:.3g}", fill="black", font=font, anchor="rm")
+        d.text((ox + (W + L - R) / 2, H - 22), "output tokens/s", fill="black", font=font, anchor="mm")
+        d.text((ox + 8, T - 22), f"{label} (s) vs throughput; points: {level_name}; solid P95, thin P50",
+               fill="black", font=font)
+        if limit is not None:
             _, y = px(0, limit)
-            parts.append(f'<line x1="{ox + M}" y1="{y}" x2="{ox + W - M}" y2="{y}" stroke="red" stroke-dasharray="6,4"/>')
-            parts.append(f'<text x="{ox + W - M}" y="{y - 4}" fill="red" text-anchor="end">SLO {limit:g} s</text>')
+            for x0 in range(int(ox + L), int(ox + W - R), 12):
+                d.line([x0, y, min(x0 + 7, ox + W - R), y], fill="red", width=2)
+            d.text((ox + W - R - 4, y - 4), f"SLO {label} P95 {limit:g} s", fill="red", font=font, anchor="rb")
         for i, (name, levels) in enumerate(curves.items()):
-            c = colors[i % len(colors)]
-            pts = [(s, *px(s["output_tokens_per_s"], s[f"{key}_p95"])) for s in sorted(levels, key=lambda s: s["level"])
-                   if s[f"{key}_p95"] is not None]
-            if pts:
-                parts.append(f'<polyline fill="none" stroke="{c}" points="' + " ".join(f"{x:.1f},{y:.1f}" for _, x, y in pts) + '"/>')
-            for s, x, y in pts:
-                parts.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="{c}"/>')
-                parts.append(f'<text x="{x + 4:.1f}" y="{y - 4:.1f}" fill="{c}">{s["level"]:g}</text>')
-            parts.append(f'<text x="{ox + M + 8}" y="{M + 14 * (i + 1)}" fill="{c}">{name}</text>')
-    parts.append("</svg>")
-    return "\n".join(parts)
+            c = COLORS[i % len(COLORS)]
+            ordered = sorted(levels, key=lambda s: s["level"])
+            for q, width in (("p95", 2), ("p50", 1)):
+                xy = [px(s["output_tokens_per_s"], s[f"{key}_{q}"]) for s in ordered if s[f"{key}_{q}"] is not None]
+                if len(xy) > 1:
+                    d.line(xy, fill=c, width=width)
+                for (x, y), s in zip(xy, [s for s in ordered if s[f"{key}_{q}"] is not None]):
+                    r = 4 if q == "p95" else 2
+                    d.ellipse([x - r, y - r, x + r, y + r], fill=c)
+                    if q == "p95":
+                        d.text((x + 5, y - 5), f"{s['level']:g}", fill=c, font=font, anchor="lb")
+            d.text((ox + L + 8, T + 8 + 14 * i), name, fill=c, font=font)
+    img.save(path)
+
+
+def _nice(x: float) -> float:
+    """x rounded up to 1, 2 or 5 x a power of ten (axis ends)."""
+    import math
+
+    if x <= 0:
+        return 1.0
+    e = 10 ** math.floor(math.log10(x))
+    return next(m * e for m in (1, 2, 5, 10) if m * e >= x)

@@ -132,16 +132,20 @@ def replicas_needed(peak_concurrency: Optional[float], capacity_level: Optional[
 
 
 def cost_summary(at: dict, gpu_hour_price: Decimal, gpus_per_replica: int,
-                 peak_concurrency: Optional[float] = None, capacity_level: Optional[float] = None) -> dict:
+                 peak_concurrency: Optional[float] = None, capacity_level: Optional[float] = None,
+                 utilization: Optional[float] = None) -> dict:
     """$ per 1M tokens (prompt + completion, as /admin/cost-model counts) at the capacity level:
     at its busiest window (capacity cost, fully busy), at the utilization that level actually
-    measured (average / peak), and, given a peak concurrency, for the fleet sized for it (whose
+    measured (average / peak), at a given utilization (production's), and, given a peak concurrency, for the fleet sized for it (whose
     replicas run at peak / (replicas x capacity) of the capacity level's load)."""
     peak_tps, util = at["peak_tokens_per_s"], at["utilization"]
     out = {"gpu_hour_price": str(gpu_hour_price), "gpus_per_replica": gpus_per_replica,
            "tokens_per_s_peak": peak_tps, "utilization_measured": util,
            "capacity_cost_per_1m": _money(per_million(gpu_hour_price, gpus_per_replica, peak_tps, 1.0)),
            "measured_cost_per_1m": _money(per_million(gpu_hour_price, gpus_per_replica, peak_tps, util))}
+    if utilization is not None:  # production's, e.g. from /admin/cost-model over a month
+        out.update(utilization_given=utilization,
+                   given_cost_per_1m=_money(per_million(gpu_hour_price, gpus_per_replica, peak_tps, utilization)))
     k = replicas_needed(peak_concurrency, capacity_level)
     if k:
         fleet_util = peak_concurrency / (k * capacity_level)

@@ -90,3 +90,5 @@ def test_cost_summary_goes_through_the_cost_model():
     assert c["replicas"] == 3 and c["fleet_utilization_at_peak"] == pytest.approx(20 / 24)
     assert c["fleet_cost_per_1m_at_peak"] == "12.000000"  # 3 x 3.60 / (100 x 20/8 x 3600) x 1e6
     assert "replicas" not in cost_summary(at, Decimal("1"), 1)
+    given = cost_summary(at, Decimal("3.60"), 1, utilization=0.5)
+    assert given["given_cost_per_1m"] == str(per_million(Decimal("3.60"), 1, 125.0, 0.5)) == "16.000000"
