@@ -123,12 +123,12 @@ def plot(curves: dict[str, list[dict]], slo, path: Path, level_name: str = "conc
         return path
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
     for ax, key, limit, label in ((axes[0], "ttft", slo.ttft_p95_s, "TTFT"), (axes[1], "tpot", slo.tpot_p95_s, "TPOT")):
-        for name, levels in curves.items():
+        for i, (name, levels) in enumerate(curves.items()):
             pts = sorted(levels, key=lambda s: s["level"])
             xs = [s["output_tokens_per_s"] for s in pts]
             for q, style in (("p95", "-o"), ("p50", ":.")):
                 ys = [s[f"{key}_{q}"] for s in pts]
-                ax.plot(xs, ys, style, label=f"{name} {label} {q.upper()}")
+                ax.plot(xs, ys, style, color=f"C{i}", label=f"{name} {label} {q.upper()}")
             for s in pts:
                 ax.annotate(f"{s['level']:g}", (s["output_tokens_per_s"], s[f"{key}_p95"] or 0),
                             textcoords="offset points", xytext=(4, 4), fontsize=7)
