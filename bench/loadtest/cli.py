@@ -51,6 +51,7 @@ def parser() -> argparse.ArgumentParser:
                    "when not creating tenants (repeat or comma-separate)")
     g.add_argument("--adapter-names", help="existing adapters (comma list, per tenant) when not uploading")
     g.add_argument("--model", help="base model name (default: the config's served model name)")
+    g.add_argument("--target-name", default="loraplex", help="what --url is called in the results (e.g. vllm)")
     g = ap.add_argument_group("load")
     g.add_argument("--sweep", help="closed loop: concurrencies, e.g. 1,2,4,8,16,32")
     g.add_argument("--concurrency", type=int, help="closed loop at one concurrency")
@@ -175,8 +176,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     adapter_names = a.adapter_names.split(",") if a.adapter_names else None
     plan = []
     if a.url:
-        plan.append(("loraplex", lambda: _external(a.url.rstrip("/"), model, setup_wl, a.admin_token, api_keys,
-                                                   archives, adapter_names)))
+        plan.append((a.target_name, lambda: _external(a.url.rstrip("/"), model, setup_wl, a.admin_token, api_keys,
+                                                      archives, adapter_names, a.target_name)))
     if a.start_platform:
         plan.append(("loraplex", lambda: _started_platform(config, a.port, out, model, setup_wl, archives)))
     if a.compare_bare or a.bare_only:
@@ -251,9 +252,11 @@ def _s(x, scale=1.0) -> str:
 
 
 @contextlib.contextmanager
-def _external(url, model, setup_wl, admin_token, api_keys, archives, adapter_names):
-    yield targets.platform_target(url, model, setup_wl, admin_token=admin_token, api_keys=api_keys,
-                                  adapter_archives=archives, adapter_names=adapter_names)
+def _external(url, model, setup_wl, admin_token, api_keys, archives, adapter_names, name):
+    target = targets.platform_target(url, model, setup_wl, admin_token=admin_token, api_keys=api_keys,
+                                     adapter_archives=archives, adapter_names=adapter_names)
+    target.name = name
+    yield target
 
 
 @contextlib.contextmanager
