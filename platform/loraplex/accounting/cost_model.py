@@ -10,6 +10,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
+from typing import Iterable, Optional
 
 from sqlalchemy import Engine, select
 
@@ -64,32 +65,52 @@ def cost_model_report(engine: Engine, start: datetime, end: datetime, *, gpu_hou
                       window_s: int = 60, prices: PriceBook | None = None) -> CostModelReport:
     check_range(start, end)
     t0, t1 = start.timestamp(), end.timestamp()
-    buckets: dict[int, float] = defaultdict(float)
-    requests = tokens = 0
     q = (select(u.c.arrival_time, u.c.first_token_time, u.c.finish_time, u.c.prompt_tokens, u.c.completion_tokens)
          .where(u.c.finish_time >= start, u.c.arrival_time < end))
     with engine.connect() as conn:
-        for arrival, first, finish, prompt, completion in conn.execution_options(yield_per=10_000).execute(q):
-            a, f = arrival.timestamp(), finish.timestamp()
-            mid = first.timestamp() if first else a
-            tokens += _spread(buckets, prompt, a, mid, t0, t1, window_s)
-            tokens += _spread(buckets, completion, mid, f, t0, t1, window_s)
-            requests += 1
+        rows = conn.execution_options(yield_per=10_000).execute(q)
+        tp = measured_throughput(((a.timestamp(), f.timestamp() if f else None, z.timestamp(), p, c)
+                                  for a, f, z, p, c in rows), t0, t1, window_s)
         revenue = None
         if prices is not None:
             revenue = sum((prices.cost(t.tenant_id, t.prompt_tokens, t.cached_prompt_tokens, t.completion_tokens)
                            for t in usage_totals(conn, start, end, "tenant")), Decimal(0))
+    gpu_cost = gpu_hour_price * gpus * Decimal(repr(t1 - t0)) / 3600
+    peak, util = tp.peak_tokens_per_s, tp.utilization
+    return CostModelReport(start, end, gpu_hour_price, gpus, window_s, tp.requests, round(tp.tokens), peak,
+                           tp.avg_tokens_per_s, util, gpu_cost.quantize(_Q6),
+                           per_million(gpu_hour_price, gpus, peak, 1.0), per_million(gpu_hour_price, gpus, peak, util),
+                           revenue)
+
+
+@dataclass
+class Throughput:
+    requests: int
+    tokens: float                # prompt + completion tokens inside [t0, t1)
+    peak_tokens_per_s: float     # the busiest window
+    avg_tokens_per_s: float      # tokens / (t1 - t0)
+    utilization: float           # avg / peak, 0..1
+
+
+def measured_throughput(spans: Iterable[tuple[float, Optional[float], float, int, int]], t0: float, t1: float,
+                        window_s: float) -> Throughput:
+    """Tokens per second of requests given as (arrival, first token or None, finish, prompt tokens,
+    completion tokens), times in epoch seconds, over [t0, t1) in `window_s` buckets: the ledger's
+    records here, a load test's requests in bench/loadtest."""
+    buckets: dict[int, float] = defaultdict(float)
+    requests, tokens = 0, 0.0
+    for a, first, f, prompt, completion in spans:
+        mid = first if first is not None else a
+        tokens += _spread(buckets, prompt, a, mid, t0, t1, window_s)
+        tokens += _spread(buckets, completion, mid, f, t0, t1, window_s)
+        requests += 1
     seconds = t1 - t0
     peak = max(buckets.values(), default=0.0) / window_s
-    avg = tokens / seconds
-    util = avg / peak if peak else 0.0
-    gpu_cost = gpu_hour_price * gpus * Decimal(repr(seconds)) / 3600
-    return CostModelReport(start, end, gpu_hour_price, gpus, window_s, requests, round(tokens), peak, avg, util,
-                           gpu_cost.quantize(_Q6), per_million(gpu_hour_price, gpus, peak, 1.0),
-                           per_million(gpu_hour_price, gpus, peak, util), revenue)
+    avg = tokens / seconds if seconds > 0 else 0.0
+    return Throughput(requests, tokens, peak, avg, avg / peak if peak else 0.0)
 
 
-def _spread(buckets: dict[int, float], n: int, a: float, b: float, t0: float, t1: float, w: int) -> float:
+def _spread(buckets: dict[int, float], n: int, a: float, b: float, t0: float, t1: float, w: float) -> float:
     """Add n tokens spread evenly over [a, b], clipped to [t0, t1); return the tokens kept."""
     if n <= 0:
         return 0.0
@@ -100,11 +121,15 @@ def _spread(buckets: dict[int, float], n: int, a: float, b: float, t0: float, t1
         return float(n)
     rate, lo, hi = n / (b - a), max(a, t0), min(b, t1)
     kept = 0.0
+    i = int((lo - t0) // w)
     while lo < hi:
-        i = int((lo - t0) // w)
+        # i counts up rather than being recomputed from lo: at a bucket edge, float rounding of
+        # (lo - t0) // w can give the bucket just left, whose edge is lo (no progress).
         edge = min(hi, t0 + (i + 1) * w)
-        part = rate * (edge - lo)
-        buckets[i] += part
-        kept += part
-        lo = edge
+        if edge > lo:
+            part = rate * (edge - lo)
+            buckets[i] += part
+            kept += part
+            lo = edge
+        i += 1
     return kept

@@ -38,3 +38,23 @@ def test_tokens_are_clipped_to_the_period(db_url, tmp_path):
         ledger.flush()
         rep = cost_model_report(ledger.engine, T0, T0 + timedelta(seconds=10), gpu_hour_price=Decimal(1))
     assert rep.tokens == 50
+
+
+def test_measured_throughput_from_spans():
+    from loraplex.accounting.cost_model import measured_throughput
+
+    # 100 prompt tokens over [0, 1), 200 completion tokens over [1, 3); a 1-token request at 5.
+    tp = measured_throughput([(0.0, 1.0, 3.0, 100, 200), (5.0, 5.0, 5.0, 0, 1)], 0.0, 10.0, 1.0)
+    assert tp.requests == 2 and tp.tokens == 301
+    assert tp.peak_tokens_per_s == 100.0 and tp.avg_tokens_per_s == 30.1
+    assert tp.utilization == 0.301
+
+
+def test_spread_makes_progress_where_float_rounding_lands_on_a_bucket_edge():
+    from loraplex.accounting.cost_model import measured_throughput
+
+    # (t0 + 60 - t0) // 60 == 0 for this t0: recomputing the bucket from the position looped forever.
+    t0 = 0.1 * 41
+    assert (t0 + 60 - t0) // 60 == 0
+    tp = measured_throughput([(t0, t0, t0 + 200, 0, 200)], t0, t0 + 300, 60)
+    assert round(tp.tokens, 6) == 200 and round(tp.peak_tokens_per_s, 6) == 1.0

