@@ -73,7 +73,7 @@ class Engine:
         self.publisher = None
         if self.metrics.enabled:
             self.publisher = Publisher(config.metrics.publish_period_s, [
-                self._publish_engine_stats, self._publish_adapters, self._publish_ledger,
+                self.metrics.flush, self._publish_engine_stats, self._publish_adapters, self._publish_ledger,
             ], name=f"metrics-{replica_id}").start()
 
     async def generate(self, call: EngineCall, request) -> AsyncIterator[EngineChunk | EngineError]:
@@ -220,6 +220,7 @@ class Engine:
     async def __del__(self):
         if self.publisher is not None:
             await asyncio.to_thread(self.publisher.stop)  # it may be waiting for this loop
+            self.metrics.flush()  # what the last period added up
         self._free_deleted.cancel()
         await self.engine.shutdown()
         # After the engine: requests it ended on the way down are metered too.

@@ -38,6 +38,7 @@ class Ingress:
         if self.metrics.enabled:
             ledger = self.accounting.ledger
             self.publisher = Publisher(config.metrics.publish_period_s, [
+                self.metrics.flush,
                 lambda: self.metrics.replica.ledger(ledger.last_flush_at, ledger.pending_records()),
             ], name=f"metrics-{context.replica_id.unique_id}").start()
 
@@ -50,6 +51,7 @@ class Ingress:
     def __del__(self):
         if self.publisher is not None:
             self.publisher.stop()
+            self.metrics.flush()  # what the last period added up
         self.limiter.close()
         self.accounting.close()
 

@@ -1,4 +1,5 @@
-"""Publisher: copies a replica's gauges into its metrics every period, on a daemon thread.
+"""Publisher: copies a replica's gauges into its metrics, and hands the counters it added up to
+Ray (Counts), every period, on a daemon thread.
 
 Gauges (KV-cache usage, queue, resident adapters, the ledger's spool) are states, read when it is
 time to publish rather than on every change; Ray keeps a gauge's value for two export intervals,

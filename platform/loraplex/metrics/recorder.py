@@ -20,6 +20,11 @@ class Metrics:
     def enabled(self) -> bool:
         return self.config.enabled
 
+    def flush(self) -> None:
+        """Hand the counters added up in memory to Ray: a publisher source."""
+        self.requests.flush()
+        self.replica.flush()
+
     @classmethod
     def for_replica(cls, config: MetricsConfig, role: str, sink=None) -> "Metrics":
         """role: "engine" or "ingress". sink: RaySink unless a test passes its fake. Disabled: the

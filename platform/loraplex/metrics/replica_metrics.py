@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from loraplex.metrics import catalog as c
+from loraplex.metrics.counts import Counts
 
 # EngineStatsReader keys -> our per-replica counters and gauges.
 _ENGINE_COUNTERS = {"preemptions": c.PREEMPTIONS, "prefix_cache_queries": c.PREFIX_QUERIES,
@@ -29,7 +30,9 @@ class ReplicaMetrics:
         specs = (c.ENGINE_METRICS if role == "engine" else (c.ROUTING_DECISIONS,)) + c.LEDGER_METRICS
         self.metrics = {spec.name: sink.make(spec) for spec in specs}
         self._last: dict[str, float] = {}  # vLLM counter -> its value at the last publish
-        self._decisions = {d: {c.DECISION: d} for d in c.ROUTING_DECISIONS.values[c.DECISION]}
+        # Per request, so added up here and handed to Ray by flush() (see Counts).
+        self._decisions = (Counts(self.metrics[c.ROUTING_DECISIONS.name], c.ROUTING_DECISIONS.labels)
+                           if c.ROUTING_DECISIONS.name in self.metrics else None)
         self._evicted = {r: {c.REASON: r} for r in c.ADAPTER_EVICTIONS.values[c.REASON]}
         for spec in specs:  # counters start at 0, for every known label value
             if spec.kind != "counter":
@@ -70,7 +73,11 @@ class ReplicaMetrics:
 
     # -- Ingress --------------------------------------------------------------------------------
     def routed(self, decision: str) -> None:
-        self.metrics[c.ROUTING_DECISIONS.name].inc(1, self._decisions[decision])
+        self._decisions.add((decision,))
+
+    def flush(self) -> None:
+        if self._decisions is not None:
+            self._decisions.flush()
 
     # -- both -----------------------------------------------------------------------------------
     def ledger(self, last_flush_at: float, pending_records: int) -> None:
@@ -94,6 +101,9 @@ class NoReplicaMetrics:
         pass
 
     def routed(self, decision) -> None:
+        pass
+
+    def flush(self) -> None:
         pass
 
     def ledger(self, last_flush_at, pending_records) -> None:

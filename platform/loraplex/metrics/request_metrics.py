@@ -6,7 +6,8 @@ second count. `refused(tenant_id, reason, call)` is called where the ingress cou
 in the ledger, with the ledger's reason. Labels: `tenant` is the tenant id (`ten_...`) and
 `adapter` the record's `name@version` (`base` for the base model), both bounded by a LabelGuard.
 
-Per request: a few dict look-ups and one Ray record per metric (~1-2 us each); nothing per token.
+Per request: the guards' dict look-ups, the counters added up in memory (Counts, handed to Ray
+by the publisher's `flush`), one Ray record per histogram. Nothing per token.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Optional
 
 from loraplex.metrics import catalog as c
 from loraplex.metrics.config import MetricsConfig
+from loraplex.metrics.counts import Counts
 from loraplex.metrics.label_guard import LabelGuard
 from loraplex.metrics.outcomes import outcome
 
@@ -28,11 +30,10 @@ class RequestMetrics:
         self.tenants = LabelGuard(config.max_tenant_labels, config.label_window_s)
         self.adapters = LabelGuard(config.max_adapter_labels, config.label_window_s)
         self.ttft, self.tpot, self.e2e, self.queue = (sink.make(s) for s in (c.TTFT, c.TPOT, c.E2E, c.QUEUE))
-        self.prompt, self.cached, self.completion = (
-            sink.make(s) for s in (c.PROMPT_TOKENS, c.CACHED_PROMPT_TOKENS, c.COMPLETION_TOKENS))
-        self.requests = sink.make(c.REQUESTS)
-        self.refusals = sink.make(c.REFUSALS)
-        self._tags: dict[tuple, dict[str, str]] = {}  # label values -> the tags dict Ray takes
+        self.prompt, self.cached, self.completion, self.requests, self.refusals = (
+            Counts(sink.make(spec), spec.labels)
+            for spec in (c.PROMPT_TOKENS, c.CACHED_PROMPT_TOKENS, c.COMPLETION_TOKENS, c.REQUESTS, c.REFUSALS))
+        self._tags: dict[tuple[str, str], dict[str, str]] = {}  # (tenant, adapter) -> the histograms' tags
 
     def labels(self, tenant_id: str, adapter: Optional[str], tokens: int) -> tuple[str, str]:
         """The (tenant, adapter) label values of a request, through the cardinality guards."""
@@ -46,15 +47,17 @@ class RequestMetrics:
     def finished(self, record: UsageRecord, usage: RequestUsage, arrival_time: float) -> None:
         """One metered request: its record (as the ledger got it) and the engine's timings."""
         prompt, completion = record.prompt_tokens, record.completion_tokens
-        tenant, adapter = self.labels(record.tenant_id, record.adapter, prompt + completion)
-        tags = self._tagset(tenant, adapter)
+        pair = self.labels(record.tenant_id, record.adapter, prompt + completion)
         if prompt > 0:
-            self.prompt.inc(prompt, tags)
+            self.prompt.add(pair, prompt)
         if record.cached_prompt_tokens > 0:
-            self.cached.inc(record.cached_prompt_tokens, tags)
+            self.cached.add(pair, record.cached_prompt_tokens)
         if completion > 0:
-            self.completion.inc(completion, tags)
-        self.requests.inc(1, self._tagset(tenant, adapter, c.STATUS, outcome(record.status)))
+            self.completion.add(pair, completion)
+        self.requests.add(pair + (outcome(record.status),))
+        tags = self._tags.get(pair)
+        if tags is None:
+            tags = self._tags[pair] = {c.TENANT: pair[0], c.ADAPTER: pair[1]}
         if record.ttft is not None:
             self.ttft.observe(max(record.ttft, 0.0), tags)
         finish = usage.finish_time
@@ -71,21 +74,15 @@ class RequestMetrics:
         if tenant_id is None:
             tenant, adapter = c.UNKNOWN, c.UNKNOWN
         else:
-            adapter = None if call is None else call.adapter_label
-            tenant, adapter = self.labels(tenant_id, adapter, 0)
+            tenant, adapter = self.labels(tenant_id, None if call is None else call.adapter_label, 0)
             if call is None:  # refused before its model was resolved
                 adapter = c.UNKNOWN
-        self.refusals.inc(1, self._tagset(tenant, adapter, c.REASON, reason))
+        self.refusals.add((tenant, adapter, reason))
 
-    def _tagset(self, tenant: str, adapter: str, key: str | None = None, value: str | None = None) -> dict[str, str]:
-        ident = (tenant, adapter, key, value)
-        tags = self._tags.get(ident)
-        if tags is None:
-            tags = {c.TENANT: tenant, c.ADAPTER: adapter}
-            if key is not None:
-                tags[key] = value
-            self._tags[ident] = tags
-        return tags
+    def flush(self) -> None:
+        """Hand the counters' growth to Ray (the publisher's thread)."""
+        for counts in (self.prompt, self.cached, self.completion, self.requests, self.refusals):
+            counts.flush()
 
 
 class NoRequestMetrics:
@@ -95,4 +92,7 @@ class NoRequestMetrics:
         pass
 
     def refused(self, tenant_id, reason, call=None) -> None:
+        pass
+
+    def flush(self) -> None:
         pass

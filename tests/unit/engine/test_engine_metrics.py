@@ -48,6 +48,7 @@ async def test_per_tenant_counters_are_the_ledgers_rows(replica):
     await drain(replica.generate(make_call("r3", tenant="ten_b"), chat()))
     rows = ledger_rows(replica)
     assert len(rows) == 3
+    replica.metrics.flush()  # the publisher's every period
     for tenant in ("ten_a", "ten_b"):
         mine = [r for r in rows if r["tenant_id"] == tenant]
         for spec, column in ((c.PROMPT_TOKENS, "prompt_tokens"), (c.CACHED_PROMPT_TOKENS, "cached_prompt_tokens"),
@@ -68,6 +69,7 @@ async def test_a_refusal_is_never_a_request_and_a_shed_one_says_so(replica):
     replica, sink = replica
     replica.in_flight = 10_000
     [refused] = await drain(replica.generate(make_call("r-shed"), chat()))
+    replica.metrics.flush()
     assert refused.status == 503 and refused.reason == "shed"
     assert sink[c.REQUESTS.name].total() == 0 and ledger_rows(replica) == []
 

@@ -61,7 +61,7 @@ def client(tmp_path):
     metrics = Metrics.for_replica(config.metrics, "ingress", sink)
     app = build_ingress_app(ScriptedEngine(), config, tenancy=tenancy, accounting=accounting, metrics=metrics)
     client = TestClient(app, raise_server_exceptions=False)
-    client.sink, client.accounting = sink, accounting
+    client.sink, client.accounting, client.metrics = sink, accounting, metrics
 
     def tenant(name, **limits):
         t = tenancy.service.create_tenant(name, limits=limits)
@@ -85,6 +85,7 @@ def ledger_rejections(client) -> dict:
 
 
 def metric_refusals(client) -> dict:
+    client.metrics.flush()
     return {(dict(k)[c.TENANT], dict(k)[c.REASON]): v for k, v in client.sink[c.REFUSALS.name].values.items()}
 
 
@@ -113,6 +114,7 @@ def test_a_stream_whose_replica_was_lost_is_counted_from_the_record_the_ingress_
     with client.accounting.db.connect() as conn:
         [row] = conn.execute(select(usage_records)).all()
     assert row.status == "engine_error"
+    client.metrics.flush()
     sink = client.sink
     assert sink[c.REQUESTS.name].total(tenant=tid, status="error") == 1
     assert sink[c.PROMPT_TOKENS.name].total(tenant=tid) == row.prompt_tokens == 11

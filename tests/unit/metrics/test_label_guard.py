@@ -42,6 +42,7 @@ def test_a_thousand_tenants_make_at_most_n_plus_one_tenant_series_per_metric(n):
         tenant = f"ten_{i:04d}"
         metrics.finished(record(tenant, adapter="bot@1" if i % 3 == 0 else None), usage(), NOW)
         metrics.refused(tenant, "429:rate_limit_requests")
+    metrics.flush()
     for spec in c.REQUEST_METRICS + (c.REFUSALS,):
         tenants = sink[spec.name].label_values(c.TENANT)
         assert len(tenants) <= n + 1, (spec.name, len(tenants))
@@ -60,6 +61,7 @@ def test_every_tenant_keeps_its_id_while_there_are_no_more_than_n():
     metrics = RequestMetrics(MetricsConfig(max_tenant_labels=100), sink)
     for i in range(100):
         metrics.finished(record(f"ten_{i}"), usage(), NOW)
+    metrics.flush()
     assert sink[c.COMPLETION_TOKENS.name].label_values(c.TENANT) == {f"ten_{i}" for i in range(100)}
 
 

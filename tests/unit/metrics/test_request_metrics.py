@@ -45,11 +45,17 @@ def recorded():
     return sink, ledger, meter
 
 
+def flushed(meter):
+    meter.metrics.flush()  # what the publisher does every period
+
+
 def test_the_token_counters_are_the_usage_records_numbers(recorded):
     sink, ledger, meter = recorded
     meter(call("r1"), finished_usage(12, 8, 5))
     meter(call("r2", adapter=BOT), finished_usage(30, 0, 7, status="length"))
     meter(call("r3", tenant="ten_b"), finished_usage(4, 0, 1, status="client_disconnect"))
+    assert sink[c.PROMPT_TOKENS.name].total() == 0  # added up in memory until the publisher flushes
+    flushed(meter)
     for tenant in ("ten_a", "ten_b"):
         rows = [r for r in ledger.records if r.tenant_id == tenant]
         assert sink[c.PROMPT_TOKENS.name].total(tenant=tenant) == sum(r.prompt_tokens for r in rows)
@@ -86,6 +92,7 @@ def test_a_request_without_a_first_token_or_schedule_observes_only_its_latency(r
     sink, _, meter = recorded
     u = RequestUsage(prompt_tokens=3, status="engine_error", finish_time=T0 + 2.0)
     meter(call(), u)
+    flushed(meter)
     assert sink[c.E2E.name].total() == 1
     assert sink[c.TTFT.name].total() == sink[c.TPOT.name].total() == sink[c.QUEUE.name].total() == 0
     assert sink[c.REQUESTS.name].total(status="error") == 1
@@ -108,11 +115,14 @@ def test_refusals_carry_the_ledgers_reason_and_what_was_known_of_the_request():
     metrics.refused("ten_a", "404")  # refused before its model resolved
     metrics.refused("ten_a", "429:rate_limit_tokens", call(adapter=BOT))
     metrics.refused("ten_a", "503:shed", call())
+    metrics.refused("ten_a", "503:shed", call())
+    metrics.flush()
+    metrics.flush()  # nothing new: nothing added twice
     refusals = sink[c.REFUSALS.name]
     assert refusals.total(tenant=c.UNKNOWN, adapter=c.UNKNOWN, reason="401") == 1
     assert refusals.total(tenant="ten_a", adapter=c.UNKNOWN, reason="404") == 1
     assert refusals.total(tenant="ten_a", adapter="bot@2", reason="429:rate_limit_tokens") == 1
-    assert refusals.total(tenant="ten_a", adapter=c.BASE, reason="503:shed") == 1
+    assert refusals.total(tenant="ten_a", adapter=c.BASE, reason="503:shed") == 2
 
 
 def test_a_failing_metric_never_fails_the_bill():

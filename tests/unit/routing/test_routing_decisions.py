@@ -24,11 +24,23 @@ def test_the_decision_from_the_holders_and_the_chosen_replica():
     assert routing_decision("r3", None) == RANKED
 
 
+class Decisions:
+    """The routing-decisions counter as the next publish would export it."""
+
+    def __init__(self, metrics, sink):
+        self.metrics, self.counter = metrics, sink[c.ROUTING_DECISIONS.name]
+
+    def total(self, **labels):
+        self.metrics.flush()
+        return self.counter.total(**labels)
+
+
 @pytest.fixture
 def decisions():
     sink = FakeSink()
-    process.install(Metrics.for_replica(MetricsConfig(), "ingress", sink))
-    yield sink[c.ROUTING_DECISIONS.name]
+    metrics = Metrics.for_replica(MetricsConfig(), "ingress", sink)
+    process.install(metrics)
+    yield Decisions(metrics, sink)
     process.install(Metrics.for_replica(MetricsConfig(enabled=False), "ingress"))
 
 
