@@ -175,9 +175,10 @@ class Engine:
 
     async def _sample_adapters(self) -> None:
         # On the replica's event loop, where LoadedAdapters lives.
+        asked_at = time.monotonic()
         resident = await self.engine.resident_adapter_ids()
         self.metrics.replica.resident_adapters(len(resident))
-        self.metrics.replica.adapters_evicted("lru", self.engine.adapters.note_resident(resident))
+        self.metrics.replica.adapters_evicted("lru", self.engine.adapters.note_resident(resident, asked_at))
 
     def _publish_ledger(self) -> None:
         self.metrics.replica.ledger(self.ledger.last_flush_at, self.ledger.pending_records())

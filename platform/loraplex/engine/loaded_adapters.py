@@ -42,6 +42,7 @@ class LoadedAdapters:
         # Names vLLM evicted from its host cache since their load: loaded again on next use.
         self.evicted: set[str] = set()
         self._resident: set[int] = set()  # vLLM's host cache at the last sample
+        self._loaded_at: dict[str, float] = {}  # name -> time.monotonic() its last load ended
         self._loading: dict[str, asyncio.Future] = {}
 
     async def acquire(self, target: AdapterTarget) -> None:
@@ -75,18 +76,23 @@ class LoadedAdapters:
         self.targets[target.lora_name] = target
         self.evicted.discard(target.lora_name)
         self._resident.add(target.lora_int_id)
-        self.metrics.adapter_loaded(time.monotonic() - started)
+        self._loaded_at[target.lora_name] = now = time.monotonic()
+        self.metrics.adapter_loaded(now - started)
 
-    def note_resident(self, lora_int_ids: set[int]) -> int:
-        """vLLM's host-cache contents now (`list_loras`); returns how many of our versions it
-        evicted since the last sample (LRU): each is loaded again on its next use."""
+    def note_resident(self, lora_int_ids: set[int], sampled_at: float = float("inf")) -> int:
+        """vLLM's host-cache contents as listed (`list_loras`) at `sampled_at` (time.monotonic());
+        returns how many of our versions it evicted since the last sample (LRU): each is loaded
+        again on its next use. A version loaded after the listing was asked for is not judged."""
         evicted = 0
         for name, target in self.targets.items():
             lid = target.lora_int_id
+            if self._loaded_at.get(name, 0.0) > sampled_at:
+                continue
             if lid in self._resident and lid not in lora_int_ids and name not in self.evicted:
                 self.evicted.add(name)
                 evicted += 1
-        self._resident = set(lora_int_ids)
+        self._resident = set(lora_int_ids) | {t.lora_int_id for n, t in self.targets.items()
+                                              if self._loaded_at.get(n, 0.0) > sampled_at}
         return evicted
 
     async def release(self, target: AdapterTarget) -> None:
@@ -110,6 +116,7 @@ class LoadedAdapters:
         self.in_flight.pop(lora_name, None)
         self.serving_models.lora_requests.pop(lora_name, None)
         self.evicted.discard(lora_name)
+        self._loaded_at.pop(lora_name, None)
         self._resident.discard(target.lora_int_id)
         await self.llm.remove_lora(target.lora_int_id)
         self.metrics.adapters_evicted("deleted")

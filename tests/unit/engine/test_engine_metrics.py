@@ -139,3 +139,16 @@ async def test_metrics_off_records_nothing_and_starts_no_publisher(tmp_path):
         assert len(ledger_rows(replica)) == 1  # billing is unaffected
     finally:
         await replica.__del__()
+
+
+async def test_a_load_that_ends_while_the_cache_is_listed_is_not_taken_for_an_eviction(replica):
+    import time
+
+    replica, sink = replica
+    adapters = replica.engine.adapters
+    asked_at = time.monotonic()
+    listing = set(llm(replica).resident_loras)  # vLLM's answer, taken before the load below ends
+    await drain(replica.generate(make_call("r1", adapter=ADAPTER), chat(model="bot@2")))
+    assert adapters.note_resident(listing, asked_at) == 0
+    assert adapters.note_resident(set(llm(replica).resident_loras), time.monotonic()) == 0
+    assert ADAPTER.lora_name not in adapters.evicted
