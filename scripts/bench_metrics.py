@@ -12,7 +12,8 @@ Two measurements in one run, each alternating off / on so drift hits both alike:
    the real `record_output` (as UsageTrackingAsyncLLM does for vLLM's outputs), one request at a
    time. With metrics on, values go to Ray's real metric objects (ray.init'ed driver: the core
    worker's exporter) and the replica's publisher thread runs. Per request: time of the whole
-   request; per token: the slope between the token counts.
+   request, compared at the median (the mean carries whatever else the machine runs); per token:
+   the slope of the median between the token counts.
 2. platform (over HTTP, end to end): the real ingress, router and Engine deployment behind Serve's
    proxy with bench_stream's instant `BenchmarkFakeEngine`, `--concurrency` closed-loop clients
    sending non-stream chat requests as `--tenants` tenants: requests/s with
@@ -125,9 +126,11 @@ async def replica_path(args, state: Path, model_dir: Path) -> list[dict]:
                         times[on].append(time.perf_counter() - t0)
             for on in (False, True):
                 xs = times[on]
+                xs_sorted = sorted(xs)
                 rows.append({"tokens": tokens, "metrics": "on" if on else "off", "n": len(xs),
                              "rps": len(xs) / sum(xs), "mean_us": statistics.mean(xs) * 1e6,
-                             "p50_us": statistics.median(xs) * 1e6})
+                             "p50_us": statistics.median(xs) * 1e6,
+                             "p99_us": xs_sorted[int(0.99 * (len(xs) - 1))] * 1e6, "max_us": xs_sorted[-1] * 1e6})
             print(f"  replica path, {tokens} tokens: done", flush=True)
     finally:
         for replica in replicas.values():
@@ -217,16 +220,19 @@ def platform(args, state: Path, model_dir: Path, model: str) -> list[dict]:
 # -- report ---------------------------------------------------------------------------------------
 def report(replica_rows: list[dict], platform_rows: list[dict]) -> None:
     print("\nReplica path (Engine.generate + Meter + ledger, instant fake vLLM, one request at a time):")
-    print("| tokens/request | metrics | requests | req/s | mean us/request | p50 us/request |")
-    print("|---|---|---|---|---|---|")
+    print("| tokens/request | metrics | requests | req/s | mean us/request | p50 us | p99 us | max us |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in replica_rows:
-        print(f"| {r['tokens']} | {r['metrics']} | {r['n']} | {r['rps']:,.0f} | {r['mean_us']:.1f} | {r['p50_us']:.1f} |")
+        print(f"| {r['tokens']} | {r['metrics']} | {r['n']} | {r['rps']:,.0f} | {r['mean_us']:.1f} | {r['p50_us']:.1f} "
+              f"| {r['p99_us']:.1f} | {r['max_us']:,.0f} |")
     by = {(r["tokens"], r["metrics"]): r for r in replica_rows}
     counts = sorted({r["tokens"] for r in replica_rows})
+    # The median is what a request costs; the mean also carries whatever else ran on the machine.
     for t in counts:
         off, on = by[(t, "off")], by[(t, "on")]
-        print(f"{t} tokens: metrics on/off req/s = {on['rps'] / off['rps']:.3f}; "
-              f"cost +{on['p50_us'] - off['p50_us']:.1f} us/request (p50), +{on['mean_us'] - off['mean_us']:.1f} (mean)")
+        print(f"{t} tokens: metrics on/off req/s = {off['p50_us'] / on['p50_us']:.3f} at the median request "
+              f"({on['rps'] / off['rps']:.3f} by the mean); cost +{on['p50_us'] - off['p50_us']:.1f} us/request (p50), "
+              f"{on['mean_us'] - off['mean_us']:+.1f} (mean)")
     if len(counts) >= 2:
         lo, hi = counts[0], counts[-1]
         per_token = {m: (by[(hi, m)]["p50_us"] - by[(lo, m)]["p50_us"]) / (hi - lo) for m in ("off", "on")}
