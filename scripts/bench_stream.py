@@ -101,7 +101,7 @@ class BenchmarkFakeEngine:
     """The engine interface the Engine deployment calls, emitting tokens itself (no model, no
     vLLM). `config.engine_kwargs["benchmark_token_interval_s"]`: seconds per token (0: instant)."""
 
-    def __init__(self, config, replica_id: str = "", adapter_store=None):
+    def __init__(self, config, replica_id: str = "", adapter_store=None, metrics=None):
         self.model = config.model_id
         self.replica_id = replica_id
         interval = float(config.engine_kwargs.get("benchmark_token_interval_s", 0.02))

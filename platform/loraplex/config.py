@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from loraplex.accounting.config import AccountingConfig
 from loraplex.engine.shedding import SheddingConfig
+from loraplex.metrics.config import MetricsConfig
 from loraplex.observability.slo import SloConfig
 from loraplex.routing.config import RoutingConfig
 from loraplex.tenancy.config import TenancyConfig
@@ -241,6 +242,11 @@ class PlatformConfig(BaseModel):
     engine: EngineConfig = Field(default_factory=EngineConfig)
     engine_deployment: EngineDeploymentConfig = Field(default_factory=EngineDeploymentConfig)
     ingress: IngressDeploymentConfig = Field(default_factory=IngressDeploymentConfig)
+    metrics: MetricsConfig = Field(
+        default_factory=MetricsConfig,
+        description="Per-tenant Prometheus metrics from every replica, exported through Ray's metrics "
+        "agent (docs/metrics.md): on/off, the tenant/adapter label bounds, the publish period.",
+    )
 
     @field_validator("engine", mode="before")
     @classmethod

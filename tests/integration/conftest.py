@@ -123,3 +123,14 @@ def engine_handle(serve_app):
 @pytest.fixture(scope="session")
 def model_name() -> str:
     return MODEL_NAME
+
+
+@pytest.fixture(scope="session")
+def metrics_targets(serve_app) -> list[str]:
+    """Where Prometheus scrapes this deployment: every Ray node's metrics agent (`host:port`, path
+    /metrics), found as loraplex.metrics.discovery finds them for any cluster."""
+    from loraplex.metrics.discovery import scrape_targets
+
+    targets = scrape_targets()
+    assert targets, "no Ray node exports metrics"
+    return targets

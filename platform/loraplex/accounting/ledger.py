@@ -58,6 +58,11 @@ class UsageLedger:
         self._unspooled: list[str] = []  # records the spool refused (disk full, I/O error): retried
         self._unspooled_lock = threading.Lock()
         self.last_error: BaseException | None = None
+        # For the replica's metrics: when a flush last succeeded (epoch s; 0: never), and how
+        # many of the records appended here were in the database by then.
+        self.last_flush_at = 0.0
+        self._accepted = 0
+        self._flushed = 0
 
     @classmethod
     def from_config(cls, cfg, replica_id: str, engine: Engine) -> "UsageLedger":
@@ -75,6 +80,7 @@ class UsageLedger:
         Never raises on a full or failing disk: the record is kept in memory and appended again
         every fsync interval until the spool takes it (a bill is never only logged)."""
         line = record.to_json()
+        self._accepted += 1
         try:
             self.spool.append(line)
         except OSError as e:
@@ -88,6 +94,10 @@ class UsageLedger:
             self._pending += 1
             if self._pending >= self.flush_batch:
                 self._wake.notify()
+
+    def pending_records(self) -> int:
+        """Records appended to this ledger that a flush has not yet put in the database."""
+        return max(self._accepted - self._flushed, 0)
 
     def reject(self, tenant_id: str | None, reason: str) -> None:
         """Count a request refused before the engine (401/404/429...). Not billable."""
@@ -119,6 +129,7 @@ class UsageLedger:
     def flush(self) -> FlushResult:
         """Seal the current segment and copy everything pending into the database, now."""
         with self._flush_lock:
+            mark = self._accepted - len(self._unspooled)  # appended and in the spool: this flush commits them
             counts = self.rejections.drain()
             if counts:
                 self.spool.append(json.dumps({"kind": "rejections", "batch_id": str(uuid.uuid4()), "counts": counts}))
@@ -126,6 +137,7 @@ class UsageLedger:
                 self._pending = 0
             self.spool.rotate()
             result = self._flush_sealed(self.spool, FlushResult())
+            self._flushed, self.last_flush_at = max(self._flushed, mark), time.time()
             if self.adopt_orphans and time.monotonic() - self._last_adopt > self.adopt_interval_s:
                 self._adopt_orphans(result)
             return result

@@ -11,21 +11,24 @@ from typing import Any, AsyncIterator
 from ray import serve
 
 from loraplex.config import EngineDeploymentConfig, PlatformConfig
-from loraplex.engine.engine_counters import read_engine_counters
-from loraplex.engine.metering import usage_record
+from loraplex.engine.engine_counters import EngineStatsReader
+from loraplex.engine.metering import Meter
 from loraplex.engine.protocol import SSE_DONE, EngineCall, EngineChunk, EngineError, RequestUsage, sse_error
 from loraplex.engine.shedding import LoadShedder
 from loraplex.engine.stream_batcher import DeadlineExceeded, StreamBatcher
 from loraplex.engine.vllm_engine import VLLMEngine
+from loraplex.metrics import Metrics
+from loraplex.metrics.publisher import Publisher
 from loraplex.routing.served_keys import ServedKeys, routing_stats
 
 logger = logging.getLogger(__name__)
 
 
 class Engine:
-    """Serve replica around VLLMEngine. `engine_cls` is injectable so tests can swap the engine."""
+    """Serve replica around VLLMEngine. `engine_cls` is injectable so tests can swap the engine,
+    `metrics_sink` so they can read what the replica records (default: Ray's metrics)."""
 
-    async def __init__(self, config: PlatformConfig, engine_cls: type = VLLMEngine):
+    async def __init__(self, config: PlatformConfig, engine_cls: type = VLLMEngine, metrics_sink=None):
         from loraplex.accounting import UsageLedger
         from loraplex.db import make_engine
         from loraplex.registry import AdapterStore
@@ -46,11 +49,16 @@ class Engine:
         deployment = config.engine_deployment
         self.served_keys = ServedKeys(deployment.routing.served_keys)
         self.in_flight = 0  # tenant requests this replica is serving (in vLLM or about to be)
+        self.metrics = Metrics.for_replica(config.metrics, "engine", metrics_sink)
+        # vLLM's own numbers, read from its registry by one reader: the shedder, the routing
+        # stats and the metrics publisher share its readings.
+        self.stats = EngineStatsReader(max_age_s=deployment.shedding.sample_period_s)
         self.shedder = LoadShedder(deployment.shedding, lambda: self.in_flight,
-                                   lambda: read_engine_counters()["kv_cache_usage"])
+                                   lambda: self.stats.read()["kv_cache_usage"])
         self.batcher = StreamBatcher(deployment.stream_window_s, deployment.stream_max_chunks,
                                      deployment.stream_items_per_s, deployment.stream_max_window_s)
-        self.engine = engine_cls(config.engine, replica_id=replica_id, adapter_store=store)
+        self.engine = engine_cls(config.engine, replica_id=replica_id, adapter_store=store,
+                                 metrics=self.metrics.replica)
         await self.engine.start()
         # This replica writes the usage record of every request it serves: it alone sees every
         # token, also those generated for a client that has gone. Start it (replaying what a
@@ -59,7 +67,14 @@ class Engine:
         self.ledger = await asyncio.to_thread(
             UsageLedger.from_config(config.accounting, f"engine-{replica_id}", engine=db).start
         )
+        self.meter = Meter(self.ledger, self.metrics.requests, self.base_model)
         self._free_deleted = asyncio.create_task(self._free_deleted_adapters(registry.deletion_poll_s))
+        self._loop = asyncio.get_running_loop()
+        self.publisher = None
+        if self.metrics.enabled:
+            self.publisher = Publisher(config.metrics.publish_period_s, [
+                self.metrics.flush, self._publish_engine_stats, self._publish_adapters, self._publish_ledger,
+            ], name=f"metrics-{replica_id}").start()
 
     async def generate(self, call: EngineCall, request) -> AsyncIterator[EngineChunk | EngineError]:
         """Serve one tenant request: coalesced EngineChunks (SSE bytes, or the JSON body), or
@@ -74,7 +89,8 @@ class Engine:
         self.served_keys.touch(call.routing_key)
         if (overloaded := self.shedder.refusal(call.priority)) is not None:
             yield EngineError(status=503, message=f"The server is overloaded ({overloaded}); retry in a moment.",
-                              type="service_unavailable", retry_after=self.shedder.config.retry_after_s)
+                              type="service_unavailable", retry_after=self.shedder.config.retry_after_s,
+                              reason="shed")
             return
         self.in_flight += 1
         usage = RequestUsage(replica_id=self.replica_id)
@@ -126,7 +142,7 @@ class Engine:
 
     def record_routing_stats(self) -> dict[str, Any]:
         """Serve collects this every routing stats period and hands it to every router."""
-        gauges = read_engine_counters()
+        gauges = self.stats.read()
         return routing_stats(self.served_keys.recent(), running=gauges["num_requests_running"],
                              waiting=gauges["num_requests_waiting"], kv_usage=gauges["kv_cache_usage"])
 
@@ -137,12 +153,35 @@ class Engine:
             return
         if usage.status is None:  # ended before the engine's own bookkeeping ran
             usage.status, usage.finish_time = "engine_error", time.time()
-        # Never raises: a record that cannot be spooled now is kept and retried by the ledger.
-        self.ledger.append(usage_record(call, usage, self.base_model))
+        self.meter(call, usage)  # the ledger's record, and the tenant's metrics from it
 
     def engine_counters(self) -> dict[str, float]:
-        """vLLM's own token counters and gauges, plus the probes no tenant pays for."""
-        return {**read_engine_counters(), "probes": self.engine.probes_done, "replica_id": self.replica_id}
+        """vLLM's own token counters and gauges (read now), plus the probes no tenant pays for."""
+        return {**self.stats.read(max_age_s=0), "probes": self.engine.probes_done, "replica_id": self.replica_id}
+
+    # -- metrics: the publisher's sources, on its thread ------------------------------------------
+    def _publish_engine_stats(self) -> None:
+        self.metrics.replica.engine_stats(self.stats.read())
+
+    def _publish_adapters(self) -> None:
+        if not hasattr(self.engine, "resident_adapter_ids"):
+            return  # an engine without LoRA adapters (a benchmark's fake)
+        future = asyncio.run_coroutine_threadsafe(self._sample_adapters(), self._loop)
+        try:
+            future.result(timeout=self.metrics.config.publish_period_s)
+        except BaseException:
+            future.cancel()
+            raise
+
+    async def _sample_adapters(self) -> None:
+        # On the replica's event loop, where LoadedAdapters lives.
+        asked_at = time.monotonic()
+        resident = await self.engine.resident_adapter_ids()
+        self.metrics.replica.resident_adapters(len(resident))
+        self.metrics.replica.adapters_evicted("lru", self.engine.adapters.note_resident(resident, asked_at))
+
+    def _publish_ledger(self) -> None:
+        self.metrics.replica.ledger(self.ledger.last_flush_at, self.ledger.pending_records())
 
     async def base_models(self) -> dict[str, Any]:
         return await self.engine.base_models()
@@ -180,6 +219,9 @@ class Engine:
                 logger.exception("could not check for deleted adapters; retrying")
 
     async def __del__(self):
+        if self.publisher is not None:
+            await asyncio.to_thread(self.publisher.stop)  # it may be waiting for this loop
+            self.metrics.flush()  # what the last period added up
         self._free_deleted.cancel()
         await self.engine.shutdown()
         # After the engine: requests it ended on the way down are metered too.

@@ -1,20 +1,24 @@
 """LoadedAdapters: the LoRA versions one engine replica has registered with vLLM.
 
-A version is registered on first use (fetched from the adapter store into the node's cache);
-vLLM itself loads it into its CPU cache (`max_cpu_loras`) and GPU slots (`max_loras`) on demand,
-evicting least recently used. A deleted version is dropped once no request on this replica
-still runs with it.
+A version is loaded on first use: fetched from the adapter store into the node's cache, then
+into vLLM's host-memory LoRA cache (`add_lora`, `max_cpu_loras`), timed as the replica's adapter
+load. vLLM moves it into GPU slots (`max_loras`) per batch and evicts least recently used; one
+it evicted from its host cache (seen when the metrics publisher samples the cache) is loaded
+again, and counted again, on its next use. A deleted version is dropped once no request on this
+replica still runs with it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import Counter
 
 from vllm.lora.request import LoRARequest
 
 from loraplex.engine.protocol import AdapterTarget
+from loraplex.metrics.replica_metrics import NoReplicaMetrics
 
 logger = logging.getLogger(__name__)
 
@@ -24,42 +28,72 @@ class AdapterGone(LookupError):
 
 
 class LoadedAdapters:
-    def __init__(self, llm, serving_models, store):
+    def __init__(self, llm, serving_models, store, metrics=None):
         self.llm = llm
         self.serving_models = serving_models  # vLLM's OpenAIServingModels: maps `model` -> LoRARequest
         self.store = store
+        self.metrics = metrics or NoReplicaMetrics()  # loads, their seconds, evictions
         self.targets: dict[str, AdapterTarget] = {}
         self.in_flight: Counter[str] = Counter()
         # Catalog ids of deleted versions (ids are never reused): refused from now on, and
         # dropped once their running requests end. A blob may outlive a deleted version (another
         # name with the same weights), so "not fetchable" alone would not keep it out.
         self.deleted: set[int] = set()
-        self._fetching: dict[str, asyncio.Task] = {}
+        # Names vLLM evicted from its host cache since their load: loaded again on next use.
+        self.evicted: set[str] = set()
+        self._resident: set[int] = set()  # vLLM's host cache at the last sample
+        self._loaded_at: dict[str, float] = {}  # name -> time.monotonic() its last load ended
+        self._loading: dict[str, asyncio.Future] = {}
 
     async def acquire(self, target: AdapterTarget) -> None:
         if target.lora_int_id in self.deleted:
             raise AdapterGone(f"The model `{target.requested_as}` was deleted. List yours with GET /v1/models.")
-        if target.lora_name not in self.targets:
-            task = self._fetching.get(target.lora_name)
-            if task is None:
-                task = asyncio.ensure_future(asyncio.to_thread(
-                    self.store.fetch_to_local_cache, target.tenant, target.sha256))
-                self._fetching[target.lora_name] = task
-            try:
-                path = await asyncio.shield(task)
-            except Exception as exc:
-                # DELETE removes the blob after the catalog row: a version that is not in the
-                # store any more was deleted (the store answers 404, or the file is gone).
-                if isinstance(exc, FileNotFoundError) or getattr(exc, "status", None) == 404:
-                    raise AdapterGone(f"The model `{target.requested_as}` was deleted. "
-                                      "List yours with GET /v1/models.") from exc
-                raise
-            finally:
-                self._fetching.pop(target.lora_name, None)
-            self.serving_models.lora_requests[target.lora_name] = LoRARequest(
-                lora_name=target.lora_name, lora_int_id=target.lora_int_id, lora_path=str(path))
-            self.targets[target.lora_name] = target
-        self.in_flight[target.lora_name] += 1
+        name = target.lora_name
+        if name not in self.targets or name in self.evicted:
+            task = self._loading.get(name)
+            if task is None:  # one load however many requests wait for it
+                task = self._loading[name] = asyncio.ensure_future(self._load(target))
+                task.add_done_callback(lambda t, n=name: self._loading.pop(n) if self._loading.get(n) is t else None)
+            await asyncio.shield(task)
+        self.in_flight[name] += 1
+
+    async def _load(self, target: AdapterTarget) -> None:
+        started = time.monotonic()
+        try:
+            path = await asyncio.to_thread(self.store.fetch_to_local_cache, target.tenant, target.sha256)
+        except Exception as exc:
+            # DELETE removes the blob after the catalog row: a version that is not in the
+            # store any more was deleted (the store answers 404, or the file is gone).
+            if isinstance(exc, FileNotFoundError) or getattr(exc, "status", None) == 404:
+                raise AdapterGone(f"The model `{target.requested_as}` was deleted. "
+                                  "List yours with GET /v1/models.") from exc
+            raise
+        request = LoRARequest(lora_name=target.lora_name, lora_int_id=target.lora_int_id, lora_path=str(path))
+        # Into vLLM's host cache now, not inside the first batch that needs it: the load is
+        # timed here, and a broken adapter fails this request alone.
+        await self.llm.add_lora(request)
+        self.serving_models.lora_requests[target.lora_name] = request
+        self.targets[target.lora_name] = target
+        self.evicted.discard(target.lora_name)
+        self._resident.add(target.lora_int_id)
+        self._loaded_at[target.lora_name] = now = time.monotonic()
+        self.metrics.adapter_loaded(now - started)
+
+    def note_resident(self, lora_int_ids: set[int], sampled_at: float = float("inf")) -> int:
+        """vLLM's host-cache contents as listed (`list_loras`) at `sampled_at` (time.monotonic());
+        returns how many of our versions it evicted since the last sample (LRU): each is loaded
+        again on its next use. A version loaded after the listing was asked for is not judged."""
+        evicted = 0
+        for name, target in self.targets.items():
+            lid = target.lora_int_id
+            if self._loaded_at.get(name, 0.0) > sampled_at:
+                continue
+            if lid in self._resident and lid not in lora_int_ids and name not in self.evicted:
+                self.evicted.add(name)
+                evicted += 1
+        self._resident = set(lora_int_ids) | {t.lora_int_id for n, t in self.targets.items()
+                                              if self._loaded_at.get(n, 0.0) > sampled_at}
+        return evicted
 
     async def release(self, target: AdapterTarget) -> None:
         self.in_flight[target.lora_name] -= 1
@@ -81,7 +115,11 @@ class LoadedAdapters:
         target = self.targets.pop(lora_name)
         self.in_flight.pop(lora_name, None)
         self.serving_models.lora_requests.pop(lora_name, None)
+        self.evicted.discard(lora_name)
+        self._loaded_at.pop(lora_name, None)
+        self._resident.discard(target.lora_int_id)
         await self.llm.remove_lora(target.lora_int_id)
+        self.metrics.adapters_evicted("deleted")
         # Blobs are by content: another name of this tenant may have the same weights loaded.
         if not any((t.tenant, t.sha256) == (target.tenant, target.sha256) for t in self.targets.values()):
             await asyncio.to_thread(self.store.evict_from_local_cache, target.tenant, target.sha256)

@@ -1,9 +1,15 @@
-"""One request's usage record, from what the ingress knew (EngineCall) and the engine counted."""
+"""One request's usage record, from what the ingress knew (EngineCall) and the engine counted,
+and the Meter that writes it: to the ledger (the bill) and, from the same record, to the
+per-tenant metrics, so the two never count apart."""
 
 from __future__ import annotations
 
+import logging
+
 from loraplex.accounting.record import UsageRecord
 from loraplex.engine.protocol import EngineCall, RequestUsage
+
+logger = logging.getLogger(__name__)
 
 
 def usage_record(call: EngineCall, usage: RequestUsage, base_model: str) -> UsageRecord:
@@ -22,3 +28,23 @@ def usage_record(call: EngineCall, usage: RequestUsage, base_model: str) -> Usag
         finish_time=usage.finish_time,
         replica_id=usage.replica_id or None,
     )
+
+
+class Meter:
+    """ledger: the replica's UsageLedger (None: metrics only); metrics: its RequestMetrics."""
+
+    def __init__(self, ledger, metrics, base_model: str):
+        self.ledger = ledger
+        self.metrics = metrics
+        self.base_model = base_model
+
+    def __call__(self, call: EngineCall, usage: RequestUsage) -> UsageRecord:
+        record = usage_record(call, usage, self.base_model)
+        if self.ledger is not None:
+            # Never raises: a record that cannot be spooled now is kept and retried by the ledger.
+            self.ledger.append(record)
+        try:
+            self.metrics.finished(record, usage, call.arrival_time or usage.finish_time)
+        except Exception:  # a metric never fails a request, nor its bill
+            logger.exception("recording the metrics of request %s failed", call.request_id)
+        return record

@@ -34,6 +34,8 @@ class EngineError:
     # the ingress must not also count it as a refusal.
     billed: bool = False
     retry_after: Optional[int] = None  # seconds, for a 503 the client should retry
+    # Why the replica refused, for the ledger's and the metrics' refusal reason (`503:<reason>`).
+    reason: Optional[str] = None
 
     def body(self) -> dict:
         return StatusError(self.message, status=self.status, param=self.param, type=self.type).body()
@@ -122,11 +124,22 @@ class RequestUsage:
     replica_id: str = ""
     first_token_time: Optional[float] = None  # epoch seconds of the first completion token
     finish_time: Optional[float] = None  # epoch seconds when the engine stopped for this request
+    scheduled_time: Optional[float] = None  # epoch seconds when vLLM first scheduled it (its queue time ends)
     # How it ended, in the ledger's terms (accounting.record.STATUSES); set when it ends.
     status: Optional[str] = None
     # The vLLM request ids serving this client request (one per prompt of a batched completion).
     engine_request_ids: list = field(default_factory=list, repr=False)
     _completion_by_output: dict = field(default_factory=dict, repr=False)
+
+    def longest_output(self) -> int:
+        """Tokens of the longest choice (what time per output token divides by); completion_tokens
+        when no per-choice counts were kept."""
+        longest = 0
+        for per_choice in self._completion_by_output.values():
+            for key, n in per_choice.items():
+                if key != "cached" and n > longest:
+                    longest = n
+        return longest or self.completion_tokens
 
     def chunk(self, data: bytes, final: bool = False) -> EngineChunk:
         return EngineChunk(data, self.prompt_tokens, self.cached_prompt_tokens, self.completion_tokens,

@@ -30,6 +30,8 @@ def record_output(usage: RequestUsage, output: RequestOutput, kind: RequestOutpu
         usage._completion_by_output[key] = {}
         usage.prompt_tokens += len(output.prompt_token_ids or ())
     per_choice = usage._completion_by_output[key]
+    if usage.scheduled_time is None:
+        scheduled_at(usage, output)
     if output.num_cached_tokens is not None:
         # Known once prefill is scheduled; the last report is the engine's final word.
         per_choice["cached"] = output.num_cached_tokens
@@ -49,6 +51,15 @@ def record_output(usage: RequestUsage, output: RequestOutput, kind: RequestOutpu
     usage.cached_prompt_tokens = sum(
         d.get("cached", 0) for d in usage._completion_by_output.values()
     )
+
+
+def scheduled_at(usage: RequestUsage, output: RequestOutput) -> None:
+    """When vLLM first scheduled the request, from its request stats (log_stats, vLLM's default):
+    its engine-core timestamps are time.monotonic() of the same host, taken to wall time here."""
+    stats = getattr(output, "metrics", None)
+    scheduled = getattr(stats, "scheduled_ts", 0.0) if stats is not None else 0.0
+    if scheduled:
+        usage.scheduled_time = time.time() - (time.monotonic() - scheduled)
 
 
 class UsageTrackingAsyncLLM(AsyncLLM):

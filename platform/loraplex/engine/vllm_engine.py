@@ -58,10 +58,11 @@ def ending_status(finish_reason: str | None, ending: str) -> str:
 
 
 class VLLMEngine:
-    def __init__(self, config: EngineConfig, replica_id: str = "", adapter_store=None):
+    def __init__(self, config: EngineConfig, replica_id: str = "", adapter_store=None, metrics=None):
         self.config = config
         self.replica_id = replica_id
         self.adapter_store = adapter_store  # where adapter versions are fetched from (registry)
+        self.metrics = metrics  # the replica's ReplicaMetrics: adapter loads and evictions
         self.llm: UsageTrackingAsyncLLM | None = None
         self._orphan_guard = None
         self.adapters: LoadedAdapters | None = None
@@ -85,7 +86,7 @@ class VLLMEngine:
         self.models = state.openai_serving_models
         self.chat_serving = state.openai_serving_chat
         self.completion_serving = state.openai_serving_completion
-        self.adapters = LoadedAdapters(self.llm, self.models, self.adapter_store)
+        self.adapters = LoadedAdapters(self.llm, self.models, self.adapter_store, self.metrics)
         await self.probe()
 
     def _frontend_args(self, engine_args: AsyncEngineArgs):
@@ -195,6 +196,12 @@ class VLLMEngine:
 
     def num_unfinished_requests(self) -> int:
         return self.llm.get_num_unfinished_requests()
+
+    async def resident_adapter_ids(self) -> set[int]:
+        """The adapter ids in vLLM's host-memory LoRA cache now (max_cpu_loras of them at most)."""
+        if not self.config.enable_lora:
+            return set()
+        return set(await self.llm.list_loras())
 
     def last_progress(self) -> float:
         """When this engine last proved it works: a probe, or any request's output (real traffic)."""

@@ -33,11 +33,13 @@ def build_ingress_app(
     registry=None,
     accounting=None,
     limiter=None,
+    metrics=None,
 ) -> Starlette:
     """`tenancy`: tenants, keys and the admin token; with it every /v1 route needs a tenant key.
     `registry`: tenants' adapters (needs tenancy). None for both: an open base-model-only server.
     `accounting`: loraplex.accounting.Accounting, for rejection counts and the usage routes.
-    `limiter`: loraplex.admission.Limiter enforcing tenant limits; None: one in this process."""
+    `limiter`: loraplex.admission.Limiter enforcing tenant limits; None: one in this process.
+    `metrics`: the replica's loraplex.metrics.Metrics (refusals, requests billed here); None: none."""
     tenants = None
     if tenancy is not None:
         tenants = TenantContext(
@@ -51,7 +53,8 @@ def build_ingress_app(
                       ledger=accounting.ledger if accounting is not None else None,
                       base_model=config.engine.model_id,
                       request_timeout_s=config.ingress.request_timeout_s,
-                      limits=limiter or Limiter(LocalBackend(), config.tenancy.limiter)).routes(),
+                      limits=limiter or Limiter(LocalBackend(), config.tenancy.limiter),
+                      metrics=metrics.requests if metrics is not None else None).routes(),
         *HealthRoutes(engine, replica_health).routes(),
     ]
     if tenancy is not None:

@@ -9,6 +9,9 @@ from ray import serve
 from loraplex.config import IngressDeploymentConfig, PlatformConfig
 from loraplex.ingress.app import build_ingress_app
 from loraplex.ingress.engine_client import ServeEngineClient
+from loraplex.metrics import Metrics
+from loraplex.metrics import process as process_metrics
+from loraplex.metrics.publisher import Publisher
 
 
 class Ingress:
@@ -29,14 +32,26 @@ class Ingress:
             config.accounting, db, f"ingress-{context.replica_id.unique_id}", plan_of=self.tenancy.service.plan_of
         )
         self.limiter = shared_limiter(config, self.app_name, f"ingress-{context.replica_id.unique_id}")
+        self.metrics = Metrics.for_replica(config.metrics, "ingress")
+        process_metrics.install(self.metrics)  # for the router Serve runs in this process
+        self.publisher = None
+        if self.metrics.enabled:
+            ledger = self.accounting.ledger
+            self.publisher = Publisher(config.metrics.publish_period_s, [
+                self.metrics.flush,
+                lambda: self.metrics.replica.ledger(ledger.last_flush_at, ledger.pending_records()),
+            ], name=f"metrics-{context.replica_id.unique_id}").start()
 
     def __serve_build_asgi_app__(self):
         return build_ingress_app(
             self.engine, self.config, self.engine_replica_health, tenancy=self.tenancy, registry=self.registry,
-            accounting=self.accounting, limiter=self.limiter,
+            accounting=self.accounting, limiter=self.limiter, metrics=self.metrics,
         )
 
     def __del__(self):
+        if self.publisher is not None:
+            self.publisher.stop()
+            self.metrics.flush()  # what the last period added up
         self.limiter.close()
         self.accounting.close()
 

@@ -22,12 +22,13 @@ from vllm.entrypoints.openai.completion.protocol import CompletionRequest
 from vllm.exceptions import VLLMValidationError
 
 from loraplex.admission.limiter import Limiter, LocalBackend
-from loraplex.engine.metering import usage_record
+from loraplex.engine.metering import Meter
 from loraplex.engine.protocol import (SSE_DONE, EngineCall, EngineChunk, EngineError, RequestUsage,
                                       affinity_key, sse_error)
 from loraplex.errors import StatusError
 from loraplex.ingress.errors import APIError
 from loraplex.ingress.tenant_context import TenantContext
+from loraplex.metrics.request_metrics import NoRequestMetrics
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +70,13 @@ class EngineFailed(APIError):
     """The engine failed after taking the request: it is billed (`engine_error`), not a refusal."""
 
 
+def refusal(status: int, message: str, reason: str, **kw) -> APIError:
+    """An APIError counted as a refusal under `reason` (the ledger's and the metrics' word for it)."""
+    error = APIError(status, message, **kw)
+    error.reject_reason = reason
+    return error
+
+
 def parse(model: type[BaseModel], data: dict[str, Any]) -> BaseModel:
     try:
         return model.model_validate(data)
@@ -86,7 +94,8 @@ def parse(model: type[BaseModel], data: dict[str, Any]) -> BaseModel:
 
 class OpenAIRoutes:
     def __init__(self, engine, max_body_bytes: int, tenants: TenantContext | None = None, ledger=None,
-                 base_model: str = "", request_timeout_s: float = 300.0, limits: Limiter | None = None):
+                 base_model: str = "", request_timeout_s: float = 300.0, limits: Limiter | None = None,
+                 metrics=None):
         self.engine = engine
         # Tenant limits (loraplex.admission): in-process unless the deployment shares them.
         self.limits = limits if limits is not None else Limiter(LocalBackend())
@@ -99,6 +108,9 @@ class OpenAIRoutes:
         # billable record is written by the Engine replica, which sees every token; the
         # ingress writes one only when that replica is lost mid-request.
         self.ledger = ledger
+        # RequestMetrics: refusals counted here, and the usage of a request whose replica was lost.
+        self.metrics = metrics if metrics is not None else NoRequestMetrics()
+        self.meter = Meter(ledger, self.metrics, base_model)
 
     def routes(self) -> list[Route]:
         return [
@@ -137,9 +149,12 @@ class OpenAIRoutes:
                 admission.release()  # idempotent; otherwise the engine stream's end releases it
                 raise
         except StatusError as exc:  # auth, adapter and request errors alike: a refusal
-            if self.ledger is not None and not isinstance(exc, EngineFailed):
-                self.ledger.reject(principal.tenant_id if principal else None,
-                                   getattr(exc, "reject_reason", str(exc.status)))
+            if not isinstance(exc, EngineFailed):
+                tenant_id = principal.tenant_id if principal else None
+                reason = getattr(exc, "reject_reason", str(exc.status))
+                if self.ledger is not None:
+                    self.ledger.reject(tenant_id, reason)
+                self.metrics.refused(tenant_id, reason, call)
             if call is not None:  # the id a billed failure (504, 503 engine lost) is in the ledger under
                 exc.headers[REQUEST_ID_HEADER] = call.request_id
             raise
@@ -187,8 +202,8 @@ class OpenAIRoutes:
             raise APIError(503, "The engine ended the request without a reply; retry it.",
                            headers=RETRY_AFTER)
         except BackPressureError:  # every replica is full and the queue to them too: a refusal
-            raise APIError(503, "The server is overloaded (every engine replica's queue is full); retry in a moment.",
-                           headers=RETRY_AFTER)
+            raise refusal(503, "The server is overloaded (every engine replica's queue is full); retry in a moment.",
+                          "503:queue_full", headers=RETRY_AFTER)
         except Exception as exc:  # the replica died or could not be reached: nothing was sent
             self._bill_engine_lost(call, None, exc)
             raise EngineFailed(503, f"The engine replica was lost ({type(exc).__name__}); retry the request.",
@@ -198,7 +213,10 @@ class OpenAIRoutes:
             error = EngineFailed if first.billed else APIError
             retry = {"Retry-After": str(first.retry_after)} if first.retry_after else (
                 RETRY_AFTER if first.status == 503 else None)
-            raise error(first.status, first.message, param=first.param, headers=retry)
+            exc = error(first.status, first.message, param=first.param, headers=retry)
+            if first.reason is not None:  # the replica said why (503 shed)
+                exc.reject_reason = f"{first.status}:{first.reason}"
+            raise exc
         if call.stream:
             return StreamingResponse(
                 self._sse(call, first, items),
@@ -231,13 +249,13 @@ class OpenAIRoutes:
         """The replica that would have metered this request is gone: bill what the client got.
         Idempotent on the request id, so if the replica's own record also lands, one wins."""
         logger.warning("engine lost on request %s: %r", call.request_id, exc)
-        if self.ledger is None or call.tenant_id is None:
+        if call.tenant_id is None:
             return
         usage = RequestUsage(status="engine_error", finish_time=time.time())
         if received is not None:
             usage.prompt_tokens, usage.cached_prompt_tokens = received.prompt_tokens, received.cached_prompt_tokens
             usage.completion_tokens, usage.first_token_time = received.completion_tokens, received.first_token_time
-        self.ledger.append(usage_record(call, usage, self.base_model))
+        self.meter(call, usage)
 
 
 def prompt_tokens_estimate(oai_request) -> int:

@@ -37,6 +37,11 @@ class RoutingPolicy:
         """Replica ids, most preferred first; a non-empty prefix when replicas is non-empty."""
         raise NotImplementedError
 
+    def holders(self, request: RouteRequest, replicas: Sequence[ReplicaSnapshot]) -> set[str] | None:
+        """The replicas that hold the request's key, as the policy sees them (None: it does not
+        track holders). Read after `rank` for the routing-decision metric."""
+        return None
+
     def on_routed(self, request: RouteRequest, replica_id: str) -> None:
         """The request was sent to replica_id."""
 

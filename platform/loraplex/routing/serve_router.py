@@ -32,7 +32,9 @@ from ray.serve.request_router import (LocalityMixin, MultiplexMixin, PendingRequ
                                       RequestRouter, RunningReplica)
 
 from loraplex.engine.protocol import EngineCall
+from loraplex.metrics import process as process_metrics
 from loraplex.routing.config import RoutingConfig
+from loraplex.routing.decision import FALLBACK, routing_decision
 from loraplex.routing.policy import RoutingPolicy
 from loraplex.routing.served_keys import EngineReport
 from loraplex.routing.snapshot import ReplicaSnapshot, RouteRequest
@@ -41,6 +43,9 @@ logger = logging.getLogger("ray.serve")
 
 # (RouteRequest, pending tokens), or False: no key; cached on the PendingRequest across rounds.
 _ROUTE_ATTR = "_loraplex_route"
+# The key's holders when the policy last ranked the request (see routing.decision); absent: the
+# request went by power of two.
+_HOLDERS_ATTR = "_loraplex_holders"
 _ERROR_LOG_INTERVAL_S = 60.0
 
 
@@ -99,6 +104,8 @@ class TenantAffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
                 # Back off between rounds when every ranked replica refused (queues full).
                 pending_request.routing_context.should_backoff = True
                 return ranks
+        if pending_request is not None and hasattr(pending_request, _HOLDERS_ATTR):
+            delattr(pending_request, _HOLDERS_ATTR)  # this round goes by power of two
         return await PowerOfTwoChoicesRequestRouter.choose_replicas(
             self, candidate_replicas=candidate_replicas, pending_request=pending_request)
 
@@ -111,6 +118,7 @@ class TenantAffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
         if not snapshots:
             return None
         ranked = self._policy.rank(routed[0], snapshots)
+        setattr(pending_request, _HOLDERS_ATTR, self._policy.holders(routed[0], snapshots))
         full = {s.replica_id for s in snapshots
                 if s.in_flight >= by_id[s.replica_id].max_ongoing_requests}
         head, seen = [], set()
@@ -194,6 +202,7 @@ class TenantAffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
     def on_request_routed(self, pending_request: PendingRequest, replica_id: ReplicaID,
                           result: Any) -> None:
         super().on_request_routed(pending_request, replica_id, result)
+        self._count_decision(pending_request, replica_id)
         routed = getattr(pending_request, _ROUTE_ATTR, None)
         if not routed or self._policy is None:
             return
@@ -211,6 +220,21 @@ class TenantAffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
         internal_id = pending_request.metadata.internal_request_id
         self._in_flight[internal_id] = (uid, tokens)
         self._pending_tokens[uid] = self._pending_tokens.get(uid, 0) + tokens
+
+    @staticmethod
+    def _count_decision(pending_request: PendingRequest, replica_id: ReplicaID) -> None:
+        """One loraplex_routing_decisions_total per generation call (EngineCall), in the ingress's
+        metrics; other calls (probes, base_models) are not counted."""
+        args = pending_request.args
+        call = args[0] if args else pending_request.kwargs.get("call")
+        if not isinstance(call, EngineCall):
+            return
+        holders = getattr(pending_request, _HOLDERS_ATTR, FALLBACK)
+        decision = FALLBACK if holders is FALLBACK else routing_decision(replica_id.unique_id, holders)
+        try:
+            process_metrics.installed().replica.routed(decision)
+        except Exception:
+            logger.debug("routing decision metric failed", exc_info=True)
 
     def on_request_completed(self, replica_id: ReplicaID, internal_request_id: str) -> None:
         super().on_request_completed(replica_id, internal_request_id)

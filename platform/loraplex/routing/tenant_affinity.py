@@ -44,13 +44,15 @@ class TenantAffinityPolicy(RoutingPolicy):
 
     def rank(self, request: RouteRequest, replicas: Sequence[ReplicaSnapshot]) -> list[str]:
         loads = {r.replica_id: r.load for r in replicas}
+        return rank_tenant_affinity(request.key, loads, self.holders(request, replicas), self.c, self.min_bound,
+                                    self.c_new, {r.replica_id: r.kv_usage for r in replicas})
+
+    def holders(self, request: RouteRequest, replicas: Sequence[ReplicaSnapshot]) -> set[str]:
         tracked = self.held.holders(request.key)
         # A fresh engine report counts too: the router may not have routed that key there.
-        holders = {r.replica_id for r in replicas
-                   if r.replica_id in tracked
-                   or (r.held_keys is not None and request.key in r.held_keys)}
-        return rank_tenant_affinity(request.key, loads, holders, self.c, self.min_bound,
-                                    self.c_new, {r.replica_id: r.kv_usage for r in replicas})
+        return {r.replica_id for r in replicas
+                if r.replica_id in tracked
+                or (r.held_keys is not None and request.key in r.held_keys)}
 
     def on_routed(self, request: RouteRequest, replica_id: str) -> None:
         self.held.add(replica_id, request.key, request.prompt_tokens)

@@ -84,6 +84,8 @@ class FakeAsyncLLM(AsyncLLM):
         self.script = Script()
         self.aborted: list[list[str]] = []
         self.removed_loras: list[int] = []
+        self.added_loras: list[int] = []  # add_lora calls: loads into vLLM's host cache
+        self.resident_loras: set[int] = set()  # vLLM's host cache (list_loras)
         self.generate_calls: list[tuple[str, SamplingParams, object]] = []
         self.unfinished: set[str] = set()
         self.stalled = asyncio.Event()  # set when a request reaches script.stall_after
@@ -124,9 +126,18 @@ class FakeAsyncLLM(AsyncLLM):
     def get_num_unfinished_requests(self) -> int:
         return len(self.unfinished)
 
+    async def add_lora(self, lora_request) -> bool:
+        self.added_loras.append(lora_request.lora_int_id)
+        self.resident_loras.add(lora_request.lora_int_id)
+        return True
+
     async def remove_lora(self, lora_id: int) -> bool:
         self.removed_loras.append(lora_id)
+        self.resident_loras.discard(lora_id)
         return True
+
+    async def list_loras(self) -> set[int]:
+        return set(self.resident_loras)
 
     def shutdown(self, timeout=None) -> None:
         self.shut_down = True
@@ -266,7 +277,7 @@ class VLLMEngineOverFakeVLLM(VLLMEngine):
         self.models = FakeServingModels()
         self.chat_serving = FakeChatServing(self.llm, self.models)
         self.completion_serving = FakeCompletionServing(self.llm, self.models)
-        self.adapters = LoadedAdapters(self.llm, self.models, self.fake_store)
+        self.adapters = LoadedAdapters(self.llm, self.models, self.fake_store, self.metrics)
 
 
 # --------------------------------------------------------------------------------------------

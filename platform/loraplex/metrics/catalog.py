@@ -1,0 +1,143 @@
+"""Every `loraplex_*` metric: name, type, labels, meaning. The one list docs/metrics.md documents
+(a unit test checks they agree) and the recorders register.
+
+Exported through Ray's metrics agent (see docs/metrics.md), every name gets Ray's `ray_` prefix:
+`loraplex_prompt_tokens_total` is scraped as `ray_loraplex_prompt_tokens_total`. Ray also adds
+`deployment`, `replica`, `application` (Serve's replica labels) and its own process labels
+(`WorkerId`, `NodeAddress`, `SessionName`, ...). Label lists below are ours only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from loraplex.metrics import buckets
+
+RAY_PREFIX = "ray_"  # what Ray's metrics agent puts in front of every name it exports
+
+# Label names.
+TENANT, ADAPTER, STATUS, REASON, TIER, DECISION = "tenant", "adapter", "status", "reason", "tier", "decision"
+# Label values with a meaning of their own (never a tenant id `ten_...` nor an adapter `name@version`).
+OTHER = "other"  # a tenant / adapter past the cardinality guard
+BASE = "base"  # adapter of a base-model request
+UNKNOWN = "-"  # tenant of a request refused before it had one (no or bad key); adapter before it was resolved
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    name: str  # the Prometheus name as documented (counters end in _total), without Ray's prefix
+    kind: str  # counter | gauge | histogram
+    labels: tuple[str, ...]
+    help: str
+    buckets: tuple[float, ...] = ()
+    values: dict[str, tuple[str, ...]] | None = None  # known values of a label, zeroed at start
+
+    @property
+    def register_as(self) -> str:
+        """The name given to ray.util.metrics: Ray appends `_total` to counters itself."""
+        return self.name[:-len("_total")] if self.kind == "counter" else self.name
+
+    @property
+    def exported(self) -> str:
+        """The name a Prometheus scrape of Ray's metrics agent shows."""
+        return RAY_PREFIX + self.name
+
+
+TENANT_LABELS = (TENANT, ADAPTER)
+
+# -- per request, by tenant and adapter (Engine replicas; the ingress for a replica lost mid-request)
+TTFT = MetricSpec(
+    "loraplex_time_to_first_token_seconds", "histogram", TENANT_LABELS,
+    "Seconds from the request's arrival at the ingress to its first generated token (the usage record's ttft).",
+    buckets.TIME_TO_FIRST_TOKEN)
+TPOT = MetricSpec(
+    "loraplex_time_per_output_token_seconds", "histogram", TENANT_LABELS,
+    "Seconds per output token after the first: (finish - first token) / (tokens of the longest choice - 1).",
+    buckets.TIME_PER_OUTPUT_TOKEN)
+E2E = MetricSpec(
+    "loraplex_e2e_request_latency_seconds", "histogram", TENANT_LABELS,
+    "Seconds from the request's arrival at the ingress until the engine finished it, however it ended.",
+    buckets.REQUEST_DURATION)
+QUEUE = MetricSpec(
+    "loraplex_queue_time_seconds", "histogram", TENANT_LABELS,
+    "Seconds from the request's arrival at the ingress until vLLM first scheduled it (admission, routing, "
+    "Serve's queue, vLLM's waiting queue).",
+    buckets.QUEUE_TIME)
+PROMPT_TOKENS = MetricSpec(
+    "loraplex_prompt_tokens_total", "counter", TENANT_LABELS,
+    "Prompt tokens the engine processed, as billed (the usage records' prompt_tokens).")
+CACHED_PROMPT_TOKENS = MetricSpec(
+    "loraplex_cached_prompt_tokens_total", "counter", TENANT_LABELS,
+    "Of the prompt tokens, those served from the prefix cache (the usage records' cached_prompt_tokens).")
+COMPLETION_TOKENS = MetricSpec(
+    "loraplex_completion_tokens_total", "counter", TENANT_LABELS,
+    "Tokens generated, as billed (the usage records' completion_tokens).")
+REQUESTS = MetricSpec(
+    "loraplex_requests_total", "counter", TENANT_LABELS + (STATUS,),
+    "Requests that reached an engine (one per usage record), by how they ended: ok, length, "
+    "client_disconnect, timeout, error.")
+REFUSALS = MetricSpec(
+    "loraplex_refusals_total", "counter", TENANT_LABELS + (REASON,),
+    "Requests refused before generating, never billed, by the reason the ledger counts them under: the "
+    "HTTP status, with the limit for 429 (429:rate_limit_requests, ...) and the cause for 503 "
+    "(503:shed, 503:queue_full, 503:limiter_unavailable). Counted by the ingress, also for refusals "
+    "made by an Engine replica (shedding, adapter deleted).")
+
+# -- per Engine replica
+KV_USAGE = MetricSpec(
+    "loraplex_kv_cache_usage_ratio", "gauge", (),
+    "Fraction of the replica's KV cache in use (vLLM's kv_cache_usage_perc); over 0.9 preemption is near.")
+RUNNING = MetricSpec(
+    "loraplex_num_requests_running", "gauge", (), "Requests in the replica's vLLM batch.")
+WAITING = MetricSpec(
+    "loraplex_num_requests_waiting", "gauge", (),
+    "Requests queued in the replica's vLLM (no batch slot or KV blocks yet).")
+LOADED_ADAPTERS = MetricSpec(
+    "loraplex_loaded_adapters", "gauge", (TIER,),
+    "Adapters resident on the replica: tier=cpu, in vLLM's host-memory LoRA cache (max_cpu_loras); "
+    "tier=gpu, in the running batch's LoRA slots (max_loras).",
+    values={TIER: ("cpu", "gpu")})
+PREEMPTIONS = MetricSpec(
+    "loraplex_preemptions_total", "counter", (), "Requests vLLM preempted on the replica (KV cache full).")
+PREFIX_QUERIES = MetricSpec(
+    "loraplex_prefix_cache_queries_total", "counter", (),
+    "Prompt tokens the replica looked up in its prefix cache (vLLM's own counter).")
+PREFIX_HITS = MetricSpec(
+    "loraplex_prefix_cache_hits_total", "counter", (),
+    "Of those, tokens found in the prefix cache (vLLM's own counter).")
+ADAPTER_LOADS = MetricSpec(
+    "loraplex_adapter_loads_total", "counter", (),
+    "Adapter versions the replica loaded: fetched from the adapter store and loaded into vLLM's host "
+    "cache, on first use or first use after an eviction.")
+ADAPTER_LOAD_SECONDS = MetricSpec(
+    "loraplex_adapter_load_seconds", "histogram", (),
+    "Seconds one adapter load took (fetch + vLLM add_lora); the request waiting for it waits as long.",
+    buckets.ADAPTER_LOAD)
+ADAPTER_EVICTIONS = MetricSpec(
+    "loraplex_adapter_evictions_total", "counter", (REASON,),
+    "Adapters that left the replica: reason=lru, evicted from vLLM's host cache to make room "
+    "(sampled every publish period); reason=deleted, freed after its DELETE.",
+    values={REASON: ("lru", "deleted")})
+
+# -- per Ingress replica
+ROUTING_DECISIONS = MetricSpec(
+    "loraplex_routing_decisions_total", "counter", (DECISION,),
+    "Where the router sent a generation request: affinity (a replica holding its tenant/adapter key), "
+    "new_key (no replica held the key), spill (holders were over the load bound, another took it), "
+    "ranked (a policy that tracks no holders), fallback (Serve's power of two: no key, or the policy failed).",
+    values={DECISION: ("affinity", "new_key", "spill", "ranked", "fallback")})
+
+# -- per replica with a usage ledger (Engine and Ingress)
+SPOOL_LAST_FLUSH = MetricSpec(
+    "loraplex_usage_last_flush_timestamp_seconds", "gauge", (),
+    "Unix time of the replica's last successful usage-ledger flush into the database (0: none yet).")
+SPOOL_PENDING = MetricSpec(
+    "loraplex_usage_spool_pending_records", "gauge", (),
+    "Usage records the replica spooled that are not in the database yet.")
+
+REQUEST_METRICS = (TTFT, TPOT, E2E, QUEUE, PROMPT_TOKENS, CACHED_PROMPT_TOKENS, COMPLETION_TOKENS, REQUESTS)
+ENGINE_METRICS = (KV_USAGE, RUNNING, WAITING, LOADED_ADAPTERS, PREEMPTIONS, PREFIX_QUERIES, PREFIX_HITS,
+                  ADAPTER_LOADS, ADAPTER_LOAD_SECONDS, ADAPTER_EVICTIONS)
+INGRESS_METRICS = (REFUSALS, ROUTING_DECISIONS)
+LEDGER_METRICS = (SPOOL_LAST_FLUSH, SPOOL_PENDING)
+ALL = REQUEST_METRICS + ENGINE_METRICS + INGRESS_METRICS + LEDGER_METRICS

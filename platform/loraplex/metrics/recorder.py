@@ -1,0 +1,41 @@
+"""Metrics: what one replica records, built once from the config (`metrics:`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+from loraplex.metrics.config import MetricsConfig
+from loraplex.metrics.replica_metrics import NoReplicaMetrics, ReplicaMetrics
+from loraplex.metrics.request_metrics import NoRequestMetrics, RequestMetrics
+
+
+@dataclass
+class Metrics:
+    requests: Union[RequestMetrics, NoRequestMetrics]
+    replica: Union[ReplicaMetrics, NoReplicaMetrics]
+    config: MetricsConfig
+
+    @property
+    def enabled(self) -> bool:
+        return self.config.enabled
+
+    def flush(self) -> None:
+        """Hand the counters added up in memory to Ray: a publisher source."""
+        self.requests.flush()
+        self.replica.flush()
+
+    @classmethod
+    def for_replica(cls, config: MetricsConfig, role: str, sink=None) -> "Metrics":
+        """role: "engine" or "ingress". sink: RaySink unless a test passes its fake. Disabled: the
+        no-op recorders, so the request path only pays an empty method call."""
+        if not config.enabled:
+            return cls(NoRequestMetrics(), NoReplicaMetrics(), config)
+        if sink is None:
+            from loraplex.metrics.sink import RaySink
+
+            sink = RaySink()
+        return cls(RequestMetrics(config, sink), ReplicaMetrics(sink, role), config)
+
+
+DISABLED = Metrics(NoRequestMetrics(), NoReplicaMetrics(), MetricsConfig(enabled=False))

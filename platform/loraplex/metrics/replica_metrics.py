@@ -1,0 +1,110 @@
+"""ReplicaMetrics: one replica's own gauges and counters (no tenant labels).
+
+An Engine replica reports its vLLM engine (KV-cache usage, running and waiting requests,
+preemptions, prefix-cache queries and hits: vLLM's own numbers, read from its Prometheus
+registry by the replica's one EngineStatsReader), its adapters (resident per tier, loads and
+their seconds, evictions) and its usage ledger. An Ingress replica reports where its router sent
+requests and its own ledger. Serve's `deployment` / `replica` labels tell them apart.
+
+vLLM's counters are cumulative in its registry; they are re-exported as counters by adding what
+grew since the last publish. Counters with known label values start at 0 (see RaySink.zero).
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from loraplex.metrics import catalog as c
+from loraplex.metrics.counts import Counts
+
+# EngineStatsReader keys -> our per-replica counters and gauges.
+_ENGINE_COUNTERS = {"preemptions": c.PREEMPTIONS, "prefix_cache_queries": c.PREFIX_QUERIES,
+                    "prefix_cache_hits": c.PREFIX_HITS}
+_ENGINE_GAUGES = {"kv_cache_usage": c.KV_USAGE, "num_requests_running": c.RUNNING,
+                  "num_requests_waiting": c.WAITING}
+
+
+class ReplicaMetrics:
+    def __init__(self, sink, role: str):
+        """role: "engine" or "ingress": which of the per-replica metrics this replica has."""
+        specs = (c.ENGINE_METRICS if role == "engine" else (c.ROUTING_DECISIONS,)) + c.LEDGER_METRICS
+        self.metrics = {spec.name: sink.make(spec) for spec in specs}
+        self._last: dict[str, float] = {}  # vLLM counter -> its value at the last publish
+        # Per request, so added up here and handed to Ray by flush() (see Counts).
+        self._decisions = (Counts(self.metrics[c.ROUTING_DECISIONS.name], c.ROUTING_DECISIONS.labels)
+                           if c.ROUTING_DECISIONS.name in self.metrics else None)
+        self._evicted = {r: {c.REASON: r} for r in c.ADAPTER_EVICTIONS.values[c.REASON]}
+        for spec in specs:  # counters start at 0, for every known label value
+            if spec.kind != "counter":
+                continue
+            metric = self.metrics[spec.name]
+            if spec.values:
+                (label, values), = spec.values.items()
+                for value in values:
+                    metric.zero({label: value})
+            else:
+                metric.zero()
+
+    # -- Engine ---------------------------------------------------------------------------------
+    def engine_stats(self, stats: Mapping[str, float]) -> None:
+        """One reading of the EngineStatsReader."""
+        for key, spec in _ENGINE_GAUGES.items():
+            self.metrics[spec.name].set(float(stats.get(key, 0.0)))
+        for key, spec in _ENGINE_COUNTERS.items():
+            value = float(stats.get(key, 0.0))
+            grown = value - self._last.get(key, 0.0)
+            if grown < 0:  # the engine's counters restarted (never within one vLLM engine)
+                grown = value
+            if grown > 0:
+                self.metrics[spec.name].inc(grown)
+            self._last[key] = value
+        self.metrics[c.LOADED_ADAPTERS.name].set(float(stats.get("lora_running_adapters", 0)), {c.TIER: "gpu"})
+
+    def resident_adapters(self, cpu: int) -> None:
+        self.metrics[c.LOADED_ADAPTERS.name].set(float(cpu), {c.TIER: "cpu"})
+
+    def adapter_loaded(self, seconds: float) -> None:
+        self.metrics[c.ADAPTER_LOADS.name].inc(1)
+        self.metrics[c.ADAPTER_LOAD_SECONDS.name].observe(max(seconds, 0.0))
+
+    def adapters_evicted(self, reason: str, n: int = 1) -> None:
+        if n > 0:
+            self.metrics[c.ADAPTER_EVICTIONS.name].inc(n, self._evicted[reason])
+
+    # -- Ingress --------------------------------------------------------------------------------
+    def routed(self, decision: str) -> None:
+        self._decisions.add((decision,))
+
+    def flush(self) -> None:
+        if self._decisions is not None:
+            self._decisions.flush()
+
+    # -- both -----------------------------------------------------------------------------------
+    def ledger(self, last_flush_at: float, pending_records: int) -> None:
+        self.metrics[c.SPOOL_LAST_FLUSH.name].set(float(last_flush_at))
+        self.metrics[c.SPOOL_PENDING.name].set(float(pending_records))
+
+
+class NoReplicaMetrics:
+    """metrics.enabled: false."""
+
+    def engine_stats(self, stats) -> None:
+        pass
+
+    def resident_adapters(self, cpu) -> None:
+        pass
+
+    def adapter_loaded(self, seconds) -> None:
+        pass
+
+    def adapters_evicted(self, reason, n=1) -> None:
+        pass
+
+    def routed(self, decision) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+    def ledger(self, last_flush_at, pending_records) -> None:
+        pass

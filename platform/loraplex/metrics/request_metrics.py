@@ -1,0 +1,98 @@
+"""RequestMetrics: the per-request, per-tenant metrics, recorded where the usage record is built.
+
+`finished(record, usage, arrival_time)` is called by engine.metering.Meter with the very
+UsageRecord it appends to the ledger, so the token counters are the ledger's numbers, not a
+second count. `refused(tenant_id, reason, call)` is called where the ingress counts a refusal
+in the ledger, with the ledger's reason. Labels: `tenant` is the tenant id (`ten_...`) and
+`adapter` the record's `name@version` (`base` for the base model), both bounded by a LabelGuard.
+
+Per request: the guards' dict look-ups, the counters added up in memory (Counts, handed to Ray
+by the publisher's `flush`), one Ray record per histogram. Nothing per token.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Optional
+
+from loraplex.metrics import catalog as c
+from loraplex.metrics.config import MetricsConfig
+from loraplex.metrics.counts import Counts
+from loraplex.metrics.label_guard import LabelGuard
+from loraplex.metrics.outcomes import outcome
+
+if TYPE_CHECKING:
+    from loraplex.accounting.record import UsageRecord
+    from loraplex.engine.protocol import EngineCall, RequestUsage
+
+
+class RequestMetrics:
+    def __init__(self, config: MetricsConfig, sink):
+        self.tenants = LabelGuard(config.max_tenant_labels, config.label_window_s)
+        self.adapters = LabelGuard(config.max_adapter_labels, config.label_window_s)
+        self.ttft, self.tpot, self.e2e, self.queue = (sink.make(s) for s in (c.TTFT, c.TPOT, c.E2E, c.QUEUE))
+        self.prompt, self.cached, self.completion, self.requests, self.refusals = (
+            Counts(sink.make(spec), spec.labels)
+            for spec in (c.PROMPT_TOKENS, c.CACHED_PROMPT_TOKENS, c.COMPLETION_TOKENS, c.REQUESTS, c.REFUSALS))
+        self._tags: dict[tuple[str, str], dict[str, str]] = {}  # (tenant, adapter) -> the histograms' tags
+
+    def labels(self, tenant_id: str, adapter: Optional[str], tokens: int) -> tuple[str, str]:
+        """The (tenant, adapter) label values of a request, through the cardinality guards."""
+        tenant = tenant_id if self.tenants.keep(tenant_id, tokens) else c.OTHER
+        if adapter is None:
+            return tenant, c.BASE
+        if tenant == c.OTHER:
+            return tenant, c.OTHER
+        return tenant, adapter if self.adapters.keep(f"{tenant_id}/{adapter}", tokens) else c.OTHER
+
+    def finished(self, record: UsageRecord, usage: RequestUsage, arrival_time: float) -> None:
+        """One metered request: its record (as the ledger got it) and the engine's timings."""
+        prompt, completion = record.prompt_tokens, record.completion_tokens
+        pair = self.labels(record.tenant_id, record.adapter, prompt + completion)
+        if prompt > 0:
+            self.prompt.add(pair, prompt)
+        if record.cached_prompt_tokens > 0:
+            self.cached.add(pair, record.cached_prompt_tokens)
+        if completion > 0:
+            self.completion.add(pair, completion)
+        self.requests.add(pair + (outcome(record.status),))
+        tags = self._tags.get(pair)
+        if tags is None:
+            tags = self._tags[pair] = {c.TENANT: pair[0], c.ADAPTER: pair[1]}
+        if record.ttft is not None:
+            self.ttft.observe(max(record.ttft, 0.0), tags)
+        finish = usage.finish_time
+        if finish is not None:
+            self.e2e.observe(max(finish - arrival_time, 0.0), tags)
+            longest = usage.longest_output()
+            if usage.first_token_time is not None and longest > 1:
+                self.tpot.observe(max(finish - usage.first_token_time, 0.0) / (longest - 1), tags)
+        if usage.scheduled_time is not None:
+            self.queue.observe(max(usage.scheduled_time - arrival_time, 0.0), tags)
+
+    def refused(self, tenant_id: Optional[str], reason: str, call: Optional[EngineCall] = None) -> None:
+        """A request refused before generating, under the ledger's reason (`401`, `429:<code>`, ...)."""
+        if tenant_id is None:
+            tenant, adapter = c.UNKNOWN, c.UNKNOWN
+        else:
+            tenant, adapter = self.labels(tenant_id, None if call is None else call.adapter_label, 0)
+            if call is None:  # refused before its model was resolved
+                adapter = c.UNKNOWN
+        self.refusals.add((tenant, adapter, reason))
+
+    def flush(self) -> None:
+        """Hand the counters' growth to Ray (the publisher's thread)."""
+        for counts in (self.prompt, self.cached, self.completion, self.requests, self.refusals):
+            counts.flush()
+
+
+class NoRequestMetrics:
+    """metrics.enabled: false: nothing recorded, nothing computed."""
+
+    def finished(self, record, usage, arrival_time) -> None:
+        pass
+
+    def refused(self, tenant_id, reason, call=None) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
