@@ -1,5 +1,5 @@
 """The LoRAPlex application of a Ray Serve config file, as the generators need it."""
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -13,10 +13,21 @@ IMPORT_PATH = "loraplex.app:build_app"
 class ServedPlatform:
     application: str         # Serve's application name: the `application` label of Serve's metrics
     config: PlatformConfig
+    # The config's `deployments:` entries, by name: Serve's overrides of what build_app sets.
+    overrides: dict = field(default_factory=dict)
 
-    # The deployments' names in Serve (loraplex.app) and how many replicas each should have.
     def deployments(self) -> dict[str, int]:
-        return {"Engine": self.config.engine_deployment.num_replicas, "Ingress": self.config.ingress.num_replicas}
+        """The deployments' names in Serve (loraplex.app) and how many replicas each should
+        have at least: `deployments:` wins over `args` (as in Serve), autoscaling its minimum."""
+        built = {"Engine": self.config.engine_deployment.num_replicas, "Ingress": self.config.ingress.num_replicas}
+        for name in built:
+            entry = self.overrides.get(name) or {}
+            autoscaling = entry.get("autoscaling_config")
+            if isinstance(autoscaling, dict):
+                built[name] = int(autoscaling.get("min_replicas", 1))
+            elif isinstance(entry.get("num_replicas"), int):
+                built[name] = entry["num_replicas"]
+        return built
 
 
 def load_served(path: str | Path) -> ServedPlatform:
@@ -24,4 +35,5 @@ def load_served(path: str | Path) -> ServedPlatform:
     apps = [a for a in doc.get("applications") or [] if a.get("import_path") == IMPORT_PATH]
     if len(apps) != 1:
         raise ValueError(f"{path}: expected one application with import_path {IMPORT_PATH}, found {len(apps)}")
-    return ServedPlatform(apps[0].get("name", "default"), PlatformConfig.from_args(apps[0].get("args")))
+    overrides = {d["name"]: d for d in apps[0].get("deployments") or [] if isinstance(d, dict) and "name" in d}
+    return ServedPlatform(apps[0].get("name", "default"), PlatformConfig.from_args(apps[0].get("args")), overrides)
