@@ -119,10 +119,11 @@ def write_config(tmp: Path, args) -> Path:
 class ServeRun:
     """`serve run CONFIG` in its own session, every process of it marked; stop() ends them all."""
 
-    def __init__(self, config: Path, log_path: Path, admin_token: str, base_url: str):
+    def __init__(self, config: Path, log_path: Path, admin_token: str, base_url: str, extra_env: dict):
         self.log_path, self.base_url = log_path, base_url
         self.mark = uuid.uuid4().hex
         env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # a fresh local cluster
+        env.update(extra_env)
         env.update(LORAPLEX_ADMIN_TOKEN=admin_token, **{RUN_MARK: self.mark})
         ours = [str(ROOT / "platform"), str(ROOT)]  # this checkout's package, also in Ray's workers
         env["PYTHONPATH"] = os.pathsep.join(ours + [p for p in env.get("PYTHONPATH", "").split(os.pathsep)
@@ -229,19 +230,29 @@ def process_kind(p: psutil.Process, root_pid: int) -> str:
         return name
 
 
-class MemorySampler(threading.Thread):
-    """RSS of every process in the serve run's tree, every period_s, while running."""
+def busy_cpu_seconds() -> float:
+    t = psutil.cpu_times()
+    return sum(t) - t.idle - getattr(t, "iowait", 0.0)
+
+
+class ProcessSampler(threading.Thread):
+    """RSS and CPU time of every process in the serve run's tree, every period_s, while running;
+    and the machine's busy CPU time over the same span (to tell what else was running)."""
 
     def __init__(self, root_pid: int, period_s: float):
         super().__init__(daemon=True)
         self.root_pid, self.period_s = root_pid, period_s
         self.stop_event = threading.Event()
-        self.peak_process: dict[tuple[str, int], int] = {}  # (kind, pid) -> peak RSS
+        self.kind: dict[int, str] = {}  # pid -> its kind when last seen
+        self.peak_rss: dict[int, int] = {}
+        self.cpu_first: dict[int, float] = {}
+        self.cpu_last: dict[int, float] = {}
         self.peak_kind_total: dict[str, int] = defaultdict(int)
         self.peak_total = 0
         self.samples = 0
+        self.me = psutil.Process()
 
-    def snapshot(self) -> list[tuple[str, psutil.Process, int]]:
+    def snapshot(self) -> list[tuple[str, psutil.Process, int, float]]:
         try:
             root = psutil.Process(self.root_pid)
             procs = [root] + root.children(recursive=True)
@@ -250,34 +261,48 @@ class MemorySampler(threading.Thread):
         out = []
         for p in procs:
             try:
-                out.append((process_kind(p, self.root_pid), p, p.memory_info().rss))
+                with p.oneshot():
+                    cpu = p.cpu_times()
+                    out.append((process_kind(p, self.root_pid), p, p.memory_info().rss, cpu.user + cpu.system))
             except psutil.Error:
                 pass
         return out
 
     def run(self) -> None:
+        self.started, self.busy0 = time.monotonic(), busy_cpu_seconds()
+        me = self.me.cpu_times()
+        self.me0 = me.user + me.system
         while True:
             snap = self.snapshot()
             totals: dict[str, int] = defaultdict(int)
-            for kind, p, rss in snap:
-                key = (kind, p.pid)
-                self.peak_process[key] = max(self.peak_process.get(key, 0), rss)
+            for kind, p, rss, cpu in snap:
+                self.kind[p.pid] = kind
+                self.peak_rss[p.pid] = max(self.peak_rss.get(p.pid, 0), rss)
+                self.cpu_first.setdefault(p.pid, cpu)
+                self.cpu_last[p.pid] = cpu
                 totals[kind] += rss
             for kind, total in totals.items():
                 self.peak_kind_total[kind] = max(self.peak_kind_total[kind], total)
             self.peak_total = max(self.peak_total, sum(totals.values()))
             self.samples += 1
             if self.stop_event.wait(self.period_s):
-                return
+                break
+        self.elapsed, self.busy = time.monotonic() - self.started, busy_cpu_seconds() - self.busy0
+        me = self.me.cpu_times()
+        self.me_cpu = me.user + me.system - self.me0
+
+    def cpu_cores(self, pid: int) -> float:
+        """Mean cores a process used over the sampled span."""
+        return (self.cpu_last[pid] - self.cpu_first[pid]) / self.elapsed
 
 
 ENGINE_KINDS = ("Engine replica (Serve)", "vLLM EngineCore", "vLLM CPU worker (model, KV cache)")
 
 
-def engine_processes(sampler: MemorySampler) -> set[tuple[str, int, float]]:
+def engine_processes(sampler: ProcessSampler) -> set[tuple[str, int, float]]:
     """The Engine replicas' and their EngineCores' processes: (kind, pid, start time)."""
     out = set()
-    for kind, p, _ in sampler.snapshot():
+    for kind, p, _, _ in sampler.snapshot():
         if kind in ENGINE_KINDS:
             try:
                 out.add((kind, p.pid, p.create_time()))
@@ -518,7 +543,7 @@ async def bench(args, run: ServeRun, client: Client, db_path: Path, prompts: lis
         f"p50 {fmt_s(pct(unloaded, .5))} s, p95 {fmt_s(pct(unloaded, .95))} s", flush=True)
 
     # 3. The overload, memory sampled over the run's process tree.
-    sampler = MemorySampler(run.proc.pid, args.sample_s)
+    sampler = ProcessSampler(run.proc.pid, args.sample_s)
     engines_before = engine_processes(sampler)
     out(f"\n## 3. Overload: Poisson arrivals at {rate:.2f} requests/s for {args.duration:g} s "
         f"(at most {args.max_requests})", flush=True)
@@ -588,18 +613,33 @@ async def bench(args, run: ServeRun, client: Client, db_path: Path, prompts: lis
         f"with the chat template), completion {statistics.mean(completion):.1f} tokens mean (max {max(completion)})"
         if all_ok else "no admitted requests")
 
-    # 5. Memory.
+    # 5. Memory (and CPU).
     out(f"\n## 5. Peak RSS during the overload ({sampler.samples} samples, every {args.sample_s:g} s, "
-        f"over the serve run's process tree)\n")
-    out("| process | count | peak RSS per process MiB | peak RSS of all of this kind MiB |")
-    out("|---|---|---|---|")
-    per_kind: dict[str, list[int]] = defaultdict(list)
-    for (kind, _), rss in sampler.peak_process.items():
-        per_kind[kind].append(rss)
-    for kind in sorted(per_kind, key=lambda k: -sampler.peak_kind_total[k]):
-        out(f"| {kind} | {len(per_kind[kind])} | {mib(max(per_kind[kind]))} | {mib(sampler.peak_kind_total[kind])} |")
-    out(f"| **whole tree** | {len(sampler.peak_process)} | | **{mib(sampler.peak_total)}** |")
+        f"over the serve run's process tree), and CPU used over the same {sampler.elapsed:.0f} s\n")
+    out("| process | count | peak RSS per process MiB | peak RSS of all of this kind MiB | CPU cores (mean) |")
+    out("|---|---|---|---|---|")
+    pids_of: dict[str, list[int]] = defaultdict(list)
+    for pid, kind in sampler.kind.items():
+        pids_of[kind].append(pid)
+    tree_cpu = 0.0
+    for kind in sorted(pids_of, key=lambda k: -sampler.peak_kind_total[k]):
+        cores = sum(sampler.cpu_cores(pid) for pid in pids_of[kind])
+        tree_cpu += cores
+        out(f"| {kind} | {len(pids_of[kind])} | {mib(max(sampler.peak_rss[pid] for pid in pids_of[kind]))} | "
+            f"{mib(sampler.peak_kind_total[kind])} | {cores:.2f} |")
+    out(f"| **whole tree** | {len(sampler.kind)} | | **{mib(sampler.peak_total)}** | **{tree_cpu:.2f}** |")
     out("(RSS counts pages shared between processes, e.g. forked workers' libraries, in each.)")
+    busy, me = sampler.busy / sampler.elapsed, sampler.me_cpu / sampler.elapsed
+    out(f"machine's CPUs busy {busy:.2f} of {os.cpu_count()} cores: the serve run {tree_cpu:.2f}, this load generator "
+        f"{me:.2f}, other processes {max(0.0, busy - tree_cpu - me):.2f}")
+    workers = [pid for pid, kind in sampler.kind.items() if kind == ENGINE_KINDS[2]]
+    affinity = []
+    for pid in workers:
+        try:
+            affinity.append(sorted(psutil.Process(pid).cpu_affinity()))
+        except psutil.Error:
+            pass
+    out(f"vLLM CPU workers' CPU affinity: {affinity} (machine: {sorted(psutil.Process().cpu_affinity())})")
 
     # 6. No crash.
     out("\n## 6. After the overload", flush=True)
@@ -708,6 +748,10 @@ def main() -> int:
     ap.add_argument("--sample-s", type=float, default=0.5, help="RSS sampling period")
     ap.add_argument("--port", type=int, default=8100)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                    type=lambda kv: tuple(kv.split("=", 1)),
+                    help="an environment variable for the serve run and every process it starts (repeatable), "
+                         "e.g. VLLM_CPU_OMP_THREADS_BIND=nobind")
     ap.add_argument("--serve-log", type=Path, default=None,
                     help="keep a copy of the serve run's log there (default: it is deleted)")
     args = ap.parse_args()
@@ -724,7 +768,8 @@ def main() -> int:
           f"{psutil.virtual_memory().total / 2**30:.0f} GiB\n")
     print(f"platform: serve run of serve_config.yaml with 2 Engine replicas (num_cpus 0.5, max_num_seqs 4, "
           f"KV cache {args.kv_tokens} tokens each, float32), 1 ingress; shedding shed_requests={args.shed_requests}, "
-          f"max_requests={args.max_shed_requests} per replica; vLLM scheduling_policy=priority")
+          f"max_requests={args.max_shed_requests} per replica; vLLM scheduling_policy=priority"
+          + (f"; environment {' '.join(f'{k}={v}' for k, v in args.env)}" if args.env else ""))
     print(f"prompts: {len(prompts)} first user turns of ShareGPT conversations, cut to {args.max_prompt_tokens} tokens "
           f"(mean {statistics.mean(p.prompt_tokens for p in prompts):.0f}); max_tokens = the answer's length capped at "
           f"{args.max_tokens} (mean {statistics.mean(p.max_tokens for p in prompts):.1f}); temperature 0; "
@@ -734,7 +779,7 @@ def main() -> int:
     base_url = f"http://127.0.0.1:{args.port}"
     with tempfile.TemporaryDirectory(prefix="bench-overload-") as tmp_dir:
         tmp = Path(tmp_dir)
-        run = ServeRun(write_config(tmp, args), tmp / "serve_run.log", admin_token, base_url)
+        run = ServeRun(write_config(tmp, args), tmp / "serve_run.log", admin_token, base_url, dict(args.env))
         code = 1
         try:
             t0 = time.time()
