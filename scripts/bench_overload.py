@@ -17,7 +17,8 @@ in a temporary directory), then, in one run:
 4. a table per tenant (offered, admitted, 429, 503, other, latency), gold's p95 loaded vs
    unloaded (target <= 2x), Retry-After on every 429/503;
 5. peak RSS per kind of process of the run's process tree during the overload (psutil, every
-   --sample-s);
+   --sample-s), the CPU each kind used, what else used the machine's CPUs meanwhile, and the
+   vLLM workers' CPU affinity;
 6. no crash: a normal request after the overload, the same Engine replica processes as before,
    /readyz healthy, and the usage ledger (the run's SQLite database) holding exactly one record
    per admitted request and none for a refusal.
@@ -28,7 +29,7 @@ Prompts: the first user turn of ShareGPT conversations (bench/sharegpt.py), cut 
 enough gold requests for a p95 in a minute. Each request's message starts with
 a unique tag so no request reuses another's prompt from the prefix cache (gold's pool is sent
 in both phases). Writes nothing but stdout (the serve run log and database are deleted; the
-log's tail is printed if the run fails). Takes about 5 minutes. Stop it with Ctrl-C: the
+log's tail is printed if the run fails; --serve-log keeps a copy). Takes about 4 minutes. Stop it with Ctrl-C: the
 serve run and every process it started are stopped.
 """
 
