@@ -1,12 +1,11 @@
 """The Grafana dashboard (deploy/grafana/loraplex.json), laid out from panels.py:
-`python -m loraplex.observability.dashboard serve_config.yaml`. Import it into Grafana and
+`python -m loraplex.observability serve_config.yaml`. Import it into Grafana and
 pick the Prometheus data source (scripts/prometheus) in its `datasource` variable."""
 import json
 import string
-import sys
 
 from loraplex.observability.panels import Panel, Row, dashboard_rows
-from loraplex.observability.served import ServedPlatform, load_served
+from loraplex.observability.served import ServedPlatform
 
 DS = {"type": "prometheus", "uid": "${datasource}"}
 WIDTH, HEIGHT, COLUMNS = 24, 8, 2
@@ -75,11 +74,3 @@ def dashboard(served: ServedPlatform) -> dict:
 def render_dashboard(served: ServedPlatform) -> str:
     return json.dumps(dashboard(served), indent=2) + "\n"
 
-
-def main(argv: list[str] | None = None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
-    sys.stdout.write(render_dashboard(load_served(argv[0] if argv else "serve_config.yaml")))
-
-
-if __name__ == "__main__":
-    main()

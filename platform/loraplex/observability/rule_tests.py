@@ -4,15 +4,13 @@ come from the same config): deploy/prometheus/rules.test.yml, run by `promtool t
 """
 import math
 import re
-import sys
 
-import yaml
 
 from loraplex.observability import names as n
 from loraplex.observability.alert_text import expand
 from loraplex.observability.promql import duration
-from loraplex.observability.rules import BURN, COST_RECORD, HEADER, rule_groups
-from loraplex.observability.served import ServedPlatform, load_served
+from loraplex.observability.rules import BURN, COST_RECORD, render_yaml, rule_groups
+from loraplex.observability.served import ServedPlatform
 
 # Example label values: what a request or a refusal carries (must match names.py's regexes).
 OK_STATUS, ERROR_STATUS = "ok", "error"
@@ -153,13 +151,5 @@ def rule_tests(served: ServedPlatform) -> dict:
 
 
 def render_rule_tests(served: ServedPlatform) -> str:
-    return HEADER + yaml.safe_dump(rule_tests(served), sort_keys=False, width=100_000, allow_unicode=True)
+    return render_yaml(rule_tests(served))
 
-
-def main(argv: list[str] | None = None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
-    sys.stdout.write(render_rule_tests(load_served(argv[0] if argv else "serve_config.yaml")))
-
-
-if __name__ == "__main__":
-    main()

@@ -1,16 +1,15 @@
 """Prometheus alert and recording rules, generated from serve_config.yaml's `slo:` (and the
-replica counts and prices): `python -m loraplex.observability.rules serve_config.yaml`.
+replica counts and prices): `python -m loraplex.observability serve_config.yaml`.
 
 What each alert means and what to do first: docs/observability.md (one section per alert).
 """
-import sys
 from functools import partial
 
 import yaml
 
 from loraplex.observability import names as n
 from loraplex.observability import promql as q
-from loraplex.observability.served import ServedPlatform, load_served
+from loraplex.observability.served import ServedPlatform
 
 BURN = 14.4  # x the error budget's even spend: 2 % of a 30-day budget in 1 h (Google SRE workbook)
 RUNBOOK = "docs/observability.md#"
@@ -98,14 +97,11 @@ def rule_groups(served: ServedPlatform) -> dict:
     ]}
 
 
+def render_yaml(doc: dict) -> str:
+    """A generated YAML file (rules or their promtool tests): the header, then the document."""
+    return HEADER + yaml.safe_dump(doc, sort_keys=False, width=100_000, allow_unicode=True)
+
+
 def render_rules(served: ServedPlatform) -> str:
-    return HEADER + yaml.safe_dump(rule_groups(served), sort_keys=False, width=100_000, allow_unicode=True)
+    return render_yaml(rule_groups(served))
 
-
-def main(argv: list[str] | None = None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
-    sys.stdout.write(render_rules(load_served(argv[0] if argv else "serve_config.yaml")))
-
-
-if __name__ == "__main__":
-    main()
