@@ -7,6 +7,7 @@ from typing import Any, Optional
 
 from ray.serve import Application
 
+from loraplex.cluster import check_at_build, pin_admin_token
 from loraplex.config import PlatformConfig
 from loraplex.engine.deployment import engine_deployment
 from loraplex.ingress.deployment import ingress_deployment
@@ -15,11 +16,15 @@ from loraplex.ingress.deployment import ingress_deployment
 def build_app(args: Optional[dict[str, Any]] = None) -> Application:
     # Replicas run in other working directories: pin relative paths to where we started.
     config = PlatformConfig.from_args(args).resolved(Path.cwd())
+    # On a multi-node cluster, SQLite or a node-local adapter store is refused here (Serve shows
+    # the message as the app's DEPLOY_FAILED status); replicas check again where they start.
+    home_node_id = check_at_build(config)
     # Replicas get the config without the replica counts: Serve restarts every replica whose
-    # init args change, and scaling must only add or remove replicas.
-    replica_config = config.model_copy(update={
-        "engine_deployment": config.engine_deployment.model_copy(update={"num_replicas": 1}),
+    # init args change, and scaling must only add or remove replicas. The admin token resolved
+    # here (the env var where the app is built, else the config) reaches every node's replicas.
+    replica_config = pin_admin_token(config, config.tenancy.resolved_admin_token()).model_copy(update={
+        "engine_deployment": config.engine_deployment.model_copy(update={"num_replicas": 1, "autoscaling": None}),
         "ingress": config.ingress.model_copy(update={"num_replicas": 1}),
     })
-    engine = engine_deployment(config.engine_deployment).bind(replica_config)
-    return ingress_deployment(config.ingress).bind(engine, replica_config)
+    engine = engine_deployment(config.engine_deployment).bind(replica_config, home_node_id=home_node_id)
+    return ingress_deployment(config.ingress).bind(engine, replica_config, home_node_id=home_node_id)
