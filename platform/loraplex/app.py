@@ -9,8 +9,6 @@ from ray.serve import Application
 
 from loraplex.cluster import check_at_build, pin_admin_token
 from loraplex.config import PlatformConfig
-from loraplex.engine.deployment import engine_deployment
-from loraplex.ingress.deployment import ingress_deployment
 
 
 def build_app(args: Optional[dict[str, Any]] = None) -> Application:
@@ -19,6 +17,11 @@ def build_app(args: Optional[dict[str, Any]] = None) -> Application:
     # On a multi-node cluster, SQLite or a node-local adapter store is refused here (Serve shows
     # the message as the app's DEPLOY_FAILED status); replicas check again where they start.
     home_node_id = check_at_build(config)
+    # After the check: importing the deployments imports vLLM (~10 s), and Serve retries a
+    # failed build three times; a refusal comes back in seconds.
+    from loraplex.engine.deployment import engine_deployment
+    from loraplex.ingress.deployment import ingress_deployment
+
     # Replicas get the config without the replica counts: Serve restarts every replica whose
     # init args change, and scaling must only add or remove replicas. The admin token resolved
     # here (the env var where the app is built, else the config) reaches every node's replicas.
