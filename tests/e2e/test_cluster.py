@@ -59,7 +59,7 @@ BUCKET = "loraplex-cluster"
 ADMIN_TOKEN = secrets.token_urlsafe(16)
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 # Serve's autoscaling, short delays so a test sees each step.
-AUTOSCALING = {"min_replicas": 1, "max_replicas": 2, "target_ongoing_requests": 2,
+AUTOSCALING = {"min_replicas": 1, "max_replicas": 2, "target_ongoing_requests": 1,
                "upscale_delay_s": 2, "downscale_delay_s": 12, "look_back_period_s": 3}
 # A fixed pool of two, also through autoscaling_config (min = max): Serve 2.60 hashes whether an
 # entry has an autoscaling_config into the app's code version, so switching between
@@ -81,8 +81,10 @@ def app_args(env) -> dict:
                    "dtype": "float32",
                    # eager: no torch.compile at start (each engine start costs the 2 cores a minute)
                    "engine_kwargs": {"kv_cache_memory_bytes": 128 << 20, "enforce_eager": True}},
-        "engine_deployment": {"num_cpus": 1, "health_check_period_s": 5, "graceful_shutdown_timeout_s": 30,
-                              "routing": {"stats_period_s": 1}},
+        # min_bound 2: a replica past two requests in flight spills new ones (the default 4 keeps
+        # the small load a 2-core machine can carry on one replica).
+        "engine_deployment": {"num_cpus": 1, "health_check_period_s": 5, "graceful_shutdown_timeout_s": 10,
+                              "routing": {"stats_period_s": 1, "min_bound": 2}},
         "ingress": {"num_cpus": 0.25},
     }
 
@@ -451,15 +453,15 @@ def test_autoscaling_goes_up_under_load_and_back_down_without_failing_a_request(
     wait_until(lambda: len({t for t, s, _, _ in load.results if s == 200}) == len(tenants), 120,
                "every tenant served once")
     start = time.monotonic()
-    # The ramp: one more client every 2 s, up to 6 (Serve's target is 2 ongoing per replica),
-    # until Serve decides to add a replica; then 3 clients (still over the target for one
-    # replica) while the new engine starts on the machine's two cores.
+    # The ramp: one more client every 2 s, up to 4 (Serve's target is 1 ongoing request per
+    # replica), until Serve decides to add a replica; then 2 clients (still twice the target
+    # for one replica) while the new engine starts on the machine's two cores, and 3 once it runs.
     while len(engine_replicas()) < 2:
-        if len(load.clients) < 6:
+        if len(load.clients) < 4:
             load.add_client()
         assert time.monotonic() - start < 120, "Serve did not add a replica under the load ramp"
         time.sleep(2)
-    load.remove_clients(load.running() - 3)
+    load.remove_clients(load.running() - 2)
     up = wait_until(lambda: running_exactly(2), 420, "the added replica to run", interval_s=1)
     joined_at = time.monotonic()
     [second] = set(up) - {first}
