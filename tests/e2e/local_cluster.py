@@ -181,4 +181,7 @@ class LocalRayCluster:
             if node.proc.poll() is None:
                 node.proc.kill()
             node.proc.wait()
+        # Keep Serve's logs (controller, replicas) next to the test's files; drop the rest.
+        shutil.copytree(self.temp_dir / "session_latest" / "logs" / "serve", self.base / "serve-logs",
+                        dirs_exist_ok=True, ignore_dangling_symlinks=True)
         shutil.rmtree(self.temp_dir, ignore_errors=True)

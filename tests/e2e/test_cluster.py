@@ -60,7 +60,11 @@ ADMIN_TOKEN = secrets.token_urlsafe(16)
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 # Serve's autoscaling, short delays so a test sees each step.
 AUTOSCALING = {"min_replicas": 1, "max_replicas": 2, "target_ongoing_requests": 1,
-               "upscale_delay_s": 2, "downscale_delay_s": 12, "look_back_period_s": 3}
+               "upscale_delay_s": 2, "downscale_delay_s": 8, "look_back_period_s": 3}
+
+
+def autoscaling(**changes) -> dict:
+    return {"autoscaling_config": {**AUTOSCALING, **changes}}
 # A fixed pool of two, also through autoscaling_config (min = max): Serve 2.60 hashes whether an
 # entry has an autoscaling_config into the app's code version, so switching between
 # `num_replicas` and `autoscaling_config` would replace every replica; changing the bounds is
@@ -117,6 +121,16 @@ def running_exactly(n: int):
     replicas = engine_replicas()
     running = {r: node for r, (state, node) in replicas.items() if state == "RUNNING"}
     return running if len(running) == len(replicas) == n else None
+
+
+def wait_for_replicas(n: int, timeout_s: float, what: str) -> dict[str, str]:
+    """Until exactly n Engine replicas, all running; on a timeout, say what Serve reports."""
+    try:
+        return wait_until(lambda: running_exactly(n), timeout_s, what, interval_s=1)
+    except AssertionError as exc:
+        engine = serve_details()["applications"][APP]["deployments"]["Engine"]
+        raise AssertionError(f"{exc}; Serve: {engine['status']} {engine['message']!r}, replicas "
+                             f"{engine_replicas()}") from None
 
 
 @pytest.fixture(scope="module")
@@ -436,50 +450,56 @@ def kept(before: dict[str, str], after: dict[str, str]) -> tuple[int, int]:
 def test_autoscaling_goes_up_under_load_and_back_down_without_failing_a_request(env):
     """After the node loss: one replica runs, Serve cannot place the second (one per node).
     Autoscaling bounds 1..2 (in place), a new node joins, a load ramp makes Serve add a replica
-    there, and once the load stops Serve removes one, draining it."""
+    there, and once the load stops Serve removes one, draining it. Every config change below is
+    to the values of the Engine's autoscaling_config: applied in place, no replica restarts."""
     running = {r for r, (state, _) in engine_replicas().items() if state == "RUNNING"}
-    deploy(env, {"autoscaling_config": AUTOSCALING})  # in place: new bounds, no replica restarts
+    deploy(env, autoscaling())
     # Idle: Serve scales down to min_replicas (the replica it could not place goes first).
-    [first] = wait_until(lambda: running_exactly(1), 180, "the idle pool to scale down to min_replicas", interval_s=1)
+    [first] = wait_for_replicas(1, 180, "the idle pool to scale down to min_replicas")
     assert first in running  # the running replica was kept, not restarted
 
     # Adding a node: `ray start --address` with the same environment; nothing is copied to it.
     third = env.cluster.add_node("n3", num_cpus=2, resources={"node_n3": 1})
     env.cluster.wait_nodes(2)
 
+    # On these two shared cores a busy engine starves one that is starting: the load pauses
+    # while the added engine loads, and a long downscale delay keeps Serve's decision meanwhile.
+    deploy(env, autoscaling(downscale_delay_s=600))
     tenants = dict(new_tenant(env, f"scale-{i}") for i in range(8))
-    load = Load(tenants, max_tokens=24)
+    load = Load(tenants, max_tokens=48)
     load.add_client()  # until every tenant was served once, on the one replica
     wait_until(lambda: len({t for t, s, _, _ in load.results if s == 200}) == len(tenants), 120,
                "every tenant served once")
     start = time.monotonic()
     # The ramp: one more client every 2 s, up to 4 (Serve's target is 1 ongoing request per
-    # replica), until Serve decides to add a replica; then 2 clients (still twice the target
-    # for one replica) while the new engine starts on the machine's two cores, and 3 once it runs.
+    # replica), until Serve decides to add a replica.
     while len(engine_replicas()) < 2:
         if len(load.clients) < 4:
             load.add_client()
         assert time.monotonic() - start < 120, "Serve did not add a replica under the load ramp"
-        time.sleep(2)
-    load.remove_clients(load.running() - 2)
-    up = wait_until(lambda: running_exactly(2), 420, "the added replica to run", interval_s=1)
+        time.sleep(1)
+    decided_at = time.monotonic()
+    load.remove_clients(load.running())
+    up = wait_for_replicas(2, 420, "the added replica to run")
     joined_at = time.monotonic()
     [second] = set(up) - {first}
     assert up[second] == third.node_id  # placed on the node that joined
-    load.add_client()
+    for _ in range(3):
+        load.add_client()
     wait_until(lambda: load.served_after(joined_at) >= 24, 180, "24 requests served with two replicas")
     load.finish()
     stopped_at = time.monotonic()
-    before_up = home(replicas_of(env, load.results, until=start))
+    before_up = home(replicas_of(env, load.results, until=decided_at))
     with_two = replicas_of(env, load.results, since=joined_at)
     during_up = home(with_two)
     assert any(c[second] for c in with_two.values())  # the added replica took part of the load
 
-    # A trickle while Serve scales back down: requests on the replica it stops must finish.
+    # A trickle while Serve scales back down (delay back to seconds): requests on the replica it
+    # stops must finish.
     trickle = Load(tenants, max_tokens=8)
     trickle.add_client()
-    [survivor] = wait_until(lambda: running_exactly(1), 180, "Serve to remove a replica after the load stopped",
-                            interval_s=1)
+    deploy(env, autoscaling())
+    [survivor] = wait_for_replicas(1, 180, "Serve to remove a replica after the load stopped")
     removed_at = time.monotonic()
     wait_until(lambda: trickle.served_after(removed_at) >= len(tenants), 120, "a trickle round on the replica left")
     trickle.finish()
@@ -494,8 +514,9 @@ def test_autoscaling_goes_up_under_load_and_back_down_without_failing_a_request(
     print(f"\nautoscaling: 1 -> 2 replicas: {up_kept}/{up_n} tenants kept their replica (most of their "
           f"requests; {spilled} sent some overflow to the new one); 2 -> 1: {down_kept}/{down_n} kept "
           f"({could_keep} could: the others' replica was removed); {len(load.results)} + "
-          f"{len(trickle.results)} requests, none failed; a replica added {joined_at - start:.0f} s into the "
-          f"load, one removed {removed_at - stopped_at:.0f} s after it stopped")
+          f"{len(trickle.results)} requests, none failed; Serve added a replica {decided_at - start:.0f} s "
+          f"into the ramp (running {joined_at - decided_at:.0f} s later) and removed one "
+          f"{removed_at - stopped_at:.0f} s after the load stopped")
     assert up_kept > up_n / 2, (before_up, during_up)  # most tenants stay where they were
     # Scaling down moves only the removed replica's tenants.
     assert all(after_down[t] == survivor for t in after_down if during_up.get(t) == survivor)
