@@ -104,7 +104,7 @@ def check_on_replica(config: PlatformConfig, home_node_id: Optional[str], role: 
         return
     nodes = alive_node_ids() if nodes is None else nodes
     if len(nodes) > 1:
-        raise NodeLocalStateError(refusal(problems, len(nodes), f"a {role} replica on node {node_id[:12]} "
+        raise NodeLocalStateError(refusal(problems, len(nodes), f"the {role} replica on node {node_id[:12]} "
                                           f"(the app was deployed on node {home_node_id[:12]})"))
 
 

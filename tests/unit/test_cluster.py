@@ -65,7 +65,7 @@ def test_deploying_node_local_state_on_two_nodes_is_refused():
 def test_a_replica_away_from_the_apps_node_refuses_node_local_state():
     """The cluster had one node at deploy time and grew (an autoscaler added one): a replica
     placed on the new node must not open its own empty SQLite file or adapter dir."""
-    with pytest.raises(NodeLocalStateError, match="a Engine replica on node b.*deployed on node a"):
+    with pytest.raises(NodeLocalStateError, match="the Engine replica on node b.*deployed on node a"):
         check_on_replica(config(), "a", "Engine", node_id="b", nodes=["a", "b"])
     check_on_replica(config(), "a", "Engine", node_id="a", nodes=["a", "b"])  # its state is here
     check_on_replica(config(), "a", "Ingress", node_id="b", nodes=["b"])  # the only node left
