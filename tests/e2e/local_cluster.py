@@ -182,6 +182,7 @@ class LocalRayCluster:
                 node.proc.kill()
             node.proc.wait()
         # Keep Serve's logs (controller, replicas) next to the test's files; drop the rest.
-        shutil.copytree(self.temp_dir / "session_latest" / "logs" / "serve", self.base / "serve-logs",
-                        dirs_exist_ok=True, ignore_dangling_symlinks=True)
+        logs = self.temp_dir / "session_latest" / "logs" / "serve"
+        if logs.is_dir():
+            shutil.copytree(logs, self.base / "serve-logs", dirs_exist_ok=True, ignore_dangling_symlinks=True)
         shutil.rmtree(self.temp_dir, ignore_errors=True)
