@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from loraplex.accounting.config import AccountingConfig
 from loraplex.engine.shedding import SheddingConfig
@@ -112,6 +112,14 @@ class EngineDeploymentConfig(BaseModel):
         "config, scale with `deployments: [{name: Engine, num_replicas: N}]` instead: Serve "
         "applies that in place, while any change under `args` replaces every replica.",
     )
+    autoscaling: Optional[dict[str, Any]] = Field(
+        None,
+        description="Ray Serve's autoscaling_config for the Engine (min_replicas, max_replicas, "
+        "target_ongoing_requests, upscale_delay_s, downscale_delay_s, ...), for apps built in "
+        "Python. In a serve config, set `autoscaling_config` in the `deployments:` entry instead: "
+        "Serve applies it in place and it wins over this one (a change here, under `args`, "
+        "replaces every replica). Excludes num_replicas.",
+    )
     num_cpus: float = Field(1.0, ge=0, description="Logical CPUs Ray reserves per replica.")
     num_gpus: float = Field(
         0.0, ge=0, description="GPUs per replica; set it to tensor_parallel_size on GPU nodes."
@@ -167,6 +175,23 @@ class EngineDeploymentConfig(BaseModel):
     )
 
 
+    @field_validator("autoscaling")
+    @classmethod
+    def _serve_autoscaling_config(cls, value: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]:
+        if value is not None:
+            from ray.serve.config import AutoscalingConfig
+
+            AutoscalingConfig(**value)  # Serve's own validation: unknown keys, min <= max, ...
+        return value
+
+    @model_validator(mode="after")
+    def _replicas_or_autoscaling(self) -> "EngineDeploymentConfig":
+        if self.autoscaling is not None and "num_replicas" in self.model_fields_set:
+            raise ValueError("engine_deployment: set num_replicas or autoscaling, not both "
+                             "(autoscaling's min_replicas/max_replicas bound the count)")
+        return self
+
+
 class IngressDeploymentConfig(BaseModel):
     """The HTTP front door: OpenAI, tenant and admin routes."""
 
@@ -204,8 +229,15 @@ class RegistryConfig(BaseModel):
     storage_options: dict[str, Any] = Field(
         default_factory=dict, description="fsspec options for store_url (endpoint, credentials)."
     )
+    store_shared: bool = Field(
+        False,
+        description="store_url is a local path that every node mounts (NFS, EFS): allow it on a "
+        "multi-node cluster, where a node-local store is otherwise refused at start.",
+    )
     cache_dir: str = Field(
-        "var/adapter-cache", description="Node-local dir where engine replicas keep fetched adapters."
+        "var/adapter-cache",
+        description="Node-local dir where engine replicas keep fetched adapters; may name "
+        "environment variables ($VAR, ~), expanded on each node.",
     )
     max_upload_bytes: int = Field(512 << 20, gt=0, description="Bigger uploads get 413.")
     max_unpacked_bytes: int = Field(1 << 30, gt=0, description="Bigger unpacked archives get 413.")
@@ -263,7 +295,8 @@ class PlatformConfig(BaseModel):
         `args` replaces every replica anyway, since Serve hashes `args` into the app's version:
         scale through `deployments:`, and after an `slo:` change only regenerate the rules.)"""
         return self.model_copy(update={
-            "engine_deployment": self.engine_deployment.model_copy(update={"num_replicas": 1}),
+            "engine_deployment": self.engine_deployment.model_copy(
+                update={"num_replicas": 1, "autoscaling": None}),
             "ingress": self.ingress.model_copy(update={"num_replicas": 1}),
             "slo": SloConfig(),
         })
@@ -288,6 +321,7 @@ class PlatformConfig(BaseModel):
 
 
 def _local_abs(path_or_url: str, base_dir: Path) -> str:
-    if "://" in path_or_url or Path(path_or_url).is_absolute():
+    # $VAR and ~ are expanded on each replica's node (loraplex.cluster.for_this_node).
+    if "://" in path_or_url or Path(path_or_url).is_absolute() or path_or_url.startswith(("$", "~")):
         return path_or_url
     return str((base_dir / path_or_url).resolve())

@@ -41,7 +41,7 @@ class AccountingConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    spool_dir: str = Field("var/spool", description="Local directory for the usage spool; one subdirectory per replica.")
+    spool_dir: str = Field("var/spool", description="Node-local directory for the usage spool, one subdirectory per replica; may name environment variables ($VAR, ~), expanded on each node.")
     sync_mode: str = Field("batch", description="'batch': group fsync every fsync_interval_s; 'always': fsync per record.")
     fsync_interval_s: float = Field(0.05, gt=0, description="Max seconds of records a power loss can take (batch mode).")
     flush_interval_s: float = Field(1.0, gt=0, description="How often the spool is copied into the database.")

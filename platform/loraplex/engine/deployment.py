@@ -28,8 +28,10 @@ class Engine:
     """Serve replica around VLLMEngine. `engine_cls` is injectable so tests can swap the engine,
     `metrics_sink` so they can read what the replica records (default: Ray's metrics)."""
 
-    async def __init__(self, config: PlatformConfig, engine_cls: type = VLLMEngine, metrics_sink=None):
+    async def __init__(self, config: PlatformConfig, engine_cls: type = VLLMEngine, metrics_sink=None,
+                       home_node_id: str | None = None):
         from loraplex.accounting import UsageLedger
+        from loraplex.cluster import check_model_on_this_node, check_on_replica, for_this_node
         from loraplex.db import make_engine
         from loraplex.registry import AdapterStore
         from loraplex.registry.catalog import AdapterCatalog
@@ -39,6 +41,11 @@ class Engine:
         except Exception:  # outside Serve (unit tests)
             replica_id = "local"
         self.replica_id = replica_id
+        # Node-local state away from the node the app was deployed on, or a model this node
+        # cannot read: refuse to start, with the fix (loraplex/cluster.py).
+        check_on_replica(config, home_node_id, "Engine")
+        check_model_on_this_node(config.engine.model)
+        config = for_this_node(config)
         self.ready_probe_max_age_s = config.engine_deployment.ready_probe_max_age_s
         registry = config.registry
         store = AdapterStore(registry)
@@ -230,10 +237,14 @@ class Engine:
 
 def engine_deployment(deployment: EngineDeploymentConfig):
     """Apply serve.deployment with the config's resources; the class stays plain for tests."""
+    # With `autoscaling`, Serve sizes the pool between its min and max replicas; a `deployments:`
+    # entry's autoscaling_config (applied in place) replaces this one.
+    scaling = ({"autoscaling_config": deployment.autoscaling} if deployment.autoscaling is not None
+               else {"num_replicas": deployment.num_replicas})
     return serve.deployment(
         Engine,
         name="Engine",
-        num_replicas=deployment.num_replicas,
+        **scaling,
         max_ongoing_requests=deployment.max_ongoing_requests,
         health_check_period_s=deployment.health_check_period_s,
         health_check_timeout_s=deployment.health_check_timeout_s,

@@ -15,12 +15,16 @@ from loraplex.metrics.publisher import Publisher
 
 
 class Ingress:
-    def __init__(self, engine_handle, config: PlatformConfig):
+    def __init__(self, engine_handle, config: PlatformConfig, home_node_id: str | None = None):
         from loraplex.accounting import Accounting
+        from loraplex.cluster import check_on_replica, for_this_node
         from loraplex.db import make_engine
         from loraplex.registry.registry import build_registry
         from loraplex.tenancy import Tenancy
 
+        # Node-local state away from the node the app was deployed on: refuse (loraplex/cluster.py).
+        check_on_replica(config, home_node_id, "Ingress")
+        config = for_this_node(config)
         self.engine = ServeEngineClient(engine_handle)
         self.config = config
         context = serve.get_replica_context()
@@ -55,11 +59,11 @@ class Ingress:
         self.limiter.close()
         self.accounting.close()
 
-    async def engine_replica_health(self) -> tuple[int, int]:
+    async def engine_replica_health(self) -> tuple[int, int, str]:
         # serve.status() blocks on the controller; keep it off the event loop.
         status = (await asyncio.to_thread(serve.status)).applications[self.app_name].deployments["Engine"]
         counts = status.replica_states
-        return counts.get("RUNNING", 0), sum(counts.values())
+        return counts.get("RUNNING", 0), sum(counts.values()), str(getattr(status.status, "value", status.status))
 
 
 def shared_limiter(config: PlatformConfig, app_name: str, holder: str):

@@ -14,9 +14,13 @@ from loraplex.ingress.errors import APIError
 
 logger = logging.getLogger(__name__)
 
-# Returns (healthy replicas, total replicas) of the Engine deployment. Serve marks a replica
-# healthy only while its check_health, itself a fresh 1-token generation, keeps passing.
-ReplicaHealth = Callable[[], Awaitable[tuple[int, int]]]
+# Returns (healthy replicas, total replicas, Serve's deployment status) of the Engine deployment.
+# Serve marks a replica healthy only while its check_health, itself a fresh 1-token generation,
+# keeps passing.
+ReplicaHealth = Callable[[], Awaitable[tuple[int, int, str]]]
+# A replica starting or stopping because the pool is being resized (autoscaling, a new replica
+# count) is not a failure: /readyz stays 200 while Serve reports one of these.
+SCALING = {"UPSCALING", "DOWNSCALING"}
 
 
 class HealthRoutes:
@@ -43,9 +47,9 @@ class HealthRoutes:
             raise APIError(503, f"No engine replica could generate a token: {exc!r}", headers=unready) from exc
         body = {"status": "ready", "probe": probe}
         if self.replica_health is not None:
-            healthy, total = await self.replica_health()
-            body.update(healthy_replicas=healthy, replicas=total)
-            if healthy < total or total == 0:
+            healthy, total, status = await self.replica_health()
+            body.update(healthy_replicas=healthy, replicas=total, deployment_status=status)
+            if healthy == 0 or (healthy < total and status not in SCALING):
                 body["status"] = "degraded"
                 return JSONResponse(body, status_code=503, headers=unready)
         return JSONResponse(body)

@@ -159,7 +159,7 @@ def test_models_lists_engine_models(engine):
 
 def test_readyz_ready_when_probe_generates(engine):
     async def all_healthy():
-        return 2, 2
+        return 2, 2, "HEALTHY"
 
     body = make_client(engine, all_healthy).get("/readyz").json()
     assert body["status"] == "ready" and body["healthy_replicas"] == 2
@@ -174,10 +174,27 @@ def test_readyz_503_when_probe_fails():
 
 def test_readyz_503_when_a_replica_is_unhealthy(engine):
     async def one_of_two():
-        return 1, 2
+        return 1, 2, "UNHEALTHY"
 
     response = make_client(engine, one_of_two).get("/readyz")
     assert response.status_code == 503 and response.json()["status"] == "degraded"
+
+
+def test_readyz_stays_ready_while_the_pool_is_resized(engine):
+    """A replica starting (autoscaling up) or stopping (down) is not a failure: a load balancer
+    probing /readyz must not take the entry point out on every scaling step."""
+    for status in ("UPSCALING", "DOWNSCALING"):
+        async def resizing(status=status):
+            return 1, 2, status
+
+        response = make_client(engine, resizing).get("/readyz")
+        assert response.status_code == 200, (status, response.text)
+        assert response.json()["deployment_status"] == status
+
+    async def none_running():
+        return 0, 1, "UPSCALING"
+
+    assert make_client(engine, none_running).get("/readyz").status_code == 503
 
 
 def test_closing_a_stream_early_closes_the_engine_stream(engine):
