@@ -4,8 +4,9 @@
     python scripts/bench_overload.py [--duration 60] [--max-requests 900] [--overload-factor 3]
 
 It starts `serve run` of a config derived from serve_config.yaml (two Engine replicas with
-`num_cpus: 0.5`, `max_num_seqs: 4`, shedding `shed_requests: 1, max_requests: 64` and vLLM's
-priority scheduling, as tests/e2e/test_production.py; its own SQLite database, spool and port
+`num_cpus: 0.5`, `max_num_seqs: 4`, shedding `shed_requests: 1, max_requests: 5` (priority 0
+refused at 1 request in flight on a replica, 50 at 3, 100 at 5: lower priorities leave batch
+slots free for the top one) and vLLM's priority scheduling; its own SQLite database, spool and port
 in a temporary directory), then, in one run:
 1. capacity: a closed-loop ramp (concurrency 1, 2, 4, 8) of priority-100 tenants, so nothing is
    shed; capacity = the highest throughput (requests/s) of the ramp;
@@ -744,7 +745,9 @@ def main() -> int:
     ap.add_argument("--max-prompt-tokens", type=int, default=256)
     ap.add_argument("--max-tokens", type=int, default=32, help="cap of max_tokens (else the ShareGPT answer's length)")
     ap.add_argument("--shed-requests", type=int, default=1, help="engine_deployment.shedding.shed_requests")
-    ap.add_argument("--max-shed-requests", type=int, default=64, help="engine_deployment.shedding.max_requests")
+    ap.add_argument("--max-shed-requests", type=int, default=5,
+                    help="engine_deployment.shedding.max_requests (max_num_seqs + 1: the top priority "
+                         "finds a batch slot)")
     ap.add_argument("--kv-tokens", type=int, default=8192, help="KV cache per Engine replica, in tokens")
     ap.add_argument("--sample-s", type=float, default=0.5, help="RSS sampling period")
     ap.add_argument("--port", type=int, default=8100)

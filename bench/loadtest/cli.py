@@ -76,6 +76,9 @@ def parser() -> argparse.ArgumentParser:
                    help="adapter archive(s) to upload (cycled); default: the trained demo adapters")
     g.add_argument("--lora-mix", help="multi-LoRA comparison: scenarios of distinct adapters in flight, "
                    "e.g. base,1,8 (every request on an adapter, request i on adapter i mod n)")
+    g.add_argument("--lora-mix-concurrency", type=int,
+                   help="run the --lora-mix scenarios at this one concurrency, after the --sweep of the "
+                   "mixed workload: the curve, the plan and the multi-LoRA table from one command")
     g.add_argument("--system-chars", type=int, default=1200, help="each tenant's system prompt length (characters)")
     g.add_argument("--max-prompt-tokens", type=int, default=1024)
     g.add_argument("--max-output-tokens", type=int, default=512)
@@ -154,8 +157,13 @@ def main(argv: Optional[list[str]] = None) -> int:
         warnings.append("token lengths approximate (~4 characters a token): tokenizer not loaded")
     shares = _floats(a.adapter_share)
     scenarios: dict[str, Optional[int]] = {"mix": None}
+    if a.lora_mix_concurrency and not (a.lora_mix and level_name == "concurrency"):
+        raise SystemExit("loadtest: --lora-mix-concurrency goes with --lora-mix and a closed loop")
     if a.lora_mix:
-        scenarios = {s: (0 if s == "base" else int(s)) for s in a.lora_mix.split(",")}
+        lora = {s: (0 if s == "base" else int(s)) for s in a.lora_mix.split(",")}
+        if "mix" in lora:
+            raise SystemExit("loadtest: --lora-mix scenarios are base or a number of adapters")
+        scenarios = {**scenarios, **lora} if a.lora_mix_concurrency else lora
     workloads = {name: wl.build_workload(prompts, tenants=a.tenants, zipf_s=a.zipf, adapter_share=shares,
                                          adapters_per_tenant=a.adapters_per_tenant, system=system,
                                          rng=random.Random(a.seed + 1), source=source,
@@ -194,7 +202,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             per = results.setdefault(target.name, {})
             for sc, w in workloads.items():
                 lv = per.setdefault(sc, {"levels": [], "requests": []})
-                for level in levels:
+                for level in (levels if sc == "mix" or not a.lora_mix_concurrency else [a.lora_mix_concurrency]):
                     desc = f"{target.name} {sc} {level_name}={level if level is not None else 'trace'}"
                     if open_loop:
                         res = asyncio.run(run_open(target, w, level, burstiness=a.burstiness,
@@ -316,9 +324,10 @@ def markdown(doc: dict, results, slo: SLO, level_name: str, first_sc: str, plans
             if sc in results[b]:
                 lines += [f"workload `{sc}`:", "", report.comparison_table(a, results[a][sc]["levels"], b,
                                                                           results[b][sc]["levels"], level_name), ""]
-    if len(next(iter(results.values()))) > 1:
+    lora_scs = [sc for sc in next(iter(results.values())) if sc != "mix"]
+    if len(lora_scs) > 1:
         lines += ["", "## multi-LoRA: output tok/s by distinct adapters in flight", "",
-                  report.lora_table({t: {sc: v["levels"] for sc, v in per.items()} for t, per in results.items()})]
+                  report.lora_table({t: {sc: per[sc]["levels"] for sc in lora_scs} for t, per in results.items()})]
     if plot_path:
         lines += ["", f"Plot: `{plot_path}`"]
     return "\n".join(lines) + "\n"

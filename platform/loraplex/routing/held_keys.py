@@ -11,6 +11,10 @@ traffic. Two caps, either or both:
   sooner, as its cache does. A key's shared prefix is estimated as the shortest prompt the key
   has sent (a system prompt plus the shortest user turn), since the router does not read
   prompts for this policy.
+
+Each (replica, key) also keeps when this router first saw the replica hold the key (a logical
+clock): the policy ranks a key's holders oldest first, so a key that spilled onto a replica
+that joined returns to the replica it had before instead of following the load there.
 """
 from collections import OrderedDict
 from collections.abc import Iterable
@@ -29,6 +33,12 @@ class HeldKeys:
         self._by_key: dict[str, set[str]] = {}
         self._shared: dict[str, int] = {}  # shortest prompt seen per key still held somewhere
         self._tails = count()
+        self._since: dict[str, dict[str, int]] = {}  # key -> replica -> clock when first held
+        self._clock = 0
+
+    def since(self, key: str) -> dict[str, int]:
+        """When this router first saw each holder hold the key (smaller: longer held)."""
+        return self._since.get(key, {})
 
     def holders(self, key: str) -> set[str]:
         return self._by_key.get(key, set())
@@ -37,8 +47,16 @@ class HeldKeys:
         """The replica's keys, least recent first."""
         return [k for kind, k in self._lru.get(replica_id, ()) if kind == "k"]
 
-    def add(self, replica_id: str, key: str, prompt_tokens: int = 0) -> None:
-        """A request of `key` with `prompt_tokens` (0 if unknown) went to the replica."""
+    def add(self, replica_id: str, key: str, prompt_tokens: int = 0,
+            since: int | None = None) -> None:
+        """A request of `key` with `prompt_tokens` (0 if unknown) went to the replica.
+        `since` (default: now) is when the replica started holding the key, if it is new."""
+        held_since = self._since.setdefault(key, {})
+        if replica_id not in held_since:
+            if since is None:
+                self._clock += 1
+                since = self._clock
+            held_since[replica_id] = since
         lru = self._lru.setdefault(replica_id, OrderedDict())
         shared = self._shared.get(key)
         shared = prompt_tokens if shared is None else min(shared, prompt_tokens)
@@ -52,10 +70,13 @@ class HeldKeys:
         self._evict(replica_id, lru)
 
     def replace(self, replica_id: str, keys: Iterable[str]) -> None:
-        """Take an engine's report (least recent first) as the truth for that replica."""
+        """Take an engine's report (least recent first) as the truth for that replica.
+        Keys it held before keep their age; keys new to it count from now, without advancing
+        the clock, so the reports of one stats round are equally old."""
+        before = {key: self._since[key][replica_id] for key in self.keys(replica_id)}
         self.remove_replica(replica_id)
         for key in keys:
-            self.add(replica_id, key, self._shared.get(key, 0))
+            self.add(replica_id, key, self._shared.get(key, 0), before.get(key, self._clock))
 
     def remove_replica(self, replica_id: str) -> None:
         lru = self._lru.pop(replica_id, None)
@@ -93,6 +114,8 @@ class HeldKeys:
     def _forget(self, key: str, replica_id: str) -> None:
         owners = self._by_key[key]
         owners.discard(replica_id)
+        self._since.get(key, {}).pop(replica_id, None)
         if not owners:
             del self._by_key[key]
             self._shared.pop(key, None)
+            self._since.pop(key, None)

@@ -23,7 +23,7 @@ class TenantAffinityPolicy(RoutingPolicy):
     keys_per_replica / tokens_per_replica: how much the router remembers per replica (see
     HeldKeys); tokens_per_replica is the replica's prefix-cache capacity in tokens.
     A replica's load is ReplicaSnapshot.load (in flight, plus what its engine queues); its KV
-    usage breaks ties between equally loaded replicas.
+    usage breaks ties between equally loaded replicas. A key's holders go longest holder first.
     """
 
     name = "tenant_affinity"
@@ -45,7 +45,8 @@ class TenantAffinityPolicy(RoutingPolicy):
     def rank(self, request: RouteRequest, replicas: Sequence[ReplicaSnapshot]) -> list[str]:
         loads = {r.replica_id: r.load for r in replicas}
         return rank_tenant_affinity(request.key, loads, self.holders(request, replicas), self.c, self.min_bound,
-                                    self.c_new, {r.replica_id: r.kv_usage for r in replicas})
+                                    self.c_new, {r.replica_id: r.kv_usage for r in replicas},
+                                    self.held.since(request.key))
 
     def holders(self, request: RouteRequest, replicas: Sequence[ReplicaSnapshot]) -> set[str]:
         tracked = self.held.holders(request.key)

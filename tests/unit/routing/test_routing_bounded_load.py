@@ -54,19 +54,27 @@ def test_first_choice_never_exceeds_the_bound(case):
 
 
 @relaxed
-@given(cases_new())
-def test_prefers_least_loaded_holder_then_rendezvous_order(case):
+@given(cases_new(), st.data())
+def test_prefers_the_longest_holder_then_rendezvous_order(case, data):
     key, loads, holders, c, c_new = case
+    since = data.draw(st.dictionaries(st.sampled_from(sorted(loads)), st.integers(0, 5)))
     total, n = sum(loads.values()), len(loads)
     bound = load_bound(total, n, c)
     new_bound = min(bound, load_bound(total, n, c_new)) if c_new is not None else bound
-    first = rank_tenant_affinity(key, loads, holders, c, c_new=c_new)[0]
+    first = rank_tenant_affinity(key, loads, holders, c, c_new=c_new, held_since=since)[0]
     fitting_holders = [r for r in holders if fits(loads, r, bound)]
     order = rendezvous_order(key, loads)
     roomy = [r for r in order if r not in holders and fits(loads, r, new_bound)]
     if fitting_holders:
-        assert first in holders
-        assert loads[first] == min(loads[r] for r in fitting_holders)
+        least = min(loads[r] for r in fitting_holders)
+        slack = max(1, int(0.05 * total / n))
+        near = [r for r in fitting_holders if loads[r] <= least + slack]
+        oldest = min(since.get(r, float("inf")) for r in near)
+        # Of the holders about as loaded as the least loaded one, the longest holder; among as
+        # old ones (or of unknown age) the least loaded.
+        oldest_holders = [r for r in near if since.get(r, float("inf")) == oldest]
+        assert first in oldest_holders
+        assert loads[first] == min(loads[r] for r in oldest_holders)
     elif roomy:
         # A replica that lacks the key takes it only with room under c_new x the mean ...
         assert first == roomy[0]
@@ -94,6 +102,25 @@ def test_new_keys_go_where_there_is_room_held_keys_stay():
     assert rank_tenant_affinity("t", loads, c=1.25, c_new=1.1)[0] == order[1]
     # Once the home holds the key, it keeps it up to the full bound.
     assert rank_tenant_affinity("t", loads, {order[0]}, c=1.25, c_new=1.1)[0] == order[0]
+
+
+def test_a_spilled_key_returns_to_its_first_replica_while_it_has_room():
+    # "old" held the key first; it spilled onto "new" (which joined) when "old" was full.
+    loads = {"old": 2, "new": 1}  # within the slack of 1 request
+    assert rank_tenant_affinity("t", loads, {"old", "new"}, c=1.25,
+                                held_since={"old": 1, "new": 7})[0] == "old"
+    # Full (bound ceil(1.25 x 5 / 2) = 4 < 4 + 1): the newer holder takes it.
+    loads = {"old": 4, "new": 1}
+    assert rank_tenant_affinity("t", loads, {"old", "new"}, c=1.25,
+                                held_since={"old": 1, "new": 7})[0] == "new"
+    # Far more loaded than the other holder (slack 0.05 x the mean 50 = 2 requests): least
+    # loaded first, as without ages.
+    loads = {"old": 52, "new": 49}
+    assert rank_tenant_affinity("t", loads, {"old", "new"}, c=1.25,
+                                held_since={"old": 1, "new": 7})[0] == "new"
+    loads = {"old": 51, "new": 49}
+    assert rank_tenant_affinity("t", loads, {"old", "new"}, c=1.25,
+                                held_since={"old": 1, "new": 7})[0] == "old"
 
 
 def test_falls_back_to_least_loaded_when_nothing_fits():

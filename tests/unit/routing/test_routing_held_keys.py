@@ -106,3 +106,25 @@ def test_a_report_resets_the_key_count():
     held.add("r0", "b")
     held.replace("r0", ["c", "d"])
     assert held.keys("r0") == ["c", "d"] and held.holders("a") == set()
+
+
+def test_holders_keep_their_age_across_reports():
+    held = HeldKeys(keys_per_replica=10)
+    held.add("old", "t")
+    held.add("new", "u")
+    held.add("new", "t")  # spilled onto the replica that joined
+    assert held.since("t")["old"] < held.since("t")["new"]
+    held.add("old", "t")  # serving it again does not make it younger
+    held.replace("old", ["u", "t"])  # a report keeps the age of a key it still lists
+    assert held.since("t")["old"] < held.since("t")["new"]
+    held.replace("new", ["u"])  # the engine evicted t
+    assert set(held.since("t")) == {"old"}
+    held.replace("old", [])
+    assert held.since("t") == {}
+
+
+def test_keys_first_seen_in_one_stats_round_are_equally_old():
+    held = HeldKeys(keys_per_replica=10)
+    held.replace("a", ["t"])
+    held.replace("b", ["t"])
+    assert held.since("t")["a"] == held.since("t")["b"]

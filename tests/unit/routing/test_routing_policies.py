@@ -98,10 +98,21 @@ def test_tenant_affinity_breaks_load_ties_on_kv_usage():
     ids = [r.replica_id for r in replicas]
     order = rendezvous_order("acme", ids)
     for r in order[:2]:
-        policy.on_routed(RouteRequest("acme"), r)
+        policy.on_stats(r, ["acme"])  # one stats round: both hold it, equally long
     assert policy.rank(RouteRequest("acme"), replicas)[:2] == order[:2]  # rendezvous order
     replicas[ids.index(order[0])].kv_usage = 0.9
     assert policy.rank(RouteRequest("acme"), replicas)[:2] == [order[1], order[0]]
+
+
+def test_tenant_affinity_keeps_a_key_on_its_first_holder_after_a_spill():
+    policy = TenantAffinityPolicy()
+    replicas = snaps(0, 0)
+    first, joined = [r.replica_id for r in replicas]
+    policy.on_routed(RouteRequest("acme"), first)
+    policy.on_routed(RouteRequest("acme"), joined)  # spilled while the first one was full
+    assert policy.rank(RouteRequest("acme"), snaps(1, 0))[0] == first  # room again: back home
+    policy.on_stats(first, ["acme"])  # reports keep the age
+    assert policy.rank(RouteRequest("acme"), snaps(1, 0))[0] == first
 
 
 def test_tenant_affinity_places_a_new_key_only_where_there_is_room_to_spare():
