@@ -110,9 +110,11 @@ def write_config(tmp: Path, args) -> Path:
     # The KV cache by size, not as a share of host RAM (0.25 of 24 GiB per replica).
     a["engine"]["engine_kwargs"] = {"kv_cache_memory_bytes": args.kv_tokens * KV_BYTES_PER_TOKEN}
     a["engine_deployment"].update(
-        num_replicas=2, num_cpus=0.5,
-        shedding={"shed_requests": args.shed_requests, "max_requests": args.max_shed_requests},
+        num_cpus=0.5, shedding={"shed_requests": args.shed_requests, "max_requests": args.max_shed_requests},
     )
+    # The replica count where an operator sets it: the `deployments:` entry wins over args.
+    [engine] = [d for d in config["applications"][0]["deployments"] if d["name"] == "Engine"]
+    engine["num_replicas"] = 2
     path = tmp / "serve_config.yaml"
     path.write_text(yaml.safe_dump(config))
     return path

@@ -17,7 +17,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Optional
 
-from bench.loadtest import report, targets, workload as wl
+from bench.loadtest import report, targets, vllm_bench, workload as wl
 from bench.loadtest.client import Target
 from bench.loadtest.runner import run_closed, run_open
 from bench.loadtest.stats import SLO, capacity, cost_summary, summarize
@@ -79,6 +79,10 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--lora-mix-concurrency", type=int,
                    help="run the --lora-mix scenarios at this one concurrency, after the --sweep of the "
                    "mixed workload: the curve, the plan and the multi-LoRA table from one command")
+    g.add_argument("--vllm-bench", action="store_true",
+                   help="also run `vllm bench serve` against each target with the `base` workload of --lora-mix "
+                   "(or the workload's base-model requests) at --lora-mix-concurrency (or --concurrency), and "
+                   "put its figures next to this tool's at that level")
     g.add_argument("--system-chars", type=int, default=1200, help="each tenant's system prompt length (characters)")
     g.add_argument("--max-prompt-tokens", type=int, default=1024)
     g.add_argument("--max-output-tokens", type=int, default=512)
@@ -193,6 +197,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         plan.append(("vllm", lambda: targets.start_bare_vllm(eng, a.port, out, setup_wl, archives, omp_threads=omp)))
 
     results: dict[str, dict] = {}
+    cross: dict[str, tuple] = {}  # target -> (loadtest level, vllm bench figures)
+    first_scenario = next(iter(scenarios))
+    if a.vllm_bench and level_name != "concurrency":
+        raise SystemExit("loadtest: --vllm-bench compares at one closed-loop concurrency")
     t_start = time.time()
     for name, ctx in plan:
         t0 = time.time()
@@ -219,6 +227,16 @@ def main(argv: Optional[list[str]] = None) -> int:
                     print(f"loadtest: {desc}: {s['ok']}/{s['requests']} ok, {s['output_tokens_per_s']:.1f} output tok/s, "
                           f"TTFT P95 {_s(s['ttft_p95'])} s, TPOT P95 {_s(s['tpot_p95'], 1e3)} ms: "
                           f"{'meets SLO' if met else 'misses SLO: ' + '; '.join(why)}", file=sys.stderr)
+            if a.vllm_bench:
+                sc = "base" if "base" in workloads else first_scenario
+                conc = a.lora_mix_concurrency or a.concurrency or 1
+                lt = next((x for x in per[sc]["levels"] if x["level"] == conc), None)
+                vb = vllm_bench.run(target, workloads[sc], conc, out, a.tokenizer or eng.model,
+                                    ignore_eos=a.ignore_eos)
+                if lt and vb:
+                    cross[target.name] = (lt, vb)
+                    print(f"loadtest: vllm bench serve against {target.name}: {vb['output_tokens_per_s']:.1f} output "
+                          f"tok/s, TTFT P50 {_s(vb['ttft_p50'])} s", file=sys.stderr)
 
     # -- capacity, cost, reports -------------------------------------------------------------------
     first_sc = next(iter(scenarios))
@@ -243,11 +261,15 @@ def main(argv: Optional[list[str]] = None) -> int:
                 "source": slo_source},
         "plan": plans, "plot": str(plot_path) if plot_path else None,
         "targets": {t: {sc: {"levels": v["levels"]} for sc, v in per.items()} for t, per in results.items()},
+        "vllm_bench": {t: vb for t, (_, vb) in cross.items()},
     }
     (out / "results.json").write_text(json.dumps(doc_out, indent=1, default=str))
     (out / "requests.json").write_text(json.dumps({t: {sc: v["requests"] for sc, v in per.items()}
                                                    for t, per in results.items()}, default=str))
     md = markdown(doc_out, results, slo, level_name, first_sc, plans, plot_path, warnings)
+    if cross:
+        md += ("\n## cross-check: `vllm bench serve` on the same requests, same concurrency\n\n"
+               + vllm_bench.table(cross) + "\n")
     (out / "summary.md").write_text(md)
     print(md)
     print(f"loadtest: results in {out}/ (results.json, requests.json, summary.md"

@@ -282,6 +282,9 @@ def start_bare_vllm(engine_cfg, port: int, log_dir: Path, workload, adapter_arch
         extra = {}
         if omp_threads and "OMP_NUM_THREADS" not in os.environ:
             extra["OMP_NUM_THREADS"] = str(omp_threads)  # what Ray gives an actor with num_cpus
+        if "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
+            # What the Engine replica sets on the CPU backend (vllm_engine.unpin_cpu_workers).
+            extra["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                                 env=_env(mark, extra))
         try:

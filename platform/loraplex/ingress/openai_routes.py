@@ -224,8 +224,11 @@ class OpenAIRoutes:
                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
             )
         # A non-stream reply is one chunk; drain to the end so the close is not a disconnect.
-        async for _ in items:
-            pass
+        try:
+            async for _ in items:
+                pass
+        except Exception as exc:  # the replica died after the whole reply: the client gets it
+            self._bill_engine_lost(call, first, exc)
         return Response(first.data, media_type="application/json")
 
     async def _sse(self, call: EngineCall, first: EngineChunk, items: AsyncIterator) -> AsyncIterator[bytes]:

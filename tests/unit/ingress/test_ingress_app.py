@@ -135,6 +135,18 @@ def test_engine_lost_mid_stream_ends_with_an_error_event_then_done():
     assert events[3] == "data: [DONE]"
 
 
+def test_engine_lost_after_a_whole_non_stream_reply_still_returns_it():
+    def dies_after_reply(method, call, request):
+        yield RESPONSE
+        raise RuntimeError("ActorDiedError")
+
+    client = make_client(FakeEngineClient(dies_after_reply))
+    response = client.post("/v1/chat/completions", json=CHAT)
+    assert response.status_code == 200, response.text
+    assert response.json() == RESPONSE
+    assert client.post("/v1/chat/completions", json={**CHAT, "stream": True}).status_code == 200
+
+
 def test_sse_bytes_pass_through_one_message_per_engine_chunk():
     """The ingress does no per-token work: each coalesced EngineChunk is one body message."""
     batch = "".join(SSE[:2]).encode()
