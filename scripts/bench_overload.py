@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Overload: the real `serve run` at several times its measured capacity, real ShareGPT prompts.
 
-    python scripts/bench_overload.py [--duration 60] [--max-requests 900] [--overload-factor 3]
+    python scripts/bench_overload.py [--duration 90] [--max-requests 900] [--overload-factor 3]
 
 It starts `serve run` of a config derived from serve_config.yaml (two Engine replicas with
 `num_cpus: 0.5`, `max_num_seqs: 4`, shedding `shed_requests: 1, max_requests: 5` (priority 0
@@ -12,9 +12,10 @@ in a temporary directory), then, in one run:
    shed; capacity = the highest throughput (requests/s) of the ramp;
 2. unloaded latency of the gold tenant (priority 100): its prompt pool, one request at a time;
 3. the overload: Poisson arrivals at --overload-factor x capacity for --duration s (at most
-   --max-requests), from tenants made through the admin API: gold (priority 100, modest share),
-   silver (priority 50), capped (priority 50 and a `requests_per_minute` limit, set with PATCH
-   once capacity is known, so 429s appear) and bronze (priority 0, most of the flood);
+   --max-requests), from tenants made through the admin API: gold (priority 100, 8 % of the
+   arrivals: about a quarter of capacity), silver (priority 50), capped (priority 50 and a
+   `requests_per_minute` limit, set with PATCH once capacity is known, so 429s appear) and
+   bronze (priority 0, most of the flood);
 4. a table per tenant (offered, admitted, 429, 503, other, latency), gold's p95 loaded vs
    unloaded (target <= 2x), Retry-After on every 429/503;
 5. peak RSS per kind of process of the run's process tree during the overload (psutil, every
@@ -700,8 +701,10 @@ async def bench(args, run: ServeRun, client: Client, db_path: Path, prompts: lis
     for r in client.results:
         if r.status == 429:
             seen[(r.tenant, f"429:{r.code}")] += 1
-        elif r.status == 503:
-            seen[(r.tenant, "503")] += 1
+        elif r.status == 503:  # as the ingress records the reason (openai_routes)
+            kind = kind_of_503(r.message)
+            seen[(r.tenant, "503:shed" if kind.startswith("shed") else
+                  "503:queue_full" if kind == "Serve queue full" else "503")] += 1
     deadline = time.time() + 20
     while True:
         counted = Counter({(tenant_ids.get(t, t), reason): n for (t, reason), n in rejection_counts(db_path).items()})
@@ -732,10 +735,10 @@ def interrupted(signum, frame):
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--duration", type=float, default=60, help="seconds of open-loop arrivals")
+    ap.add_argument("--duration", type=float, default=90, help="seconds of open-loop arrivals")
     ap.add_argument("--max-requests", type=int, default=900, help="at most this many open-loop arrivals")
     ap.add_argument("--overload-factor", type=float, default=3.0, help="open-loop rate / measured capacity")
-    ap.add_argument("--shares", type=parse_shares, default=parse_shares("gold=0.15,silver=0.1,capped=0.15,bronze=0.6"),
+    ap.add_argument("--shares", type=parse_shares, default=parse_shares("gold=0.08,silver=0.12,capped=0.15,bronze=0.65"),
                     help="each tenant's share of the arrivals")
     ap.add_argument("--capped-rpm", type=int, default=None,
                     help="capped's requests_per_minute (default: --capped-fraction of what it offers)")
