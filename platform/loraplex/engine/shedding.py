@@ -6,7 +6,9 @@ limit) is refused once the replica's requests in flight (running + waiting in vL
 `shed_requests + (max_requests - shed_requests) * p / 100`, or its KV-cache usage reaches
 `shed_kv_usage + (max_kv_usage - shed_kv_usage) * p / 100`. So while a low-priority tenant is
 shed, a high-priority one is still admitted (and scheduled first by vLLM's priority policy),
-up to the hard `max_*` bounds that hold for all.
+up to the hard `max_*` bounds that hold for all. `requests_by_priority` replaces the straight
+line by points (priority -> requests in flight), for a ladder that sheds the middle priorities
+early while the top one keeps a deep queue.
 
 The check runs on the replica the router picked (its least-loaded choice for the request), on
 that replica's live count of its own requests: no stale view from another process.
@@ -15,9 +17,10 @@ that replica's live count of its own requests: no stale view from another proces
 from __future__ import annotations
 
 import time
+from bisect import bisect_right
 from typing import Callable, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class SheddingConfig(BaseModel):
@@ -35,6 +38,13 @@ class SheddingConfig(BaseModel):
         128, ge=0, description="Requests in flight at which every request is refused (priority 100); "
         "priorities in between are refused at a linear share of the way.",
     )
+    requests_by_priority: Optional[dict[int, int]] = Field(
+        None,
+        description="Requests in flight on a replica at which each listed priority is refused, "
+        "e.g. {0: 1, 50: 2, 100: 8}: a priority between two listed ones is refused at the linear "
+        "share of the way, one below the lowest or above the highest at that point's count. "
+        "Replaces shed_requests / max_requests when set; counts may not fall as priority rises.",
+    )
     shed_kv_usage: float = Field(
         0.95, gt=0, le=1, description="KV-cache usage (0..1) at which priority-0 requests are refused."
     )
@@ -43,6 +53,35 @@ class SheddingConfig(BaseModel):
     sample_period_s: float = Field(
         0.25, gt=0, description="How long the replica reuses one reading of vLLM's KV-usage gauge."
     )
+
+    @field_validator("requests_by_priority")
+    @classmethod
+    def _ladder(cls, value: Optional[dict[int, int]]) -> Optional[dict[int, int]]:
+        if value is None:
+            return None
+        if not value:
+            raise ValueError("requests_by_priority needs at least one priority: count")
+        if any(not 0 <= p <= 100 for p in value) or any(n < 0 for n in value.values()):
+            raise ValueError("requests_by_priority: priorities are 0..100 and counts at least 0")
+        counts = [value[p] for p in sorted(value)]
+        if counts != sorted(counts):
+            raise ValueError("requests_by_priority: a higher priority may not be refused at fewer requests "
+                             f"in flight than a lower one (got {value})")
+        return value
+
+    def requests_limit(self, priority: int) -> float:
+        """Requests in flight at which a request of this priority is refused."""
+        p = min(max(priority, 0), 100)
+        if self.requests_by_priority is None:
+            return self.shed_requests + (self.max_requests - self.shed_requests) * p / 100
+        points = sorted(self.requests_by_priority.items())
+        i = bisect_right([q for q, _ in points], p)
+        if i == 0:
+            return points[0][1]
+        if i == len(points):
+            return points[-1][1]
+        (p0, n0), (p1, n1) = points[i - 1], points[i]
+        return n0 + (n1 - n0) * (p - p0) / (p1 - p0)
 
     @model_validator(mode="after")
     def _ordered(self) -> "SheddingConfig":
@@ -73,7 +112,7 @@ class LoadShedder:
             return None
         share = min(max(priority, 0), 100) / 100
         in_flight = self.in_flight()
-        if in_flight >= c.shed_requests + (c.max_requests - c.shed_requests) * share:
+        if in_flight >= c.requests_limit(priority):
             reason = f"{in_flight} requests are in flight on this engine replica"
         elif (kv := self.kv_usage()) >= c.shed_kv_usage + (c.max_kv_usage - c.shed_kv_usage) * share:
             reason = f"its KV cache is {kv:.0%} full"

@@ -46,3 +46,28 @@ def test_the_kv_gauge_is_read_once_per_sample_period_and_the_count_every_time():
 def test_bounds_must_be_ordered():
     with pytest.raises(ValidationError):
         SheddingConfig(shed_requests=10, max_requests=5)
+
+
+def test_a_ladder_by_priority_sheds_the_middle_early_and_keeps_the_top_deep():
+    load = [1]
+    s = shedder(load, requests_by_priority={0: 1, 50: 2, 100: 8})
+    assert s.refusal(0) is not None and s.refusal(50) is None  # p0 refused at 1 in flight
+    load[0] = 2
+    assert s.refusal(50) is not None and s.refusal(60) is None  # 2 + 6 x 0.2 = 3.2
+    load[0] = 7
+    assert s.refusal(83) is not None and s.refusal(99) is None  # 5.96 and 7.88 vs 7
+    load[0] = 8
+    assert s.refusal(100) is not None
+
+
+def test_a_ladder_holds_its_ends_outside_the_listed_priorities():
+    config = SheddingConfig(requests_by_priority={20: 4, 80: 10})
+    assert config.requests_limit(0) == 4 and config.requests_limit(20) == 4
+    assert config.requests_limit(50) == 7
+    assert config.requests_limit(100) == 10 and config.requests_limit(80) == 10
+
+
+@pytest.mark.parametrize("ladder", [{}, {0: 5, 50: 3}, {101: 3}, {0: -1}])
+def test_a_ladder_must_be_valid(ladder):
+    with pytest.raises(ValidationError):
+        SheddingConfig(requests_by_priority=ladder)

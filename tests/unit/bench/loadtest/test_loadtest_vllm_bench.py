@@ -8,11 +8,11 @@ def test_the_dataset_holds_the_base_requests_with_their_system_prompts_and_lengt
     w = Workload([Tenant("t0", "You are terse."), Tenant("t1", "")], [(0, 0)],
                  [RequestSpec(0, 0, None, "hi?", 7), RequestSpec(1, 0, 0, "on an adapter", 5),
                   RequestSpec(2, 1, None, "no system", 3)], "test", True)
-    path = tmp_path / "d.jsonl"
+    path = tmp_path / "d.json"
     assert vllm_bench.write_dataset(w, path) == 2
-    rows = [json.loads(x) for x in path.read_text().splitlines()]
-    assert rows == [{"prompt": "You are terse.\n\nhi?", "output_tokens": 7},
-                    {"prompt": "no system", "output_tokens": 3}]
+    rows = json.loads(path.read_text())
+    assert [[t["value"] for t in r["conversations"]] for r in rows] == [
+        ["You are terse.\n\nhi?", " the" * 7], ["no system", " the" * 3]]
 
 
 def test_the_table_puts_both_tools_side_by_side():
