@@ -10,14 +10,16 @@ batch slots free for the top one) and vLLM's priority scheduling; its own SQLite
 in a temporary directory), then, in one run:
 1. capacity: a closed-loop ramp (concurrency 1, 2, 4, 8) of priority-100 tenants, so nothing is
    shed; capacity = the highest throughput (requests/s) of the ramp;
-2. unloaded latency of the gold tenant (priority 100): its prompt pool, one request at a time;
+2. unloaded latency of the gold tenant (priority 100): its prompt pool, one request at a time,
+   then its own overload arrivals (Poisson at its share of the overload rate) with no other tenant;
 3. the overload: Poisson arrivals at --overload-factor x capacity for --duration s (at most
    --max-requests), from tenants made through the admin API: gold (priority 100, 8 % of the
    arrivals: about a quarter of capacity), silver (priority 50), capped (priority 50 and a
    `requests_per_minute` limit, set with PATCH once capacity is known, so 429s appear) and
    bronze (priority 0, most of the flood);
-4. a table per tenant (offered, admitted, 429, 503, other, latency), gold's p95 loaded vs
-   unloaded (target <= 2x), Retry-After on every 429/503;
+4. a table per tenant (offered, admitted, 429, 503, other, latency), gold's p95 under overload
+   against its own traffic alone (target <= 2x: what the other tenants cost it) and against one
+   request at a time, Retry-After on every 429/503;
 5. peak RSS per kind of process of the run's process tree during the overload (psutil, every
    --sample-s), the CPU each kind used, what else used the machine's CPUs meanwhile, and the
    vLLM workers' CPU affinity;
@@ -55,7 +57,7 @@ import threading
 import time
 import uuid
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional
 
@@ -415,7 +417,7 @@ async def closed_loop(client: Client, tenants: list[Tenant], prompts, n: int, co
 
 
 async def open_loop(client: Client, tenants: list[Tenant], rate: float, duration: float, max_requests: int,
-                    prompts_of: dict, rng: random.Random):
+                    prompts_of: dict, rng: random.Random, phase: str = "overload"):
     """Poisson arrivals at `rate`, each from a tenant drawn by share; returns (results, window s)."""
     schedule, t = [], 0.0
     weights = [x.share for x in tenants]
@@ -431,7 +433,7 @@ async def open_loop(client: Client, tenants: list[Tenant], rate: float, duration
         delay = started + at - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
-        tasks.append(asyncio.create_task(client.chat(tenant, next(prompts_of[tenant.name]), "overload")))
+        tasks.append(asyncio.create_task(client.chat(tenant, next(prompts_of[tenant.name]), phase)))
     lag = time.perf_counter() - started - schedule[-1][0] if schedule else 0.0
     return await asyncio.gather(*tasks), window, lag
 
@@ -546,6 +548,18 @@ async def bench(args, run: ServeRun, client: Client, db_path: Path, prompts: lis
             unloaded.append(r.latency)
     out(f"\n## 2. gold unloaded: {len(unloaded)} sequential requests (its pool of {len(gold_pool)} prompts): "
         f"p50 {fmt_s(pct(unloaded, .5))} s, p95 {fmt_s(pct(unloaded, .95))} s", flush=True)
+    # Gold's own traffic alone: the same Poisson arrivals it gets in the overload, no other
+    # tenant. Gold then shares its replica with its own requests only: what the overload adds
+    # on top of that is what the other tenants cost it.
+    gold_rate = args.overload_factor * capacity * tenants["gold"].share
+    alone_results, _, _ = await open_loop(client, [replace(tenants["gold"], share=1.0)], gold_rate,
+                                          args.alone_duration, args.max_requests,
+                                          {"gold": itertools.cycle(gold_pool)}, random.Random(args.seed + 1), "alone")
+    alone = [r.latency for r in alone_results if r.status == 200]
+    if len(alone) != len(alone_results):
+        failures.append(f"gold alone: {len(alone_results) - len(alone)} requests not 200")
+    out(f"gold alone at its overload arrival rate ({gold_rate:.2f} requests/s, Poisson, {args.alone_duration:g} s, "
+        f"{len(alone)} requests): p50 {fmt_s(pct(alone, .5))} s, p95 {fmt_s(pct(alone, .95))} s", flush=True)
 
     # 3. The overload, memory sampled over the run's process tree.
     sampler = ProcessSampler(run.proc.pid, args.sample_s)
@@ -592,9 +606,12 @@ async def bench(args, run: ServeRun, client: Client, db_path: Path, prompts: lis
     loaded = [r.latency for r in by["gold"] if r.status == 200]
     p95_u, p95_l = pct(unloaded, .95), pct(loaded, .95)
     ratio = p95_l / p95_u if unloaded and loaded else float("nan")
-    out(f"gold p95: unloaded {fmt_s(p95_u)} s, under overload {fmt_s(p95_l)} s ({len(loaded)} requests): "
-        f"{ratio:.2f}x (target <= 2x: {'MET' if ratio <= 2 else 'MISSED'}); "
-        f"p50 {fmt_s(pct(unloaded, .5))} s -> {fmt_s(pct(loaded, .5))} s")
+    p95_a = pct(alone, .95)
+    ratio_alone = p95_l / p95_a if alone and loaded else float("nan")
+    out(f"gold p95: one at a time {fmt_s(p95_u)} s, its own traffic alone {fmt_s(p95_a)} s, under overload "
+        f"{fmt_s(p95_l)} s ({len(loaded)} requests): {ratio_alone:.2f}x its own traffic alone (target <= 2x: "
+        f"{'MET' if ratio_alone <= 2 else 'MISSED'}), {ratio:.2f}x one at a time; "
+        f"p50 {fmt_s(pct(unloaded, .5))} s / {fmt_s(pct(alone, .5))} s -> {fmt_s(pct(loaded, .5))} s")
     refusals = [r for r in results if r.status in (429, 503)]
     missing = [r for r in refusals if not (r.retry_after or "").strip().isdigit()]
     values = Counter(r.retry_after for r in refusals)
@@ -740,6 +757,8 @@ def interrupted(signum, frame):
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--duration", type=float, default=90, help="seconds of open-loop arrivals")
+    ap.add_argument("--alone-duration", type=float, default=60,
+                    help="seconds of gold's own arrivals alone (its latency without the other tenants)")
     ap.add_argument("--max-requests", type=int, default=900, help="at most this many open-loop arrivals")
     ap.add_argument("--overload-factor", type=float, default=3.0, help="open-loop rate / measured capacity")
     ap.add_argument("--shares", type=parse_shares, default=parse_shares("gold=0.08,silver=0.12,capped=0.15,bronze=0.65"),
