@@ -19,6 +19,8 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+from bench.loadtest.report import _f
+
 _RUN_CLI = """
 import importlib.metadata as md, sys
 real = md.version
@@ -100,7 +102,3 @@ def table(runs: dict[str, tuple[dict, dict]]) -> str:
                     f"{_f(vb['ttft_p50'])} | {_f(lt['tpot_p50'], 1, 1e3)} | {_f(vb['tpot_p50'], 1, 1e3)} | "
                     f"{vb['completed']}/{vb['requests']} |")
     return "\n".join([head, *rows])
-
-
-def _f(x, digits=2, scale=1.0) -> str:
-    return "-" if x is None else f"{x * scale:.{digits}f}"
