@@ -19,6 +19,7 @@ from typing import Optional
 
 from bench.loadtest import report, targets, vllm_bench, workload as wl
 from bench.loadtest.client import Target
+from bench.loadtest.cpu_load import cpu_load
 from bench.loadtest.runner import run_closed, run_open
 from bench.loadtest.stats import SLO, capacity, cost_summary, summarize
 
@@ -42,6 +43,9 @@ def parser() -> argparse.ArgumentParser:
                    help="then start vLLM's own OpenAI server with the same model and engine args on --port "
                         "and run the same workload against it")
     g.add_argument("--bare-only", action="store_true", help="only the bare vLLM server")
+    g.add_argument("--bare-with-load", type=float, metavar="CORES",
+                   help="then bare vLLM once more while other processes keep CORES cores busy in short "
+                   "slices (e.g. 0.2, what Ray and Serve took in the profile): is the platform's loss that CPU?")
     g.add_argument("--port", type=int, default=8200, help="for what the tool starts")
     g.add_argument("--config", type=Path, default=ROOT / "serve_config.yaml",
                    help="serve config: engine args, served model name, SLO, GPU-hour price")
@@ -187,6 +191,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     api_keys = [k for x in a.api_key for k in x.split(",") if k]
     adapter_names = a.adapter_names.split(",") if a.adapter_names else None
     plan = []
+    other_work: list[dict] = []  # --bare-with-load: what the other processes took
     if a.url:
         plan.append((a.target_name, lambda: _external(a.url.rstrip("/"), model, setup_wl, a.admin_token, api_keys,
                                                       archives, adapter_names, a.target_name)))
@@ -195,6 +200,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     if a.compare_bare or a.bare_only:
         omp = max(1, int((app_args.get("engine_deployment") or {}).get("num_cpus", 1)))
         plan.append(("vllm", lambda: targets.start_bare_vllm(eng, a.port, out, setup_wl, archives, omp_threads=omp)))
+    if a.bare_with_load:
+        plan.append(("vllm+load", lambda: _bare_with_load(a.bare_with_load, eng, a.port, out / "with_load", setup_wl,
+                                                          archives, omp, other_work)))
 
     results: dict[str, dict] = {}
     cross: dict[str, tuple] = {}  # target -> (loadtest level, vllm bench figures)
@@ -262,6 +270,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         "plan": plans, "plot": str(plot_path) if plot_path else None,
         "targets": {t: {sc: {"levels": v["levels"]} for sc, v in per.items()} for t, per in results.items()},
         "vllm_bench": {t: vb for t, (_, vb) in cross.items()},
+        "other_work": other_work,
     }
     (out / "results.json").write_text(json.dumps(doc_out, indent=1, default=str))
     (out / "requests.json").write_text(json.dumps({t: {sc: v["requests"] for sc, v in per.items()}
@@ -287,6 +296,17 @@ def _external(url, model, setup_wl, admin_token, api_keys, archives, adapter_nam
                                      adapter_archives=archives, adapter_names=adapter_names)
     target.name = name
     yield target
+
+
+@contextlib.contextmanager
+def _bare_with_load(cores, eng, port, log_dir, setup_wl, archives, omp, other_work: list):
+    log_dir.mkdir(parents=True, exist_ok=True)
+    with cpu_load(cores) as load, targets.start_bare_vllm(eng, port, log_dir, setup_wl, archives,
+                                                          omp_threads=omp) as target:
+        target.name = f"vllm+{cores:g}cpu"
+        yield target
+    other_work.append({k: v for k, v in load.items() if k != "pids"})
+    print(f"loadtest: the other work took {load['cores_used']:.2f} cores (asked {cores:g})", file=sys.stderr)
 
 
 @contextlib.contextmanager
@@ -328,6 +348,9 @@ def markdown(doc: dict, results, slo: SLO, level_name: str, first_sc: str, plans
         lines.append(f"- workload `{n}`: {w['source']}; {w['requests']} requests per level; tenants "
                      f"{w['requests_per_tenant']} (Zipf); {w['adapters']} adapters, "
                      f"{w['share_on_adapters']:.0%} of requests on them; exact token lengths: {w['exact_token_lengths']}")
+    for load in doc.get("other_work") or []:
+        lines.append(f"- `vllm+{load['cores']:g}cpu`: bare vLLM while other processes took "
+                     f"{load['cores_used']:.2f} cores in short slices (bench/loadtest/cpu_load.py)")
     for wmsg in warnings:
         lines += ["", "```", wmsg.strip(), "```"]
     for tname, per in results.items():
@@ -339,13 +362,13 @@ def markdown(doc: dict, results, slo: SLO, level_name: str, first_sc: str, plans
                "at": next((s for s in per[first_sc]["levels"] if s["level"] == p["capacity"]), None)}
         lines += report.capacity_lines(cap, p["cost"], p["peak_concurrency"], level_name)
     names = list(results)
-    if len(names) == 2:
-        a, b = names
-        lines += ["", f"## {a} vs {b} (same workload, one after the other)", ""]
-        for sc in results[a]:
-            if sc in results[b]:
-                lines += [f"workload `{sc}`:", "", report.comparison_table(a, results[a][sc]["levels"], b,
-                                                                          results[b][sc]["levels"], level_name), ""]
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            lines += ["", f"## {a} vs {b} (same workload, one after the other)", ""]
+            for sc in results[a]:
+                if sc in results[b]:
+                    lines += [f"workload `{sc}`:", "", report.comparison_table(
+                        a, results[a][sc]["levels"], b, results[b][sc]["levels"], level_name), ""]
     lora_scs = [sc for sc in next(iter(results.values())) if sc != "mix"]
     if len(lora_scs) > 1:
         lines += ["", "## multi-LoRA: output tok/s by distinct adapters in flight", "",

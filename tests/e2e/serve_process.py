@@ -1,10 +1,12 @@
 """`serve run CONFIG` as an operator starts it, in its own process group, until ready."""
 
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
@@ -97,3 +99,34 @@ def new_tenant_key(admin_token: str, name: str) -> str:
     key = httpx.post(f"{BASE_URL}/admin/tenants/{tenant.json()['id']}/keys", headers=admin, timeout=30)
     assert key.status_code == 201, key.text
     return key.json()["key"]
+
+
+class StreamingChat(threading.Thread):
+    """One long streamed chat request (ignore_eos, per-chunk usage) in a thread: what its client
+    received, for tests that kill something under it."""
+
+    def __init__(self, key: str, i: int, max_tokens: int, base_url: str = BASE_URL,
+                 model: str = "SmolLM2-135M-Instruct"):
+        super().__init__(daemon=True)
+        self.key, self.i, self.max_tokens, self.base_url, self.model = key, i, max_tokens, base_url, model
+        self.events: list[str] = []
+        self.tokens = 0  # completion tokens so far, from vLLM's per-chunk usage
+        self.request_id = None
+        self.failure = None
+
+    def run(self):
+        body = {"model": self.model, "messages": [{"role": "user", "content": f"Count to {1000 + self.i}."}],
+                "max_tokens": self.max_tokens, "ignore_eos": True, "stream": True,
+                "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+        try:
+            with httpx.stream("POST", f"{self.base_url}/v1/chat/completions", json=body, timeout=120,
+                              headers={"Authorization": f"Bearer {self.key}"}) as reply:
+                self.request_id = reply.headers["x-loraplex-request-id"]
+                for line in reply.iter_lines():
+                    if line.startswith("data: "):
+                        self.events.append(line)
+                        data = line.removeprefix("data: ")
+                        if data != "[DONE]" and (usage := json.loads(data).get("usage")):
+                            self.tokens = usage["completion_tokens"]
+        except Exception as exc:  # a bare cut (RemoteProtocolError) or a hang (ReadTimeout)
+            self.failure = exc

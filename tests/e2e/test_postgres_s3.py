@@ -27,10 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 from demo_adapters import trained_adapter  # noqa: E402
-from missing import skip_or_fail  # noqa: E402
-from moto_s3 import MotoUnavailable, moto_s3  # noqa: E402
-from postgres import PostgresUnavailable, throwaway_postgres  # noqa: E402
 from serve_process import BASE_URL, ROOT, new_tenant_key, serve_run  # noqa: E402
+from shared_stores import postgres_and_s3, s3_client  # noqa: E402
 from waiting import wait_until  # noqa: E402
 
 pytestmark = pytest.mark.e2e
@@ -63,20 +61,8 @@ def stack(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("pg-s3")
     pirate = trained_adapter("pirate")  # before the engine starts: training wants the cores
     with contextlib.ExitStack() as resources:
-        try:
-            db_url = resources.enter_context(throwaway_postgres())
-        except PostgresUnavailable as exc:
-            skip_or_fail(f"PostgreSQL not available: {exc}")
-        try:
-            endpoint = resources.enter_context(moto_s3())
-        except MotoUnavailable as exc:
-            skip_or_fail(str(exc))
-        import boto3
-
-        boto3.client("s3", aws_access_key_id="testing", aws_secret_access_key="testing",
-                     endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket=BUCKET)
-        options = {"key": "testing", "secret": "testing",
-                   "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"}}
+        stores = resources.enter_context(postgres_and_s3(BUCKET))
+        db_url, endpoint, options = stores.db_url, stores.endpoint, stores.storage_options
         config = yaml.safe_load((ROOT / "serve_config.yaml").read_text())
         args = config["applications"][0]["args"]
         args["database_url"] = db_url
@@ -90,11 +76,7 @@ def stack(tmp_path_factory):
 
 
 def s3_keys(endpoint: str) -> list[str]:
-    import boto3
-
-    s3 = boto3.client("s3", aws_access_key_id="testing", aws_secret_access_key="testing",
-                      endpoint_url=endpoint, region_name="us-east-1")
-    return [o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET).get("Contents", [])]
+    return [o["Key"] for o in s3_client(endpoint).list_objects_v2(Bucket=BUCKET).get("Contents", [])]
 
 
 def upload(client, name: str, payload: bytes) -> httpx.Response:

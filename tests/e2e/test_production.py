@@ -28,6 +28,7 @@ pytestmark = pytest.mark.e2e
 
 ADMIN_TOKEN = secrets.token_urlsafe(16)
 MODEL = "SmolLM2-135M-Instruct"
+TOKENS = 240  # per drain stream: long enough to be running on both replicas when the redeploy lands
 # `serve run` starts Ray with token auth (the token in ~/.ray/auth_token); Ray's CLI sends it
 # only when told that the cluster uses it.
 RAY_CLI_ENV = {**os.environ, "RAY_AUTH_MODE": "token"}
@@ -134,24 +135,31 @@ def test_overload_sheds_the_low_priority_tenant_and_keeps_the_high_one_fast(plat
 
 
 def test_scaling_down_drains_running_requests_and_flushes_their_records(platform):
+    """Six new tenants at once: the router's load bound (min_bound 4) puts at least two on each
+    replica, however their rendezvous order falls."""
     config, config_path, db_url, tmp = platform
     keys = [tenant_key(f"drain-{i}", 50) for i in range(6)]
+
+    started = [asyncio.Event() for _ in keys]
 
     async def stream(client, key, i):
         events = []
         async with client.stream("POST", "/v1/chat/completions", headers={"Authorization": f"Bearer {key}"},
-                                 json=body(f"Count slowly to one hundred. {i}", 120, ignore_eos=True, stream=True)) as r:
+                                 json=body(f"Count slowly to one hundred. {i}", TOKENS, ignore_eos=True,
+                                           stream=True)) as r:
             assert r.status_code == 200
             request_id = r.headers["x-loraplex-request-id"]
             async for line in r.aiter_lines():
                 if line.startswith("data: "):
                     events.append(line)
+                    started[i].set()
         return request_id, events
 
     async def run():
         async with httpx.AsyncClient(base_url=BASE_URL, timeout=300) as client:
             tasks = [asyncio.create_task(stream(client, key, i)) for i, key in enumerate(keys)]
-            await asyncio.sleep(8)  # every stream under way on one of the two replicas
+            # Every stream under way (its first tokens out) on one of the two replicas.
+            await asyncio.wait_for(asyncio.gather(*(e.wait() for e in started)), 120)
             assert not any(t.done() for t in tasks), "streams ended before the scale-down"
             # Redeploy the config with one Engine replica, as an operator would.
             engine_replicas(config, 1)
@@ -174,7 +182,7 @@ def test_scaling_down_drains_running_requests_and_flushes_their_records(platform
     with db.connect() as conn:
         rows = {r.request_id: r for r in conn.execute(select(usage_records).where(usage_records.c.request_id.in_(want)))}
     assert set(rows) == want, f"records missing after the drain: {want - set(rows)}"
-    assert all(r.status == "length" and r.completion_tokens == 120 for r in rows.values())
+    assert all(r.status == "length" and r.completion_tokens == TOKENS for r in rows.values())
     # A scale-down, not a restart: the streams ran on both replicas, and the one left is one of them.
     before = {r.replica_id for r in rows.values()}
     assert len(before) == 2, before

@@ -42,12 +42,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 from demo_adapters import trained_adapter  # noqa: E402
 from local_cluster import LocalRayCluster  # noqa: E402
-from missing import skip_or_fail  # noqa: E402
 from model_dir import MODEL_NAME, default_model_dir  # noqa: E402
-from moto_s3 import MotoUnavailable, moto_s3  # noqa: E402
-from postgres import PostgresUnavailable, throwaway_postgres  # noqa: E402
 from readiness import wait_ready  # noqa: E402
-from serve_process import port_in_use  # noqa: E402
+from serve_process import StreamingChat, port_in_use  # noqa: E402
+from shared_stores import postgres_and_s3  # noqa: E402
 from waiting import wait_until  # noqa: E402
 
 pytestmark = pytest.mark.e2e
@@ -141,21 +139,8 @@ def env(tmp_path_factory):
     if port_in_use(PORT):
         pytest.fail(f"port {PORT} is taken; this test's Serve proxy binds it")
     with contextlib.ExitStack() as resources:
-        try:
-            db_url = resources.enter_context(throwaway_postgres())
-        except PostgresUnavailable as exc:
-            skip_or_fail(f"PostgreSQL not available: {exc}")
-        try:
-            endpoint = resources.enter_context(moto_s3())
-        except MotoUnavailable as exc:
-            skip_or_fail(str(exc))
-        import boto3
-
-        boto3.client("s3", aws_access_key_id="testing", aws_secret_access_key="testing",
-                     endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket=BUCKET)
-        s3_options = {"key": "testing", "secret": "testing",
-                      "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"}}
-
+        stores = resources.enter_context(postgres_and_s3(BUCKET))
+        db_url, endpoint, s3_options = stores.db_url, stores.endpoint, stores.storage_options
         cluster = LocalRayCluster(tmp / "nodes")
         resources.callback(cluster.shutdown)
         # The admin token only in the head node's environment, as an operator sets it where
@@ -296,35 +281,6 @@ def test_sqlite_or_a_local_store_on_two_nodes_is_refused_at_deploy(env, tmp_path
     assert running_exactly(2) == before  # the platform's replicas were never touched
 
 
-class Stream(threading.Thread):
-    """A long streamed chat: what its client received."""
-
-    def __init__(self, key: str, i: int):
-        super().__init__(daemon=True)
-        self.key, self.i = key, i
-        self.events: list[str] = []
-        self.tokens = 0
-        self.request_id = None
-        self.failure = None
-
-    def run(self):
-        body = {"model": MODEL_NAME, "messages": [{"role": "user", "content": f"Count to {1000 + self.i}."}],
-                "max_tokens": STREAM_TOKENS, "ignore_eos": True, "stream": True,
-                "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
-        try:
-            with httpx.stream("POST", f"{BASE_URL}/v1/chat/completions", json=body, timeout=120,
-                              headers={"Authorization": f"Bearer {self.key}"}) as reply:
-                self.request_id = reply.headers["x-loraplex-request-id"]
-                for line in reply.iter_lines():
-                    if line.startswith("data: "):
-                        self.events.append(line)
-                        data = line.removeprefix("data: ")
-                        if data != "[DONE]" and (usage := json.loads(data).get("usage")):
-                            self.tokens = usage["completion_tokens"]
-        except Exception as exc:  # a bare cut (RemoteProtocolError) or a hang (ReadTimeout)
-            self.failure = exc
-
-
 STREAM_TOKENS = 300
 
 
@@ -335,7 +291,8 @@ def test_losing_a_node_moves_its_tenants_to_the_survivor_and_keeps_serving(env):
     on_lost = tenants_preferring(env, lost, replicas, 2, "lost")
     on_survivor = tenants_preferring(env, survivor, replicas, 1, "survivor")
     # Streams running on both replicas when the node goes.
-    streams = [Stream(key, i) for i, (_, key) in enumerate(on_lost + on_survivor)]
+    streams = [StreamingChat(key, i, STREAM_TOKENS, BASE_URL, MODEL_NAME)
+               for i, (_, key) in enumerate(on_lost + on_survivor)]
     [s.start() for s in streams]
     wait_until(lambda: all(s.tokens >= 3 for s in streams) or any(s.failure for s in streams), 120,
                "every stream's first tokens")

@@ -10,7 +10,6 @@ import secrets
 import signal
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import httpx
@@ -23,7 +22,7 @@ from loraplex.accounting.tables import usage_records
 from loraplex.db import make_engine
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from serve_process import BASE_URL, ROOT, RUN_MARK, has_mark, new_tenant_key, serve_run  # noqa: E402
+from serve_process import BASE_URL, ROOT, RUN_MARK, StreamingChat, has_mark, new_tenant_key, serve_run  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from waiting import wait_until  # noqa: E402
@@ -68,36 +67,6 @@ def descendants(pid: int) -> list[int]:
     return children + [d for c in children for d in descendants(c)]
 
 
-class Stream(threading.Thread):
-    """One streamed chat request that runs until the engine dies: what its client received."""
-
-    def __init__(self, key: str, i: int):
-        super().__init__(daemon=True)
-        self.key, self.i = key, i
-        self.events: list[str] = []
-        self.tokens_seen = 0  # completion tokens, from vLLM's per-chunk usage
-        self.request_id = None
-        self.failure = None
-
-    def run(self):
-        body = {"model": "SmolLM2-135M-Instruct", "messages": [{"role": "user", "content": f"Count to {1000 + self.i}."}],
-                "max_tokens": 1500, "ignore_eos": True, "stream": True,
-                "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
-        try:
-            with httpx.stream("POST", f"{BASE_URL}/v1/chat/completions", json=body, timeout=120,
-                              headers={"Authorization": f"Bearer {self.key}"}) as reply:
-                self.request_id = reply.headers["x-loraplex-request-id"]
-                for line in reply.iter_lines():
-                    if not line.startswith("data: "):
-                        continue
-                    self.events.append(line)
-                    data = line.removeprefix("data: ")
-                    if data != "[DONE]" and (usage := json.loads(data).get("usage")):
-                        self.tokens_seen = usage["completion_tokens"]
-        except Exception as exc:  # a bare cut (RemoteProtocolError) or a hang (ReadTimeout)
-            self.failure = exc
-
-
 def test_records_survive_kill_9_exactly_once(tmp_path):
     config = yaml.safe_load((ROOT / "serve_config.yaml").read_text())
     args = config["applications"][0]["args"]
@@ -124,12 +93,12 @@ def test_records_survive_kill_9_exactly_once(tmp_path):
             assert conn.execute(select(func.count()).select_from(usage_records)).scalar() == 0
 
         # Three streams running on the replica when it dies.
-        streams = [Stream(key, i) for i in range(3)]
+        streams = [StreamingChat(key, i, 1500) for i in range(3)]
         for stream in streams:
             stream.start()
-        wait_until(lambda: all(s.tokens_seen >= 3 for s in streams) or any(s.failure for s in streams), 120,
+        wait_until(lambda: all(s.tokens >= 3 for s in streams) or any(s.failure for s in streams), 120,
                    "every stream's first tokens")
-        assert all(s.tokens_seen >= 3 for s in streams), [(s.tokens_seen, s.failure) for s in streams]
+        assert all(s.tokens >= 3 for s in streams), [(s.tokens, s.failure) for s in streams]
 
         dead_replica = httpx.get(f"{BASE_URL}/readyz", timeout=60).json()["probe"]["replica_id"]
         [pid] = engine_pids(proc)
@@ -179,5 +148,5 @@ def test_records_survive_kill_9_exactly_once(tmp_path):
     for stream in streams:
         row = rows[stream.request_id]
         assert row.status == "engine_error"
-        assert row.completion_tokens == stream.tokens_seen, (row.completion_tokens, stream.tokens_seen)
+        assert row.completion_tokens == stream.tokens, (row.completion_tokens, stream.tokens)
     assert len(rows) == len(sent) + len(streams) + 1  # exactly once each, and the request after

@@ -1,7 +1,6 @@
 """Every request the real engine serves is metered exactly once, for the tokens it processed."""
 
 import asyncio
-import json
 import time
 
 import httpx

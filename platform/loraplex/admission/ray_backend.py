@@ -2,8 +2,8 @@
 
 The first ingress replica to call creates a shard's actor (`get_if_exists`, detached, num_cpus=0,
 named after the Serve app, in the replica's namespace); every replica then calls the same one.
-An actor that died is recreated empty on the next call; meanwhile admissions fail open (or
-closed, by config). Calls that time out grant nothing (they carry a deadline the actor checks).
+An actor that died is looked up again (or recreated empty) at once and the call retried; only
+when that fails too does the admission fail open (or closed, by config). Calls that time out grant nothing (they carry a deadline the actor checks).
 """
 
 from __future__ import annotations
@@ -51,18 +51,24 @@ class RayBackend:
 
     async def acquire(self, tenant, holder, limits, need, want):
         shard = self.shard(tenant)
-        timeout = self.timeout_s if self.answered[shard] else self.startup_timeout_s
-        try:
-            handle = self.handle(shard)
-            result = await asyncio.wait_for(
-                handle.acquire.remote(tenant, holder, limits, need, want, time.time() + timeout), timeout)
-        except asyncio.TimeoutError:
-            raise BackendUnavailable(f"no answer in {timeout} s")
-        except Exception as exc:  # RayActorError & co: the actor is gone; recreate on the next call
-            self.handles[shard] = None
-            raise BackendUnavailable(repr(exc)) from exc
-        self.answered[shard] = True
-        return result
+        for attempt in (1, 2):
+            timeout = self.timeout_s if self.answered[shard] else self.startup_timeout_s
+            try:
+                handle = self.handle(shard)
+                result = await asyncio.wait_for(
+                    handle.acquire.remote(tenant, holder, limits, need, want, time.time() + timeout), timeout)
+            except asyncio.TimeoutError:
+                raise BackendUnavailable(f"no answer in {timeout} s")
+            except Exception as exc:  # RayActorError & co: the actor is gone
+                # Another replica may already have recreated it under the same name: look it up
+                # (or create it) once more before failing open, else every ingress replica that
+                # still holds the dead handle admits one request unchecked.
+                self.handles[shard], self.answered[shard] = None, False
+                if attempt == 2:
+                    raise BackendUnavailable(repr(exc)) from exc
+                continue
+            self.answered[shard] = True
+            return result
 
     async def give_back(self, tenant, holder, epoch, returned, consumed):
         await self._quiet(tenant, "give_back", tenant, holder, epoch, returned, consumed)

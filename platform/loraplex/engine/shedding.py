@@ -67,15 +67,15 @@ class SheddingConfig(BaseModel):
         if counts != sorted(counts):
             raise ValueError("requests_by_priority: a higher priority may not be refused at fewer requests "
                              f"in flight than a lower one (got {value})")
-        return value
+        return {p: value[p] for p in sorted(value)}  # in priority order: requests_limit bisects it
 
     def requests_limit(self, priority: int) -> float:
         """Requests in flight at which a request of this priority is refused."""
         p = min(max(priority, 0), 100)
         if self.requests_by_priority is None:
             return self.shed_requests + (self.max_requests - self.shed_requests) * p / 100
-        points = sorted(self.requests_by_priority.items())
-        i = bisect_right([q for q, _ in points], p)
+        points = list(self.requests_by_priority.items())
+        i = bisect_right(list(self.requests_by_priority), p)
         if i == 0:
             return points[0][1]
         if i == len(points):

@@ -67,7 +67,7 @@ def platform_alerts(served: ServedPlatform) -> list[dict]:
                        for d, want in served.deployments().items())
     return [
         _alert("LoraplexReplicaDown", down, slo.for_s, "critical", "Replicas are missing",
-               f"{{{{ $labels.deployment }}}} has {{{{ $value }}}} healthy replica(s), fewer than configured ("
+               "{{ $labels.deployment }} has {{ $value }} healthy replica(s), fewer than configured ("
                + ", ".join(f"{d}: {want}" for d, want in served.deployments().items()) + ")."),
         _alert("LoraplexScrapeTargetDown", q.targets_down(), slo.for_s, "critical",
                "Prometheus cannot scrape a LoRAPlex metrics endpoint",

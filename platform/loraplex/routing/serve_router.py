@@ -12,8 +12,9 @@ Per call of `Engine.generate(call, request)`:
   first argument is no EngineCall (health probes, base_models, ready, ...) or whose
   routing_key is None get Serve's power of two;
 - each candidate's load is its queue length as Serve knows it (the cache its probes and the
-  replicas' accept/reject replies fill; missing entries are probed now), plus the requests its
-  engine last reported waiting (see ReplicaSnapshot.load); its pending tokens are what this
+  replicas' accept/reject replies fill; missing entries are probed now), plus the requests this
+  router ranked it first for and has not sent yet (a burst), plus the requests its engine last
+  reported waiting (see ReplicaSnapshot.load); its pending tokens are what this
   router sent there (prompt + max_tokens, or `output_tokens`) and has not seen complete;
 - the policy ranks the replicas; Serve tries the first `ranked_choices` one at a time, in that
   order, then the least loaded of the rest, skipping replicas whose queue is full.
@@ -47,6 +48,8 @@ _ROUTE_ATTR = "_loraplex_route"
 # request went by power of two.
 _HOLDERS_ATTR = "_loraplex_holders"
 _ERROR_LOG_INTERVAL_S = 60.0
+# A choice not sent within this long (its request was cancelled) stops counting as load.
+_CHOSEN_TTL_S = 2.0
 
 
 class TenantAffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
@@ -61,6 +64,11 @@ class TenantAffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
         self._recent: dict[str, OrderedDict[str, float]] = {}  # replica -> key -> routed at
         self._reported: dict[str, tuple] = {}  # replica -> the held_keys last applied
         self._reports: dict[str, EngineReport] = {}  # replica -> its engine's last stats
+        # Requests ranked to a replica and not yet sent: internal request id -> (replica, when).
+        # Serve counts a request in its queue-length cache only when the request's coroutine
+        # sends it, after the routing task chose; a burst chosen in between would all see the
+        # same loads and pile onto one replica past the bound.
+        self._chosen: dict[str, tuple[str, float]] = {}
         self._last_error_log: dict[str, float] = {}
         self.initialize_state()
 
@@ -131,6 +139,10 @@ class TenantAffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
                 head.append(replica)
         if not seen:
             return None
+        if head:  # Serve takes the first ranked replica whose queue has room: this one
+            internal_id = pending_request.metadata.internal_request_id
+            self._chosen.pop(internal_id, None)
+            self._chosen[internal_id] = (head[0].replica_id.unique_id, time.monotonic())
         tail = head[self.ranked_choices:]
         head = head[:self.ranked_choices]
         # The rest: Serve takes the least loaded of them (full queues last, re-probed).
@@ -183,11 +195,12 @@ class TenantAffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
                         self._replica_queue_len_cache.update(r.replica_id, q)
                 queue_lens[uid] = q
         by_id = {r.replica_id.unique_id: r for r in candidates}
+        chosen = self._chosen_counts()
         snapshots = []
         for uid, q in queue_lens.items():
             report = self._reports.get(uid, EngineReport())
             snapshots.append(ReplicaSnapshot(
-                uid, in_flight=q, waiting=report.waiting, kv_usage=report.kv_usage,
+                uid, in_flight=q + chosen.get(uid, 0), waiting=report.waiting, kv_usage=report.kv_usage,
                 pending_tokens=self._pending_tokens.get(uid, 0)))
         return snapshots, by_id
 
@@ -197,7 +210,24 @@ class TenantAffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
             counts[uid] = counts.get(uid, 0) + 1
         return counts
 
+    def _chosen_counts(self) -> dict[str, int]:
+        horizon = time.monotonic() - _CHOSEN_TTL_S
+        while self._chosen and next(iter(self._chosen.values()))[1] < horizon:
+            self._chosen.pop(next(iter(self._chosen)))
+        counts: dict[str, int] = {}
+        for uid, _ in self._chosen.values():
+            counts[uid] = counts.get(uid, 0) + 1
+        return counts
+
     # -- learning ----------------------------------------------------------------------------
+
+    def on_send_request(self, replica_id: ReplicaID) -> None:
+        super().on_send_request(replica_id)  # Serve's cache now counts one more request there
+        uid = replica_id.unique_id
+        for internal_id, (chosen_uid, _) in self._chosen.items():  # oldest first
+            if chosen_uid == uid:
+                del self._chosen[internal_id]
+                break
 
     def on_request_routed(self, pending_request: PendingRequest, replica_id: ReplicaID,
                           result: Any) -> None:
@@ -263,6 +293,7 @@ class TenantAffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
         uid = replica_id.unique_id
         for d in (self._pending_tokens, self._recent, self._reported, self._reports):
             d.pop(uid, None)
+        self._chosen = {k: v for k, v in self._chosen.items() if v[0] != uid}
         self._in_flight = {k: v for k, v in self._in_flight.items() if v[0] != uid}
         if self._policy is not None:
             try:

@@ -11,7 +11,7 @@ from loraplex.admission.budget_source import month_to_date
 from loraplex.db import make_engine
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "accounting"))
-from usage_builders import T0, make_record  # noqa: E402
+from usage_builders import make_record  # noqa: E402
 
 NOV = datetime(2026, 11, 1, tzinfo=timezone.utc)
 

@@ -169,6 +169,21 @@ async def test_a_hot_tenant_spreads_over_its_rendezvous_order_within_the_bound()
     assert placed[0] == order[0]
 
 
+async def test_a_burst_chosen_before_any_send_still_keeps_the_bound():
+    """Serve hands a routing task's choice to the request's coroutine, which sends it (and counts
+    it in the queue-length cache) only when it next runs: a burst chosen in between must see the
+    choices already made, or every request of a hot tenant lands on its first replica."""
+    router = make_router(fleet(4), load_factor=1.25, min_bound=0)
+    burst = [pending(*tenant_call("ten_hot")) for _ in range(40)]
+    chosen = await asyncio.wait_for(asyncio.gather(*(router._choose_replica_for_request(pr) for pr in burst)), 5)
+    placed = [r.replica_id.unique_id for r in chosen]
+    assert max(placed.count(r) for r in set(placed)) <= load_bound(39, 4, 1.25)
+    for pr, replica in zip(burst, chosen):  # sent: the cache counts them, the choices go
+        router.on_send_request(replica.replica_id)
+        router.on_request_routed(pr, replica.replica_id, None)
+    assert not router._chosen
+
+
 async def test_a_full_replica_is_skipped_for_the_next_in_the_ranking():
     replicas = fleet(4, max_ongoing=8)
     order = rendezvous_order("ten_a", [r.replica_id.unique_id for r in replicas])

@@ -16,7 +16,6 @@ def test_bare_vllm_gets_the_serve_configs_engine_args():
     eng = targets.engine_config(args, ROOT)
     argv = targets.bare_vllm_argv(eng.engine_args(), 8200, {"t0-lt-0": Path("/a/p")})
     assert argv[1:4] == ["-m", "vllm.entrypoints.openai.api_server", "--host"]
-    flags = " ".join(argv)
     for k, v in eng.engine_args().items():
         flag = "--" + k.replace("_", "-")
         if isinstance(v, bool):
