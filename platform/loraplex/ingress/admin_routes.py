@@ -37,24 +37,24 @@ class AdminRoutes:
         self.check_admin(request)
         body = parse(TenantCreate, await read_json(request, ADMIN_MAX_BODY_BYTES))
         tenant = await run_in_threadpool(self.service.create_tenant, body.name, body.plan, body.limits)
-        return JSONResponse(tenant.to_json(), status_code=201)
+        return JSONResponse(self.tenant_json(tenant), status_code=201)
 
     async def list_tenants(self, request: Request) -> Response:
         self.check_admin(request)
         tenants = await run_in_threadpool(self.service.list_tenants)
-        return JSONResponse({"object": "list", "data": [t.to_json() for t in tenants]})
+        return JSONResponse({"object": "list", "data": [self.tenant_json(t) for t in tenants]})
 
     async def get_tenant(self, request: Request) -> Response:
         self.check_admin(request)
         tenant = await run_in_threadpool(self.service.get_tenant, request.path_params["tenant_id"])
-        return JSONResponse(tenant.to_json())
+        return JSONResponse(self.tenant_json(tenant))
 
     async def update_tenant(self, request: Request) -> Response:
         self.check_admin(request)
         body = parse(TenantUpdate, await read_json(request, ADMIN_MAX_BODY_BYTES))
         tenant = await run_in_threadpool(self.service.update_tenant, request.path_params["tenant_id"],
                                     plan=body.plan, limits=body.limits, status=body.status)
-        return JSONResponse(tenant.to_json())
+        return JSONResponse(self.tenant_json(tenant))
 
     async def issue_key(self, request: Request) -> Response:
         self.check_admin(request)
@@ -71,6 +71,12 @@ class AdminRoutes:
         self.check_admin(request)
         record = await run_in_threadpool(self.service.revoke_key, request.path_params["key_id"])
         return JSONResponse(record.to_json())
+
+    def tenant_json(self, tenant) -> dict:
+        """The tenant as stored (`limits`: its own values) and `effective_limits`: those over its
+        plan's defaults, what admission enforces."""
+        return {**tenant.to_json(),
+                "effective_limits": self.service.effective_limits(tenant.plan, tenant.limits).model_dump()}
 
     def check_admin(self, request: Request) -> None:
         check_admin(request, self.tenancy)

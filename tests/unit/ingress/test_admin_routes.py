@@ -175,3 +175,21 @@ def test_bad_patch_bodies_are_400(client):
     error_of(client.patch(f"/admin/tenants/{tid}", headers=AUTH, json={"limits": 5}), 400)
     # The server keeps serving after the errors.
     assert client.get(f"/admin/tenants/{tid}", headers=AUTH).json()["status"] == "active"
+
+
+def test_a_tenant_shows_its_own_limits_and_the_effective_ones_over_its_plan(tmp_path):
+    from loraplex.tenancy.models import TenantLimits
+
+    engine = make_engine(f"sqlite:///{tmp_path}/plans.db")
+    plans = {"pro": TenantLimits(requests_per_minute=600, max_concurrent_requests=8)}
+    client = build(Tenancy(TenantService(engine, plans=plans), admin_token=ADMIN))
+    created = client.post("/admin/tenants", headers=AUTH, json={"name": "acme", "plan": "pro",
+                                                                "limits": {"max_concurrent_requests": 2}})
+    assert created.status_code == 201, created.text
+    tenant = client.get(f"/admin/tenants/{created.json()['id']}", headers=AUTH).json()
+    assert tenant["limits"]["requests_per_minute"] is None  # stored: only what was set
+    assert tenant["effective_limits"]["requests_per_minute"] == 600  # enforced: the plan's
+    assert tenant["effective_limits"]["max_concurrent_requests"] == 2  # its own wins
+    listed = client.get("/admin/tenants", headers=AUTH).json()["data"]
+    assert listed[0]["effective_limits"] == tenant["effective_limits"]
+    engine.dispose()
