@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from serve_process import has_mark, kill_marked  # noqa: E402
+from serve_process import has_mark, kill_marked, marked  # noqa: E402
 
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,8 +43,7 @@ class RayNode:
     log: Path = field(default=None)
 
     def pids(self) -> list[int]:
-        return [int(e.name) for e in Path("/proc").iterdir()
-                if e.name.isdigit() and has_mark(int(e.name), NODE_MARK, self.mark)]
+        return marked(NODE_MARK, self.mark)
 
     def raylet_pids(self) -> list[int]:
         out = subprocess.run(["pgrep", "-f", "raylet/raylet"], capture_output=True, text=True).stdout

@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
@@ -55,8 +56,11 @@ def serve_run(config: str, log_path: Path, admin_token: str):
     ours = [str(ROOT / "platform"), str(ROOT)]
     env["PYTHONPATH"] = os.pathsep.join(ours + [p for p in env.get("PYTHONPATH", "").split(os.pathsep)
                                                 if p and p not in ours])
+    # A process started from a background job inherits SIGINT ignored (CI runners, `cmd &`), and
+    # serve run stops on SIGINT only: give it the default back.
     proc = subprocess.Popen([str(BIN / "serve"), "run", config], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                            env=env, start_new_session=True)
+                            env=env, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     proc.run_mark = env[RUN_MARK]
     try:
         wait_ready(proc, log_path)
@@ -71,6 +75,10 @@ def serve_run(config: str, log_path: Path, admin_token: str):
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
         kill_marked(RUN_MARK, env[RUN_MARK])
+        # Gone, not just signalled: the next test binds the same port.
+        deadline = time.monotonic() + 60
+        while (marked(RUN_MARK, env[RUN_MARK]) or port_in_use(8000)) and time.monotonic() < deadline:
+            time.sleep(0.5)
         log.close()
 
 
@@ -81,14 +89,19 @@ def has_mark(pid: int, name: str, value: str) -> bool:
         return False  # gone meanwhile, or not ours to read
 
 
+def marked(name: str, value: str) -> list[int]:
+    """The live processes whose environment has name=value (zombies have none to read)."""
+    return [int(e.name) for e in Path("/proc").iterdir()
+            if e.name.isdigit() and int(e.name) != os.getpid() and has_mark(int(e.name), name, value)]
+
+
 def kill_marked(name: str, value: str) -> None:
     """SIGKILL every process whose environment has name=value (what a run left behind)."""
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid() and has_mark(int(entry.name), name, value):
-            try:
-                os.kill(int(entry.name), signal.SIGKILL)
-            except OSError:
-                pass
+    for pid in marked(name, value):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
 
 
 def new_tenant_key(admin_token: str, name: str) -> str:

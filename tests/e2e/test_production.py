@@ -28,7 +28,9 @@ pytestmark = pytest.mark.e2e
 
 ADMIN_TOKEN = secrets.token_urlsafe(16)
 MODEL = "SmolLM2-135M-Instruct"
-TOKENS = 240  # per drain stream: long enough to be running on both replicas when the redeploy lands
+# Per drain stream: still running on both replicas when the redeploy lands. About 140 s here;
+# `serve deploy` itself took 45-70 s to reach the controller with both engines busy on 2 cores.
+TOKENS = 1400
 # `serve run` starts Ray with token auth (the token in ~/.ray/auth_token); Ray's CLI sends it
 # only when told that the cluster uses it.
 RAY_CLI_ENV = {**os.environ, "RAY_AUTH_MODE": "token"}
@@ -70,7 +72,7 @@ def platform(tmp_path_factory):
     args["engine"]["max_num_seqs"] = 4
     engine_replicas(config, 2)
     args["engine_deployment"].update(
-        num_cpus=0.5, graceful_shutdown_timeout_s=120,
+        num_cpus=0.5, graceful_shutdown_timeout_s=300,  # > a whole drain stream
         # Priority 0 may have one request in flight per replica (two replicas share two cores
         # here, so any more would slow the other tenant through the CPU, not the batch);
         # priority 100 only ever meets the hard bound of 64.
@@ -164,9 +166,13 @@ def test_scaling_down_drains_running_requests_and_flushes_their_records(platform
             # Redeploy the config with one Engine replica, as an operator would.
             engine_replicas(config, 1)
             config_path.write_text(yaml.safe_dump(config))
+            started_deploy = time.monotonic()
             deploy = await asyncio.to_thread(subprocess.run, [str(BIN / "serve"), "deploy", str(config_path)],
                                              capture_output=True, text=True, cwd=ROOT, env=RAY_CLI_ENV)
             assert deploy.returncode == 0, deploy.stderr
+            print(f"\nserve deploy took {time.monotonic() - started_deploy:.1f} s")
+            # The controller has the new config: the replica it removes still has streams to drain.
+            assert not any(t.done() for t in tasks), "streams ended before the redeploy landed"
             return await asyncio.gather(*tasks)
 
     results = asyncio.run(run())
