@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing as mp
-import os
 import random
 import time
 from typing import Iterator
+
+import psutil
 
 PROCESSES = 4
 PERIOD_S = 0.02  # one busy slice per period and process, at a random phase
@@ -52,9 +53,8 @@ def cpu_load(cores: float) -> Iterator[dict]:
 
 
 def _cpu_seconds(pid: int) -> float:
-    """utime + stime of a live process, from /proc (Linux)."""
     try:
-        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    except OSError:
+        times = psutil.Process(pid).cpu_times()
+    except psutil.Error:
         return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return times.user + times.system

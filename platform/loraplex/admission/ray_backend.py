@@ -3,7 +3,8 @@
 The first ingress replica to call creates a shard's actor (`get_if_exists`, detached, num_cpus=0,
 named after the Serve app, in the replica's namespace); every replica then calls the same one.
 An actor that died is looked up again (or recreated empty) at once and the call retried; only
-when that fails too does the admission fail open (or closed, by config). Calls that time out grant nothing (they carry a deadline the actor checks).
+when that fails too does the admission fail open (or closed, by config). Calls that time out
+grant nothing (they carry a deadline the actor checks).
 """
 
 from __future__ import annotations

@@ -74,14 +74,13 @@ class SheddingConfig(BaseModel):
         p = min(max(priority, 0), 100)
         if self.requests_by_priority is None:
             return self.shed_requests + (self.max_requests - self.shed_requests) * p / 100
-        points = list(self.requests_by_priority.items())
-        i = bisect_right(list(self.requests_by_priority), p)
-        if i == 0:
-            return points[0][1]
-        if i == len(points):
-            return points[-1][1]
-        (p0, n0), (p1, n1) = points[i - 1], points[i]
-        return n0 + (n1 - n0) * (p - p0) / (p1 - p0)
+        ladder = self.requests_by_priority
+        priorities = list(ladder)  # in order: the validator sorted them
+        i = bisect_right(priorities, p)
+        if i == 0 or i == len(priorities):
+            return ladder[priorities[min(i, len(priorities) - 1)]]
+        p0, p1 = priorities[i - 1], priorities[i]
+        return ladder[p0] + (ladder[p1] - ladder[p0]) * (p - p0) / (p1 - p0)
 
     @model_validator(mode="after")
     def _ordered(self) -> "SheddingConfig":

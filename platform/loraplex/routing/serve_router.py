@@ -25,7 +25,7 @@ two: routing never fails a request.
 """
 import logging
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from typing import Any
 
 from ray.serve._private.request_router.pow_2_router import PowerOfTwoChoicesRequestRouter
@@ -204,20 +204,14 @@ class TenantAffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
                 pending_tokens=self._pending_tokens.get(uid, 0)))
         return snapshots, by_id
 
-    def _in_flight_counts(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for uid, _ in self._in_flight.values():
-            counts[uid] = counts.get(uid, 0) + 1
-        return counts
+    def _in_flight_counts(self) -> Counter[str]:
+        return Counter(uid for uid, _ in self._in_flight.values())
 
-    def _chosen_counts(self) -> dict[str, int]:
+    def _chosen_counts(self) -> Counter[str]:
         horizon = time.monotonic() - _CHOSEN_TTL_S
         while self._chosen and next(iter(self._chosen.values()))[1] < horizon:
             self._chosen.pop(next(iter(self._chosen)))
-        counts: dict[str, int] = {}
-        for uid, _ in self._chosen.values():
-            counts[uid] = counts.get(uid, 0) + 1
-        return counts
+        return Counter(uid for uid, _ in self._chosen.values())
 
     # -- learning ----------------------------------------------------------------------------
 
