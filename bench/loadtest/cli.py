@@ -19,7 +19,7 @@ from typing import Optional
 
 from bench.loadtest import report, targets, vllm_bench, workload as wl
 from bench.loadtest.client import Target
-from bench.loadtest.cpu_load import cpu_load
+from bench.loadtest.cpu_load import PROCESSES as CPU_LOAD_PROCESSES, cpu_load
 from bench.loadtest.runner import run_closed, run_open
 from bench.loadtest.stats import SLO, capacity, cost_summary, summarize
 
@@ -114,6 +114,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     a = parser().parse_args(argv)
     if sum(bool(x) for x in (a.url, a.start_platform, a.bare_only)) != 1:
         raise SystemExit("loadtest: give exactly one of --url, --start-platform, --bare-only")
+    if a.bare_with_load is not None and not 0 < a.bare_with_load < CPU_LOAD_PROCESSES:
+        raise SystemExit(f"loadtest: --bare-with-load is a number of cores between 0 and {CPU_LOAD_PROCESSES} "
+                         f"(exclusive), e.g. 0.2; got {a.bare_with_load:g}")
     if a.rate and (a.sweep or a.concurrency):
         raise SystemExit("loadtest: --rate (open loop) or --sweep / --concurrency (closed loop), not both")
     open_loop = bool(a.rate) or a.trace_timing

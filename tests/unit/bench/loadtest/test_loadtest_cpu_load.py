@@ -21,3 +21,11 @@ def test_a_load_that_is_no_duty_cycle_is_refused(cores):
     with pytest.raises(ValueError, match="duty cycle"):
         with cpu_load(cores):
             pass
+
+
+@pytest.mark.parametrize("cores", ["0", "-1", "4"])
+def test_the_cli_refuses_a_load_it_cannot_make_before_starting_anything(cores):
+    from bench.loadtest import cli
+
+    with pytest.raises(SystemExit, match="--bare-with-load is a number of cores"):
+        cli.main(["--bare-only", "--bare-with-load", cores])
