@@ -19,7 +19,7 @@ from types import SimpleNamespace
 
 from loraplex.admission.config import LimiterConfig
 from loraplex.admission.limiter import Limiter, LocalBackend
-from loraplex.engine.protocol import EngineCall, EngineChunk
+from loraplex.contract import EngineCall, EngineChunk
 from loraplex.tenancy import TenantLimits
 
 LIMITS = TenantLimits(requests_per_minute=10_000_000, tokens_per_minute=10**12, max_concurrent_requests=1000,

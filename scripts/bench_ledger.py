@@ -60,7 +60,7 @@ def bench_append(db_url: str, spool: str, n: int, sync_mode: str, threads: int) 
 
 def bench_request_path(db_url: str, spool: str, n: int) -> list[dict]:
     from loraplex.engine.metering import usage_record
-    from loraplex.engine.protocol import AdapterTarget, EngineCall, RequestUsage
+    from loraplex.contract import AdapterTarget, EngineCall, RequestUsage
 
     t0 = T0.timestamp()
     adapters = [AdapterTarget(f"t/a{j}@sha", j + 1, "t", f"a{j}", "sha", f"a{j}", version=1) for j in range(7)]

@@ -89,7 +89,7 @@ async def replica_path(args, state: Path, model_dir: Path) -> list[dict]:
     from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
 
     from loraplex.engine.deployment import Engine
-    from loraplex.engine.protocol import AdapterTarget, EngineCall
+    from loraplex.contract import AdapterTarget, EngineCall
 
     state.mkdir(parents=True, exist_ok=True)
     replicas = {}

@@ -18,7 +18,7 @@ from loraplex.routing.policy import RoutingPolicy
 from loraplex.routing.snapshot import RouteRequest
 
 if TYPE_CHECKING:
-    from loraplex.engine.protocol import EngineCall
+    from loraplex.contract import EngineCall
     from loraplex.routing.config import RoutingConfig
 
 

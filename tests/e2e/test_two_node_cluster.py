@@ -34,7 +34,7 @@ from sqlalchemy import func, select
 
 from loraplex.accounting.tables import usage_records
 from loraplex.db import make_engine
-from loraplex.engine.protocol import affinity_key
+from loraplex.contract import affinity_key
 from loraplex.routing.rendezvous import rendezvous_order
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

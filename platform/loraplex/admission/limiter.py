@@ -21,7 +21,7 @@ from typing import Any, AsyncIterator, Optional
 
 from loraplex.admission.config import LimiterConfig
 from loraplex.admission.core import ORDER, RESOURCES, WINDOW_S, LimiterCore, Refusal, too_big
-from loraplex.engine.protocol import EngineChunk, EngineError
+from loraplex.contract import EngineChunk, EngineError
 from loraplex.errors import StatusError
 
 logger = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ from ray import serve
 from loraplex.config import EngineDeploymentConfig, PlatformConfig
 from loraplex.engine.engine_counters import EngineStatsReader
 from loraplex.engine.metering import Meter
-from loraplex.engine.protocol import SSE_DONE, EngineCall, EngineChunk, EngineError, RequestUsage, sse_error
+from loraplex.contract import SSE_DONE, EngineCall, EngineChunk, EngineError, RequestUsage, sse_error
 from loraplex.engine.shedding import LoadShedder
 from loraplex.engine.stream_batcher import DeadlineExceeded, StreamBatcher
 from loraplex.engine.vllm_engine import VLLMEngine

@@ -17,7 +17,7 @@ from collections import Counter
 
 from vllm.lora.request import LoRARequest
 
-from loraplex.engine.protocol import AdapterTarget
+from loraplex.contract import AdapterTarget
 from loraplex.metrics.replica_metrics import NoReplicaMetrics
 
 logger = logging.getLogger(__name__)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 
 from loraplex.accounting.record import UsageRecord
-from loraplex.engine.protocol import EngineCall, RequestUsage
+from loraplex.contract import EngineCall, RequestUsage
 
 logger = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from vllm.outputs import RequestOutput
 from vllm.sampling_params import RequestOutputKind
 from vllm.v1.engine.async_llm import AsyncLLM
 
-from loraplex.engine.protocol import RequestUsage
+from loraplex.contract import RequestUsage
 
 current_usage: contextvars.ContextVar[RequestUsage | None] = contextvars.ContextVar(
     "loraplex_current_usage", default=None

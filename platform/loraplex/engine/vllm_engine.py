@@ -29,7 +29,7 @@ from vllm.utils.argparse_utils import FlexibleArgumentParser
 from loraplex.config import EngineConfig
 from loraplex.engine.loaded_adapters import AdapterGone, LoadedAdapters
 from loraplex.engine.orphan_guard import start_guard
-from loraplex.engine.protocol import SSE_DONE, AdapterTarget, EngineCall, EngineError, RequestUsage
+from loraplex.contract import SSE_DONE, AdapterTarget, EngineCall, EngineError, RequestUsage
 from loraplex.engine.usage_tracking import UsageTrackingAsyncLLM, current_usage
 
 logger = logging.getLogger(__name__)

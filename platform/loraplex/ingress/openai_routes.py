@@ -23,7 +23,7 @@ from vllm.exceptions import VLLMValidationError
 
 from loraplex.admission.limiter import Limiter, LocalBackend
 from loraplex.engine.metering import Meter
-from loraplex.engine.protocol import (SSE_DONE, EngineCall, EngineChunk, EngineError, RequestUsage,
+from loraplex.contract import (SSE_DONE, EngineCall, EngineChunk, EngineError, RequestUsage,
                                       affinity_key, sse_error)
 from loraplex.errors import StatusError
 from loraplex.ingress.errors import APIError

@@ -12,7 +12,7 @@ from typing import Any
 
 from starlette.requests import Request
 
-from loraplex.engine.protocol import AdapterTarget
+from loraplex.contract import AdapterTarget
 from loraplex.errors import StatusError
 from loraplex.ingress.errors import APIError
 from loraplex.registry import group_by_name

@@ -22,7 +22,7 @@ from loraplex.metrics.outcomes import outcome
 
 if TYPE_CHECKING:
     from loraplex.accounting.record import UsageRecord
-    from loraplex.engine.protocol import EngineCall, RequestUsage
+    from loraplex.contract import EngineCall, RequestUsage
 
 
 class RequestMetrics:

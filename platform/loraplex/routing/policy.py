@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from loraplex.routing.snapshot import ReplicaSnapshot, RouteRequest
 
 if TYPE_CHECKING:
-    from loraplex.engine.protocol import EngineCall
+    from loraplex.contract import EngineCall
     from loraplex.routing.config import RoutingConfig
 
 

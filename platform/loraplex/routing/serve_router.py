@@ -32,7 +32,7 @@ from ray.serve._private.request_router.pow_2_router import PowerOfTwoChoicesRequ
 from ray.serve.request_router import (LocalityMixin, MultiplexMixin, PendingRequest, ReplicaID,
                                       RequestRouter, RunningReplica)
 
-from loraplex.engine.protocol import EngineCall
+from loraplex.contract import EngineCall
 from loraplex.metrics import process as process_metrics
 from loraplex.routing.config import RoutingConfig
 from loraplex.routing.decision import FALLBACK, routing_decision

@@ -9,7 +9,7 @@ import pytest
 from loraplex.admission.config import LimiterConfig
 from loraplex.admission.core import LimiterCore
 from loraplex.admission.limiter import OPEN, LimitExceeded, Limiter, LimiterUnavailable, LocalBackend
-from loraplex.engine.protocol import EngineCall, EngineChunk, EngineError
+from loraplex.contract import EngineCall, EngineChunk, EngineError
 from loraplex.tenancy import TenantLimits
 
 

@@ -42,7 +42,7 @@ from loraplex.accounting.tables import usage_records
 from loraplex.config import PlatformConfig
 from loraplex.engine.deployment import Engine
 from loraplex.engine.loaded_adapters import LoadedAdapters
-from loraplex.engine.protocol import SSE_DONE, AdapterTarget, EngineCall, EngineChunk, EngineError, RequestUsage
+from loraplex.contract import SSE_DONE, AdapterTarget, EngineCall, EngineChunk, EngineError, RequestUsage
 from loraplex.engine.usage_tracking import UsageTrackingAsyncLLM
 from loraplex.engine.vllm_engine import VLLMEngine, ending_status
 from loraplex.registry.store import AdapterNotFound

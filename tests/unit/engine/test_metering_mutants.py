@@ -15,7 +15,7 @@ from vllm.v1.engine.async_llm import AsyncLLM
 
 from loraplex.engine import usage_tracking
 from loraplex.engine.metering import usage_record
-from loraplex.engine.protocol import AdapterTarget, EngineCall, RequestUsage
+from loraplex.contract import AdapterTarget, EngineCall, RequestUsage
 from loraplex.engine.usage_tracking import UsageTrackingAsyncLLM, current_usage, record_output
 
 CUMULATIVE, DELTA = RequestOutputKind.CUMULATIVE, RequestOutputKind.DELTA

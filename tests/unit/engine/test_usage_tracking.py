@@ -12,7 +12,7 @@ from vllm.sampling_params import RequestOutputKind, SamplingParams
 from vllm.v1.engine.async_llm import AsyncLLM
 
 from loraplex.engine import usage_tracking
-from loraplex.engine.protocol import RequestUsage
+from loraplex.contract import RequestUsage
 from loraplex.engine.usage_tracking import UsageTrackingAsyncLLM, current_usage, record_output
 
 DELTA, CUMULATIVE, FINAL_ONLY = RequestOutputKind.DELTA, RequestOutputKind.CUMULATIVE, RequestOutputKind.FINAL_ONLY

@@ -11,7 +11,7 @@ import asyncio
 import json
 from typing import Any, Callable, Iterable
 
-from loraplex.engine.protocol import EngineChunk
+from loraplex.contract import EngineChunk
 
 
 class FakeEngineClient:

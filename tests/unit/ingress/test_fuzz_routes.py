@@ -38,7 +38,7 @@ from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
 import loraplex
-from loraplex.engine.protocol import EngineError
+from loraplex.contract import EngineError
 from platform_app import ADMIN_TOKEN, BASE, build_platform_app
 
 EXAMPLES = int(os.environ.get("LORAPLEX_FUZZ_EXAMPLES", "40"))

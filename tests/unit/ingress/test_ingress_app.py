@@ -6,7 +6,7 @@ from starlette.testclient import TestClient
 
 from fake_engine import FakeEngineClient
 from loraplex.config import PlatformConfig
-from loraplex.engine.protocol import EngineCall, EngineChunk, EngineError
+from loraplex.contract import EngineCall, EngineChunk, EngineError
 from loraplex.ingress.app import build_ingress_app
 from loraplex.ingress.openai_routes import OpenAIRoutes
 

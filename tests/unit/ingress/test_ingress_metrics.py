@@ -15,7 +15,7 @@ from loraplex.accounting import Accounting, rejection_counts
 from loraplex.accounting.tables import usage_records
 from loraplex.config import PlatformConfig
 from loraplex.db import make_engine
-from loraplex.engine.protocol import EngineChunk, EngineError
+from loraplex.contract import EngineChunk, EngineError
 from loraplex.ingress.app import build_ingress_app
 from loraplex.metrics import Metrics
 from loraplex.metrics import catalog as c

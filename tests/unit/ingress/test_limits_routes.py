@@ -11,7 +11,7 @@ from starlette.testclient import TestClient
 from loraplex.accounting import Accounting, rejection_counts
 from loraplex.config import PlatformConfig
 from loraplex.db import make_engine
-from loraplex.engine.protocol import EngineChunk, EngineError
+from loraplex.contract import EngineChunk, EngineError
 from loraplex.ingress.app import build_ingress_app
 from loraplex.tenancy import Tenancy
 

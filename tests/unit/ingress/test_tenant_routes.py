@@ -12,7 +12,7 @@ from fake_engine import FakeEngineClient
 from loraplex.accounting import Accounting, rejection_counts
 from loraplex.config import PlatformConfig
 from loraplex.db import make_engine
-from loraplex.engine.protocol import AdapterTarget
+from loraplex.contract import AdapterTarget
 from loraplex.ingress.app import build_ingress_app
 from loraplex.registry.registry import build_registry
 from loraplex.tenancy import Tenancy, TenantService
@@ -232,7 +232,7 @@ def test_engine_lost_mid_stream_bills_what_the_client_received(setup):
 
 
 def test_adapter_deleted_before_the_engine_ran_is_a_404_refusal(setup):
-    from loraplex.engine.protocol import EngineError
+    from loraplex.contract import EngineError
 
     client, keys, engine, _ = setup
     engine.script = lambda method, call, request: iter(

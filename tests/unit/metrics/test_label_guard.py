@@ -6,7 +6,7 @@ import pytest
 
 from fake_sink import FakeSink
 from loraplex.accounting.record import UsageRecord
-from loraplex.engine.protocol import RequestUsage
+from loraplex.contract import RequestUsage
 from loraplex.metrics import catalog as c
 from loraplex.metrics.config import MetricsConfig
 from loraplex.metrics.label_guard import LabelGuard

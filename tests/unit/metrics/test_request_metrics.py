@@ -7,7 +7,7 @@ import pytest
 from fake_sink import FakeSink
 from loraplex.accounting.record import STATUSES
 from loraplex.engine.metering import Meter
-from loraplex.engine.protocol import AdapterTarget, EngineCall, RequestUsage
+from loraplex.contract import AdapterTarget, EngineCall, RequestUsage
 from loraplex.metrics import DISABLED, Metrics
 from loraplex.metrics import catalog as c
 from loraplex.metrics.config import MetricsConfig

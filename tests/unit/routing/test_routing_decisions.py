@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from loraplex.engine.protocol import EngineCall
+from loraplex.contract import EngineCall
 from loraplex.metrics import Metrics, process
 from loraplex.metrics import catalog as c
 from loraplex.metrics.config import MetricsConfig

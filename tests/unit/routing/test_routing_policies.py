@@ -1,6 +1,6 @@
 import pytest
 
-from loraplex.engine.protocol import EngineCall
+from loraplex.contract import EngineCall
 from loraplex.routing import (ReplicaSnapshot, RouteRequest, RoutingConfig, RoutingPolicy,
                               TenantAffinityPolicy, policy_class, rendezvous_order)
 

@@ -12,7 +12,7 @@ from ray.serve._private.request_router.pow_2_router import PowerOfTwoChoicesRequ
 from ray.serve.request_router import PendingRequest, RunningReplica
 
 from bench.routing.policies import POLICIES, serve_policy
-from loraplex.engine.protocol import AdapterTarget, EngineCall, affinity_key
+from loraplex.contract import AdapterTarget, EngineCall, affinity_key
 from loraplex.routing import rendezvous_order
 from loraplex.routing.bounded_load import load_bound
 from loraplex.routing.config import RoutingConfig

@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from bench.routing.cache_aware import CacheAwarePolicy
 from bench.routing.prefix_tree import PrefixTreePolicy
 from bench.routing.prompt_hashes import chain_hashes, prompt_hashes, prompt_of
-from loraplex.engine.protocol import AdapterTarget, EngineCall
+from loraplex.contract import AdapterTarget, EngineCall
 from loraplex.routing import RoutingConfig
 
 
