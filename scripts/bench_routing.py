@@ -154,7 +154,7 @@ def replica_of(db_url: str, request_ids: list[str], timeout_s: float = 30) -> di
     from sqlalchemy import select
 
     from loraplex.accounting.tables import usage_records
-    from loraplex.db import make_engine
+    from loraplex.db.engine import make_engine
 
     db = make_engine(db_url)
     deadline = time.time() + timeout_s

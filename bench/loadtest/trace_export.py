@@ -60,7 +60,7 @@ def _when(text: Optional[str]) -> Optional[datetime]:
 
 
 def main(argv=None) -> int:
-    from loraplex.db import DEFAULT_DB_URL, make_engine
+    from loraplex.db.engine import DEFAULT_DB_URL, make_engine
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--database-url", default=DEFAULT_DB_URL)

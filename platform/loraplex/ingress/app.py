@@ -20,7 +20,7 @@ from loraplex.ingress.health_routes import HealthRoutes, ReplicaHealth
 from loraplex.ingress.openai_routes import OpenAIRoutes
 from loraplex.ingress.tenant_context import TenantContext
 from loraplex.ingress.usage_routes import UsageRoutes
-from loraplex.tenancy import Tenancy
+from loraplex.tenancy.service import Tenancy
 
 logger = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from starlette.requests import Request
 from loraplex.contract import AdapterTarget
 from loraplex.errors import StatusError
 from loraplex.ingress.errors import APIError
-from loraplex.registry import group_by_name
+from loraplex.registry.catalog import group_by_name
 
 
 class TenantContext:
