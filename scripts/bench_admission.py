@@ -86,7 +86,7 @@ async def main(args):
 
 
 if __name__ == "__main__":
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--requests", type=int, default=5000)
     p.add_argument("--local", action="store_true")
     asyncio.run(main(p.parse_args()))

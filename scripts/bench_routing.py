@@ -212,7 +212,7 @@ def bench_policy(policy: str, port: int, model_dir: Path, systems, plan, args) -
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--policies", default="tenant_affinity,power_of_two,round_robin,least_pending_tokens,"
                                           "prefix_tree,cache_aware")
     ap.add_argument("--replicas", type=int, default=2)
