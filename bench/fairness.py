@@ -20,7 +20,7 @@ from typing import Optional
 import httpx
 
 from bench.loadtest.client import Target, send
-from bench.loadtest.stats import percentile
+from bench.percentile import percentile
 from bench.sharegpt import first_exchanges, sharegpt_conversations
 
 
