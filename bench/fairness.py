@@ -80,15 +80,15 @@ class Platform:
 
 
 async def closed_loop(client, platform: Platform, target: Target, tenant: int, concurrency: int,
-                      max_tokens: int, prompts: Prompts, until: float, out: list) -> None:
+                      max_tokens: int, prompts: Prompts, until: float, out: list, retry_after_s: float = 2.0) -> None:
     """`concurrency` workers sending back to back until `until` (monotonic); a refused request's
-    worker waits a second (a client honouring Retry-After would wait longer)."""
+    worker waits `retry_after_s` (the shipped Retry-After) before its next one."""
     async def worker():
         while time.monotonic() < until:
             r = await send(client, target, platform.spec(tenant, max_tokens, prompts), None)
             out.append(r)
             if r["status"] != "ok":
-                await asyncio.sleep(1.0)
+                await asyncio.sleep(retry_after_s)
     await asyncio.gather(*(worker() for _ in range(concurrency)))
 
 
