@@ -45,7 +45,7 @@ class EngineError:
 class AdapterTarget:
     """The one adapter version a request runs with, as resolved by the ingress for its tenant."""
 
-    lora_name: str  # tenant/name@sha256: unique per weights, so vLLM's prefix cache never mixes them
+    lora_name: str  # tenant/name@version:sha256: one per version, so vLLM's prefix cache never mixes weights
     lora_int_id: int  # the catalog row id: the same on every replica
     tenant: str
     name: str
