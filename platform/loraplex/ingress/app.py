@@ -25,6 +25,18 @@ from loraplex.tenancy.service import Tenancy
 logger = logging.getLogger(__name__)
 
 
+async def engine_replicas(engine) -> list[dict]:
+    """Every Engine replica as its last routing stats reported it (up to stats_period_s old);
+    before this ingress has routed anything, the one replica a call reaches, asked now."""
+    from loraplex.routing.serve_router import replica_statuses
+
+    statuses = replica_statuses()
+    if statuses:
+        return statuses
+    status = await engine.call("replica_status")
+    return [status] if isinstance(status, dict) else []
+
+
 def build_ingress_app(
     engine,
     config: PlatformConfig,
@@ -47,6 +59,7 @@ def build_ingress_app(
             registry,
             base_model=config.engine.model_id,
             cache_salt_per_tenant=config.registry.cache_salt_per_tenant,
+            plan_weight=config.tenancy.plan_weight,
         )
     routes = [
         *OpenAIRoutes(engine, config.ingress.max_request_body_bytes, tenants,
@@ -58,7 +71,7 @@ def build_ingress_app(
         *HealthRoutes(engine, replica_health).routes(),
     ]
     if tenancy is not None:
-        routes += AdminRoutes(tenancy).routes()
+        routes += AdminRoutes(tenancy, replicas=lambda: engine_replicas(engine)).routes()
     if registry is not None and tenants is not None:
         routes += AdapterRoutes(tenants, config.registry.max_upload_bytes).routes()
     if accounting is not None and tenancy is not None:
