@@ -56,7 +56,8 @@ def test_record_round_trips_through_the_database(db_url, tmp_path):
 CHILD = textwrap.dedent("""
     import os, signal, sys, time
     from datetime import datetime, timezone
-    from loraplex.accounting import UsageLedger, UsageRecord
+    from loraplex.accounting.ledger import UsageLedger
+    from loraplex.accounting.record import UsageRecord
     url, spool, mode, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     t = datetime(2026, 11, 3, 10, tzinfo=timezone.utc)
     rec = lambda i: UsageRecord(request_id=f"req-{i}", tenant_id="t1", base_model="m", prompt_tokens=10,
