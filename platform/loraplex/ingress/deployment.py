@@ -31,6 +31,7 @@ class Ingress:
         self.app_name = context.app_name
         db = make_engine(config.database_url)
         self.tenancy = Tenancy.from_config(config.tenancy, db)
+        self.tenancy.keys.start()  # re-verifies cached keys every refresh_s / 2
         self.registry = build_registry(config, db)
         self.accounting = Accounting.start(
             config.accounting, db, f"ingress-{context.replica_id.unique_id}", plan_of=self.tenancy.service.plan_of
@@ -57,6 +58,7 @@ class Ingress:
             self.publisher.stop()
             self.metrics.flush()  # what the last period added up
         self.limiter.close()
+        self.tenancy.keys.close()
         self.accounting.close()
 
     async def engine_replica_health(self) -> tuple[int, int, str]:
