@@ -45,6 +45,7 @@ class Ingress:
             self.publisher = Publisher(config.metrics.publish_period_s, [
                 self.metrics.flush,
                 lambda: self.metrics.replica.ledger(ledger.last_flush_at, ledger.pending_records()),
+                lambda: self.metrics.replica.database(self.tenancy.keys.health.reachable),
             ], name=f"metrics-{context.replica_id.unique_id}").start()
 
     def __serve_build_asgi_app__(self):
@@ -75,7 +76,8 @@ def shared_limiter(config: PlatformConfig, app_name: str, holder: str):
 
     cfg = config.tenancy.limiter
     backend = RayBackend(app_name, config.database_url, shards=cfg.shards, budget_cache_s=cfg.budget_cache_s,
-                         timeout_s=cfg.acquire_timeout_s, startup_timeout_s=cfg.startup_timeout_s)
+                         timeout_s=cfg.acquire_timeout_s, startup_timeout_s=cfg.startup_timeout_s,
+                         on_unavailable=cfg.on_unavailable)
     return Limiter(backend, cfg, holder=holder)
 
 
