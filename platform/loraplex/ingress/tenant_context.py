@@ -26,7 +26,8 @@ class TenantContext:
     lists are remembered for a database outage (the key cache's ttl_s and max_entries)."""
 
     def __init__(self, authenticator, registry, base_model: str, cache_salt_per_tenant: bool = True,
-                 health: StoreHealth | None = None, outage_ttl_s: float = 900.0, outage_entries: int = 100_000):
+                 plan_weight=lambda plan: 1.0, health: StoreHealth | None = None,
+                 outage_ttl_s: float = 900.0, outage_entries: int = 100_000):
         self.authenticator = authenticator  # async (request) -> principal with .tenant_id
         self.registry = registry
         self.base_model = base_model
@@ -36,6 +37,10 @@ class TenantContext:
         # the catalog as it is (a DELETE 404s at once); during an outage nothing can be deleted.
         self.resolved = LastKnown(outage_ttl_s, outage_entries)  # (tenant, model) -> AdapterVersion
         self.listed = LastKnown(outage_ttl_s, outage_entries)  # tenant -> its live AdapterVersions
+        self.plan_weight = plan_weight  # (plan name) -> its fair-queue weight (TenancyConfig.plan_weight)
+
+    def weight(self, principal) -> float:
+        return self.plan_weight(principal.plan)
 
     async def authenticate(self, request: Request):
         return await self.authenticator(request)

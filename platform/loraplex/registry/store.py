@@ -3,7 +3,7 @@
 A blob is the canonical form of a validated adapter, addressed by its sha256. We hash the
 canonical files, not the uploaded archive: re-packing the same adapter (another tar tool, gzip
 timestamp, file order, zip instead of tar, a top-level folder or not) must give the same sha, so
-uploads are idempotent and a vLLM LoRA name `tenant/name@sha` always means the same weights.
+uploads are idempotent and a vLLM LoRA name `tenant/name@version:sha` always means the same weights.
 Canonical = adapter_config.json re-serialized with sorted keys, plus the safetensors bytes as
 uploaded; README and other extras are dropped.
 
