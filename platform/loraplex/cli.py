@@ -192,7 +192,8 @@ def usage(s: Session) -> None:
         s.show(body)
         return
     key = body.get("group_by") or _first_key(rows)
-    columns = (key, *USAGE_COLUMNS) if body.get("group_by") else ()
+    named = key == "tenant" and any("tenant_name" in row for row in rows)  # tenants by name next to their id
+    columns = (key, *(("tenant_name",) if named else ()), *USAGE_COLUMNS) if body.get("group_by") else ()
     if isinstance(body.get("total"), dict):
         rows = rows + [{**body["total"], key: "TOTAL"}]
     print(_table(rows, columns))
@@ -200,7 +201,8 @@ def usage(s: Session) -> None:
         print(f"\ncost in {body['currency']}; finished {body.get('start')} to {body.get('end')} (end exclusive)")
     if body.get("rejections"):
         print("\nrefused before the engine (not billed):")
-        print(_table(body["rejections"], ("tenant", "reason", "count")))
+        named = any("tenant_name" in r for r in body["rejections"])
+        print(_table(body["rejections"], ("tenant", *(("tenant_name",) if named else ()), "reason", "count")))
 
 
 def billing_export(s: Session) -> None:

@@ -37,7 +37,11 @@ class AdapterRegistry:
             adapter = self.validator.validate(extract_archive(archive, Path(tmp) / "extracted", self.config))
             blob = self.store.put(tenant, adapter)
             version = self.catalog.add(tenant, name, blob.sha256, rank=adapter.rank,
-                                       target_modules=adapter.target_modules, base_model=adapter.base_model,
+                                       target_modules=adapter.target_modules,
+                                       # the served model it was validated against, by the name clients
+                                       # call it: the adapter's own base_model_name_or_path is a free-text
+                                       # hint (often a path on the trainer's disk)
+                                       base_model=self.validator.base.model_id,
                                        size_bytes=blob.size_bytes)
             # A concurrent delete of the same weights under another name may have removed the blob
             # between put and add; it is content-addressed, so putting it again is safe.

@@ -1,0 +1,48 @@
+"""TTFT / TPOT percentiles from the usage ledger's timestamps: the admin console's latency panel
+when no Prometheus is configured (console.prometheus_url).
+
+Same definitions as the `loraplex_*` histograms (loraplex/metrics/catalog.py): TTFT = first token
+- arrival at the ingress; TPOT = (finish - first token) / (completion tokens - 1), for requests
+with at least two tokens. Exact percentiles over the records, not bucket estimates."""
+
+from dataclasses import dataclass
+from datetime import datetime
+from math import ceil
+from typing import Optional
+
+from sqlalchemy import Engine, select
+
+from loraplex.accounting.period import check_range
+from loraplex.accounting.tables import usage_records as u
+
+
+@dataclass
+class LedgerLatency:
+    requests: int  # records that finished in the window
+    ttft_p95_s: Optional[float]  # None: no record had a first token
+    tpot_p95_s: Optional[float]  # None: no record had two tokens or more
+
+
+def percentile(values: list[float], q: float) -> Optional[float]:
+    """Nearest-rank q-quantile (0 < q <= 1): the smallest value with at least q of them at or below it."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(ceil(q * len(ordered)), 1) - 1]
+
+
+def ledger_latency(engine: Engine, start: datetime, end: datetime, q: float = 0.95) -> LedgerLatency:
+    """The q-quantiles of TTFT and TPOT of the requests that finished in [start, end)."""
+    check_range(start, end)
+    query = (select(u.c.arrival_time, u.c.first_token_time, u.c.finish_time, u.c.completion_tokens)
+             .where(u.c.finish_time >= start, u.c.finish_time < end))
+    ttft, tpot, n = [], [], 0
+    with engine.connect() as conn:
+        for arrival, first, finish, tokens in conn.execute(query):
+            n += 1
+            if first is None:
+                continue
+            ttft.append(max((first - arrival).total_seconds(), 0.0))
+            if tokens > 1:
+                tpot.append(max((finish - first).total_seconds(), 0.0) / (tokens - 1))
+    return LedgerLatency(n, percentile(ttft, q), percentile(tpot, q))
