@@ -53,12 +53,10 @@ def screenshot_dir() -> Path:
     return out
 
 
-def full_page_screenshot(driver, path: Path, width: int = 1280) -> Path:
-    """The whole page, not just the viewport: the window grows to the document's height first."""
-    height = driver.execute_script("return document.documentElement.scrollHeight")
-    size = driver.get_window_size()
-    driver.set_window_size(width, min(height + 20, 4000))
-    driver.execute_script("window.scrollTo(0, 0)")
-    driver.save_screenshot(str(path))
-    driver.set_window_size(size["width"], size["height"])
+def full_page_screenshot(driver, path: Path) -> Path:
+    """The whole page, not just the viewport (Chrome DevTools' capture beyond the viewport)."""
+    import base64
+
+    png = driver.execute_cdp_cmd("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True})
+    path.write_bytes(base64.b64decode(png["data"]))
     return path

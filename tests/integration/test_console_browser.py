@@ -233,6 +233,7 @@ def test_admin_console(browser, base_url, admin):
     wait_until(lambda: "tpm 5,000" in by_css(browser, f'#tenants-table tr[data-tenant="{tenant_id}"]').text,
                WAIT_S, "the table to show the new limit")
     by_css(browser, f'#tenants-table tr[data-tenant="{tenant_id}"] button[aria-label="Keys of console-made"]').click()
+    wait_until(lambda: by_css(browser, "#keys").is_displayed(), WAIT_S, "the keys dialog")
     by_css(browser, "#issue-key").click()
     key = wait_until(lambda: by_css(browser, "#new-key").get_attribute("value"), WAIT_S, "the new key")
     assert key.startswith("lpx-")
@@ -240,7 +241,7 @@ def test_admin_console(browser, base_url, admin):
         assert new.get("/v1/models").status_code == 200
         listed = admin.get(f"/admin/tenants/{tenant_id}/keys").json()["data"]
         assert len(listed) == 1 and key.startswith(listed[0]["prefix"])
-        assert len(all_css(browser, "#keys-table tr[data-key]")) == 1
+        wait_until(lambda: len(all_css(browser, "#keys-table tr[data-key]")) == 1, WAIT_S, "the key in the list")
         by_css(browser, "#keys-close").click()
         assert by_css(browser, "#new-key").get_attribute("value") == ""
 

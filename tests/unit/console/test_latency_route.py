@@ -2,6 +2,7 @@
 Prometheus HTTP API at console.prometheus_url when it is set (and back to the ledger when that
 Prometheus does not answer)."""
 
+import json
 import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -117,4 +118,22 @@ def test_a_prometheus_that_does_not_answer_falls_back_to_the_ledger(tmp_path):
     body = client.get("/admin/latency", headers=ADMIN).json()
     assert body["source"] == "ledger" and body["requests"] == 21
     assert "127.0.0.1:9" in body["prometheus_error"]
+    acc.close()
+
+
+def test_loraplex_latency_prints_the_same_figures(tmp_path, capsys, monkeypatch):
+    from loraplex.cli import main
+
+    monkeypatch.delenv("LORAPLEX_ADMIN_TOKEN", raising=False)
+    client, _, acc = build(tmp_path, {})
+    with serving(client.app) as url:
+        assert main(["--url", url, "--admin-token", "latency-admin", "latency"]) == 0
+        out = capsys.readouterr().out
+        assert main(["--url", url, "--admin-token", "latency-admin", "--json", "latency", "--window-s", "600"]) == 0
+        body = json.loads(capsys.readouterr().out)
+    lines = [ln.split() for ln in out.splitlines()]
+    assert lines[0] == ["METRIC", "P95_S", "SLO_P95_S", "WITHIN_SLO"]
+    assert lines[1][0] == "TTFT" and float(lines[1][1]) == pytest.approx(1.9, abs=1e-3) and lines[1][3] == "False"
+    assert "from the usage ledger (21 requests)" in out
+    assert body["window_s"] == 600 and body["source"] == "ledger"
     acc.close()

@@ -141,9 +141,10 @@ async function openKeys(tenant) {
   $("#new-key-box").hidden = true;
   $("#new-key").value = "";
   say($("#keys-message"), "");
-  await loadKeys();
+  fillRows($("#keys-table tbody"), [], "Loading...", 5);
   $("#keys").showModal();
   $("#issue-key").focus();
+  await loadKeys();
 }
 
 async function loadKeys() {

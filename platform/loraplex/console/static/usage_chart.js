@@ -50,7 +50,9 @@ export function renderUsageChart(canvas, report, start, end) {
         tokens: { type: "linear", position: "left", beginAtZero: true, title: { display: true, text: "tokens" },
                   ticks: { color: "#333" } },
         cost: { type: "linear", position: "right", beginAtZero: true, grid: { drawOnChartArea: false },
-                title: { display: true, text: report.currency }, ticks: { color: "#333" } },
+                title: { display: true, text: report.currency },
+                // Small amounts as decimals (0.00003), not 3.000000E-5.
+                ticks: { color: "#333", callback: (v) => Number(v).toLocaleString("en-US", { maximumSignificantDigits: 3, maximumFractionDigits: 10 }) } },
       },
     },
   });
