@@ -3,13 +3,15 @@ when no Prometheus is configured (console.prometheus_url).
 
 Same definitions as the `loraplex_*` histograms (loraplex/metrics/catalog.py): TTFT = first token
 - arrival at the ingress; TPOT = (finish - first token) / (completion tokens - 1), for requests
-with at least two tokens. Exact percentiles over the records, not bucket estimates."""
+with at least two tokens. Percentiles over the records themselves, not bucket estimates, by linear
+interpolation between the closest ranks (numpy's default; bench/percentile.py's and `vllm bench
+serve`'s definition, so the console and the benchmarks agree)."""
 
 from dataclasses import dataclass
 from datetime import datetime
-from math import ceil
 from typing import Optional
 
+import numpy as np
 from sqlalchemy import Engine, select
 
 from loraplex.accounting.period import check_range
@@ -24,11 +26,8 @@ class LedgerLatency:
 
 
 def percentile(values: list[float], q: float) -> Optional[float]:
-    """Nearest-rank q-quantile (0 < q <= 1): the smallest value with at least q of them at or below it."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[max(ceil(q * len(ordered)), 1) - 1]
+    """The q-quantile (0 <= q <= 1), linearly interpolated; None for no values."""
+    return float(np.quantile(values, q)) if values else None
 
 
 def ledger_latency(engine: Engine, start: datetime, end: datetime, q: float = 0.95) -> LedgerLatency:

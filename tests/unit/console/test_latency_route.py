@@ -56,24 +56,27 @@ def build(tmp_path, args: dict):
     return TestClient(app, raise_server_exceptions=False), key, acc
 
 
-def test_percentile_is_nearest_rank():
+def test_percentile_interpolates_like_the_benchmarks():
+    from bench.percentile import percentile as bench_percentile  # the repository root is on pytest's path
+
     assert percentile([], 0.95) is None
     assert percentile([3.0], 0.95) == 3.0
-    assert percentile([float(i) for i in range(1, 21)], 0.95) == 19.0
-    assert percentile([float(i) for i in range(1, 101)], 0.95) == 95.0
+    for values in ([float(i) for i in range(1, 21)], [float(i) for i in range(1, 101)], [0.3, 0.1, 7.0]):
+        assert percentile(values, 0.95) == pytest.approx(bench_percentile(values, 95))
+    assert percentile([float(i) for i in range(1, 21)], 0.95) == pytest.approx(19.05)
 
 
 def test_from_the_ledger_when_no_prometheus_is_configured(tmp_path):
     client, key, acc = build(tmp_path, {})
     body = client.get("/admin/latency", headers=ADMIN).json()
     assert body["source"] == "ledger" and body["window_s"] == 3600 and body["requests"] == 21
-    # 21 TTFTs (0.05, 0.1 .. 2.0): the 20th smallest is 1.9; 20 TPOTs (0.01 .. 0.2): the 19th is 0.19.
+    # 21 TTFTs (0.05, 0.1 .. 2.0): rank 20 * 0.95 = 19 is 1.9; 20 TPOTs (0.01 .. 0.2): rank 18.05, 0.1905.
     assert body["ttft_p95_s"] == pytest.approx(1.9, abs=1e-3)
-    assert body["tpot_p95_s"] == pytest.approx(0.19, abs=1e-3)
+    assert body["tpot_p95_s"] == pytest.approx(0.1905, abs=1e-3)
     assert body["slo"] == {"ttft_p95_s": 1.5, "tpot_p95_s": 0.25}
     assert body["within_slo"] == {"ttft": False, "tpot": True}
     wider = client.get("/admin/latency", params={"window_s": 3 * 3600}, headers=ADMIN).json()
-    assert wider["requests"] == 22 and wider["ttft_p95_s"] == pytest.approx(2.0, abs=1e-3)
+    assert wider["requests"] == 22 and wider["ttft_p95_s"] == pytest.approx(1.995, abs=1e-3)  # the 50 s one counts
     acc.close()
 
 
