@@ -95,6 +95,15 @@ def drop_file(driver, zone: str, path: Path) -> None:
         input.remove();""", zone)
 
 
+def unlabelled_controls(driver) -> list[str]:
+    """Form controls and buttons a screen reader could not name (no <label>, aria-label or text)."""
+    return driver.execute_script("""
+        return [...document.querySelectorAll('input, select, textarea, button, [role=button]')]
+          .filter((el) => el.type !== 'hidden' && el.id !== 'scratch-drop')
+          .filter((el) => !((el.labels && el.labels.length) || el.getAttribute('aria-label') || el.textContent.trim()))
+          .map((el) => el.outerHTML.slice(0, 80));""")
+
+
 def bad_archive(tmp_path: Path) -> Path:
     """A .tar.gz with no adapter in it: the validator refuses it with a 4xx naming the fix."""
     path = tmp_path / "not-an-adapter.tar.gz"
@@ -124,8 +133,14 @@ def test_tenant_console(browser, base_url, admin, model_name, tmp_path):
         assert r.status_code == 200, r.text
         wait_until(lambda: me.get("/v1/usage").json()["total"]["requests"] >= 1, WAIT_S, "the usage record")
 
+        browser.get(f"{base_url}/console/")
+        browser.execute_script("sessionStorage.clear()")
+        browser.get(f"{base_url}/console/")
+        wait_until(lambda: browser.execute_script("return document.activeElement.id") == "token", WAIT_S,
+                   "the key field to have the keyboard focus")
         sign_in(browser, base_url, "", key)
         wait_ready(browser, "tenant")
+        assert unlabelled_controls(browser) == []
         usage = me.get("/v1/usage", params=month_range()).json()
         totals = chart_totals(browser)
         assert totals["labels"][:3] == ["Prompt tokens", "Cached prompt tokens", "Completion tokens"]
@@ -209,6 +224,7 @@ def test_tenant_console(browser, base_url, admin, model_name, tmp_path):
 def test_admin_console(browser, base_url, admin):
     sign_in(browser, base_url, "admin.html", ADMIN_TOKEN)
     wait_ready(browser, "admin")
+    assert unlabelled_controls(browser) == []
 
     # Create a tenant with a limit.
     by_css(browser, "#create-box summary").click()
@@ -259,6 +275,8 @@ def test_admin_console(browser, base_url, admin):
             assert state == "unavailable" and "Not available" in by_css(browser, "#replicas-message").text
         else:
             assert replicas.status_code == 200 and state == "shown"
+            cards = [c.get_attribute("data-replica") for c in all_css(browser, "#replicas-list article.card")]
+            assert sorted(cards) == sorted(r["replica_id"] for r in replicas.json()["data"])
         period = datetime.now(timezone.utc).strftime("%Y-%m")
         export = admin.get("/admin/billing/export", params={"period": period})
         month = by_css(browser, f'#billing-table tr[data-period="{period}"]').text

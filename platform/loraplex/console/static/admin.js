@@ -243,12 +243,50 @@ function objectsTable(items) {
     h("tbody", {}, items.map((o) => h("tr", {}, columns.map((c) => h("td", {}, cell(o[c])))))));
 }
 
+function tenantLabel(id) {
+  const t = tenants.find((x) => x.id === id);
+  return t ? `${t.name} (${id})` : id;
+}
+
+// "ten_abc/pirate@<sha256>" (vLLM's adapter name) -> "acme/pirate@1a2b3c4d5e6f"
+function adapterLabel(name) {
+  const m = /^([^/]+)\/([^@]+)@([0-9a-f]+)$/.exec(name);
+  if (!m) return name;
+  const t = tenants.find((x) => x.id === m[1]);
+  return `${t ? t.name : m[1]}/${m[2]}@${m[3].slice(0, 12)}`;
+}
+
+const REPLICA_FIELDS = {
+  running: ["Running", number], waiting: ["Waiting (vLLM)", number], queued: ["Queued (fair queue)", number],
+  in_flight: ["In flight", number], dispatched: ["Dispatched", number],
+  dispatch_limit: ["Dispatch limit", (v) => (v === null ? "no fair queue" : number(v))],
+  kv_usage: ["KV cache used", (v) => `${(v * 100).toFixed(1)} %`],
+  reported_at: ["Reported", (v) => `${Math.max(0, Math.round(Date.now() / 1000 - v))} s ago`],
+};
+
 function replicaCard(replica, i) {
   const id = replica.replica_id || replica.replica || replica.id || `replica ${i + 1}`;
+  const facts = [];
+  for (const [key, value] of Object.entries(replica)) {
+    if (["replica_id", "replica", "id", "tenants", "loaded_adapters"].includes(key)) continue;
+    const [label, format] = REPLICA_FIELDS[key] || [key.replaceAll("_", " "), cell];
+    facts.push(h("dt", {}, label), h("dd", {}, value === null || value === undefined ? "-" : format(value)));
+  }
+  const queues = Object.entries(replica.tenants || {});
+  const adapters = replica.loaded_adapters || [];
   return h("article", { class: "card", "data-replica": id, "aria-label": `Replica ${id}` },
-    h("h3", {}, id),
-    h("dl", {}, Object.entries(replica).filter(([k]) => !["replica_id", "replica", "id"].includes(k))
-      .flatMap(([k, v]) => [h("dt", {}, k.replaceAll("_", " ")), h("dd", {}, cell(v))])));
+    h("h3", {}, `Replica ${id}`),
+    h("dl", {}, facts),
+    h("h4", {}, "Tenants on it (fair-share queue per tenant)"),
+    queues.length ? h("table", { class: "inner" },
+      h("thead", {}, h("tr", {}, ["Tenant", "Queued", "Running", "Virtual token counter"].map((c, i) => h("th", { scope: "col", class: i ? "num" : null }, c)))),
+      h("tbody", {}, queues.map(([tenant, q]) => h("tr", { "data-queue-tenant": tenant },
+        h("th", { scope: "row" }, tenantLabel(tenant)), h("td", { class: "num" }, number(q.queued)),
+        h("td", { class: "num" }, number(q.running)), h("td", { class: "num" }, number(q.counter))))))
+      : h("p", { class: "help" }, "No tenant has requests on it now."),
+    h("h4", {}, "Loaded adapters"),
+    adapters.length ? h("ul", { class: "adapters" }, adapters.map((a) => h("li", {}, h("code", { title: a }, adapterLabel(a)))))
+      : h("p", { class: "help" }, "None."));
 }
 
 async function loadReplicas() {
@@ -345,7 +383,8 @@ function init() {
     verify: () => session.json("/admin/tenants"),
     onSignedIn: async () => {
       showApp(true);
-      await Promise.all([loadTenants(), loadLatency(), loadReplicas(), loadBilling()]);
+      const named = loadTenants(); // the replicas' tenants and adapters are shown by name
+      await Promise.all([named, loadLatency(), named.then(loadReplicas), loadBilling()]);
       document.body.dataset.ready = "admin";
     },
     onSignedOut: () => {
