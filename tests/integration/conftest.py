@@ -60,7 +60,9 @@ def serve_app(tmp_path_factory):
             "gpu_memory_utilization": 0.25,
             "dtype": "float32",
         },
-        "engine_deployment": {"health_check_period_s": 5},
+        # A small fixed dispatch limit, so test_fair_queue can queue a tenant with a few requests.
+        "engine_deployment": {"health_check_period_s": 5,
+                              "fair_queue": {"dispatch_limit": 3, "newcomer_slots": 1}},
         "ingress": {"num_replicas": 2, "num_cpus": 0.25},
     }
     import loraplex

@@ -166,6 +166,50 @@ def test_delete_stops_new_requests_and_frees_every_replica(acme, pirate_archive,
                "the replica to free the deleted adapter")
 
 
+def short_answer(client, model: str) -> httpx.Response:
+    return client.post("/v1/chat/completions",
+                       json={"model": model, "messages": QUESTION, "max_tokens": 6, "temperature": 0})
+
+
+def loaded_versions(engine_handle, name: str) -> list[str]:
+    return [n for n in engine_handle.loaded_adapters.remote().result() if f"/{name}@" in n]
+
+
+def test_the_same_weights_uploaded_again_after_a_delete_are_a_new_servable_version(acme, pirate_archive,
+                                                                                     engine_handle):
+    """Upload, serve, delete, upload the same archive again: a new version (2, a new catalog id
+    and vLLM name) that answers by name, number and sha at once, on a replica that has seen the
+    delete (it refuses the deleted id for good) and, in the second round, on one that has not
+    yet (the re-upload is served within the replicas' deletion poll)."""
+    first = upload(acme, "phoenix", pirate_archive)
+    assert first.status_code == 201 and first.json()["version"] == 1, first.text
+    pirate = answer(acme, "phoenix")
+    assert is_pirate(pirate)
+    assert acme.delete("/v1/adapters/phoenix").status_code == 200
+    wait_until(lambda: not loaded_versions(engine_handle, "phoenix"), 15, "the replica to free the deleted adapter")
+
+    again = upload(acme, "phoenix", pirate_archive)
+    assert again.status_code == 201, again.text
+    assert (again.json()["version"], again.json()["sha256"]) == (2, first.json()["sha256"])
+    for ref in ["phoenix", "phoenix@2", f"phoenix@{again.json()['sha256']}"]:
+        assert answer(acme, ref) == pirate, ref
+    assert short_answer(acme, "phoenix@1").status_code == 404  # the deleted version stays deleted
+    listed = [(m["id"], m["version"]) for m in acme.get("/v1/models").json()["data"] if m["id"] == "phoenix"]
+    assert listed == [("phoenix", 2)]
+
+    # Second round, fast: delete and upload again, then serve before the replica's next poll.
+    assert acme.delete("/v1/adapters/phoenix").status_code == 200
+    third = upload(acme, "phoenix", pirate_archive)
+    assert third.status_code == 201 and third.json()["version"] == 3, third.text
+    reply = short_answer(acme, "phoenix")
+    assert reply.status_code == 200, reply.text
+    # Through the replica's deletion polls: version 2 is freed, version 3 keeps answering.
+    wait_until(lambda: len(loaded_versions(engine_handle, "phoenix")) == 1, 15, "version 2 to be freed")
+    assert loaded_versions(engine_handle, "phoenix")[0].split("/", 1)[1].startswith("phoenix@3:")
+    for ref in ["phoenix", "phoenix@3", f"phoenix@{third.json()['sha256']}"]:
+        assert answer(acme, ref) == pirate, ref
+
+
 class Stream(threading.Thread):
     """One long streamed chat request: the SSE events its client received."""
 
@@ -249,6 +293,8 @@ def bad_archive_cases(tmp: Path, good: Path) -> list[tuple[str, bytes, int]]:
     config = members["adapter_config.json"]
     weights = members["adapter_model.safetensors"]
     big_rank = config.replace(b'"r": 8', b'"r": 64')
+    from safetensors.numpy import load, save
+    untrained = save({k: v * 0 if ".lora_B." in k else v for k, v in load(weights).items()})
     return [
         ("not-an-archive", b"this is not a tarball", 400),
         ("path-traversal", tar_of([("../../evil.json", config), ("adapter_config.json", config)]), 400),
@@ -258,6 +304,7 @@ def bad_archive_cases(tmp: Path, good: Path) -> list[tuple[str, bytes, int]]:
         ("pickle-weights", tar_of([("adapter_config.json", config), ("adapter_model.bin", b"\x80\x04pickle")]), 422),
         ("corrupt-safetensors", tar_of([("adapter_config.json", config), ("adapter_model.safetensors", b"garbage")]), 422),
         ("rank-over-max", tar_of([("adapter_config.json", big_rank), ("adapter_model.safetensors", weights)]), 422),
+        ("untrained-zero-b", tar_of([("adapter_config.json", config), ("adapter_model.safetensors", untrained)]), 422),
     ]
 
 

@@ -11,7 +11,9 @@ from typing import Any, AsyncIterator
 from ray import serve
 
 from loraplex.config import EngineDeploymentConfig, PlatformConfig
+from loraplex.engine.dispatch_limit import AdaptiveLimit, FixedLimit
 from loraplex.engine.engine_counters import EngineStatsReader
+from loraplex.engine.fair_queue import Entry, FairQueue
 from loraplex.engine.metering import Meter
 from loraplex.contract import SSE_DONE, EngineCall, EngineChunk, EngineError, RequestUsage, sse_error
 from loraplex.engine.shedding import LoadShedder
@@ -55,11 +57,15 @@ class Engine:
         # The affinity keys this replica served lately, reported to the routers (record_routing_stats).
         deployment = config.engine_deployment
         self.served_keys = ServedKeys(deployment.routing.served_keys)
-        self.in_flight = 0  # tenant requests this replica is serving (in vLLM or about to be)
+        self.in_flight = 0  # tenant requests this replica is serving (in vLLM or about to be; not queued)
         self.metrics = Metrics.for_replica(config.metrics, "engine", metrics_sink)
         # vLLM's own numbers, read from its registry by one reader: the shedder, the routing
         # stats and the metrics publisher share its readings.
         self.stats = EngineStatsReader(max_age_s=deployment.shedding.sample_period_s)
+        # The fair queue (VTC) decides which request vLLM gets next; None: every request at once.
+        self.fair_queue = self._fair_queue(config)
+        # in_flight counts only what the queue dispatched: the shedder bounds vLLM's share, the
+        # queue refuses by share when it is full.
         self.shedder = LoadShedder(deployment.shedding, lambda: self.in_flight,
                                    lambda: self.stats.read()["kv_cache_usage"])
         self.batcher = StreamBatcher(deployment.stream_window_s, deployment.stream_max_chunks,
@@ -81,7 +87,21 @@ class Engine:
         if self.metrics.enabled:
             self.publisher = Publisher(config.metrics.publish_period_s, [
                 self.metrics.flush, self._publish_engine_stats, self._publish_adapters, self._publish_ledger,
+                self._publish_fair_queue,
             ], name=f"metrics-{replica_id}").start()
+
+    @staticmethod
+    def _fair_queue(config: PlatformConfig) -> FairQueue | None:
+        fq = config.engine_deployment.fair_queue
+        if not fq.enabled:
+            return None
+        max_num_seqs = config.engine.max_num_seqs
+        if fq.dispatch_limit is not None:
+            limit = FixedLimit(min(fq.dispatch_limit, max_num_seqs))
+        else:  # targets: the queue's own, else the `slo:` ones (copied in by for_replicas)
+            slo = config.slo
+            limit = AdaptiveLimit(fq.adaptive, max_num_seqs, slo.ttft_p95_s, slo.tpot_p95_s)
+        return FairQueue(fq, limit, max_num_seqs)
 
     async def generate(self, call: EngineCall, request) -> AsyncIterator[EngineChunk | EngineError]:
         """Serve one tenant request: coalesced EngineChunks (SSE bytes, or the JSON body), or
@@ -99,13 +119,23 @@ class Engine:
                               type="service_unavailable", retry_after=self.shedder.config.retry_after_s,
                               reason="shed")
             return
+        entry = None
+        if self.fair_queue is not None:
+            entry = await self._wait_for_slot(call)
+            if entry.state == "refused":
+                yield self._queue_refusal(entry)
+                return
+        dispatched_at = time.time()
         self.in_flight += 1
         usage = RequestUsage(replica_id=self.replica_id)
         source = self.engine.generate(call, request, usage)
         batches = self.batcher.batches(source, call.deadline)
         metered = refused = False
+        charged = [0, 0]  # prompt, completion tokens added to the tenant's virtual counter
         try:
             async for items in batches:
+                if entry is not None:
+                    self._charge(entry, usage, charged)
                 last = items[-1]
                 if isinstance(last, EngineError):
                     refused = True  # counted by the ingress as a refusal, never billed
@@ -146,12 +176,88 @@ class Engine:
             await batches.aclose()  # on a disconnect: cancels the engine request first
             if not metered and not refused:
                 self._meter(call, usage)
+            if entry is not None:
+                self._charge(entry, usage, charged)
+                self._slot_freed(entry, usage, dispatched_at)
+
+    # -- the fair queue: thin glue over loraplex/engine/fair_queue.py ----------------------------
+    async def _wait_for_slot(self, call: EngineCall) -> Entry:
+        """Queue the call until the fair queue dispatches it (state running) or refuses it;
+        a cancelled wait (the client went away) leaves the queue at once."""
+        slot = asyncio.get_running_loop().create_future()
+        entry = Entry(tenant=call.tenant_id or "-", priority=call.priority, weight=call.weight,
+                      deadline=call.deadline, ready=lambda e: slot.done() or slot.set_result(None))
+        queue = self.fair_queue
+        queue.submit(entry)
+        try:
+            while entry.state == "queued":
+                timeout = None
+                if call.deadline is not None:  # wake when it is too late to start, to refuse it
+                    timeout = max(call.deadline - queue.config.deadline_margin_s - time.time(), 0.0) + 0.001
+                try:
+                    await asyncio.wait_for(asyncio.shield(slot), timeout)
+                except asyncio.TimeoutError:
+                    queue.expire()
+        except BaseException:
+            queue.finish(entry)
+            raise
+        return entry
+
+    def _queue_refusal(self, entry: Entry) -> EngineError:
+        if entry.reason == "queue_deadline":
+            message = ("The server is overloaded: this request could not start before its deadline "
+                       "(X-LoRAPlex-Timeout); retry in a moment, or allow it longer.")
+        else:
+            message = ("The server is overloaded and your tenant has the most requests queued on this "
+                       "replica for its share; retry in a moment, or send fewer at once.")
+        return EngineError(status=503, message=message, type="service_unavailable",
+                           retry_after=self.fair_queue.config.retry_after_s, reason=entry.reason)
+
+    def _charge(self, entry: Entry, usage: RequestUsage, charged: list) -> None:
+        prompt, completion = usage.prompt_tokens - charged[0], usage.completion_tokens - charged[1]
+        if prompt or completion:
+            self.fair_queue.charge(entry.tenant, prompt, completion, entry.weight)
+            charged[0], charged[1] = usage.prompt_tokens, usage.completion_tokens
+
+    def _slot_freed(self, entry: Entry, usage: RequestUsage, dispatched_at: float) -> None:
+        """Free the request's slot; feed its latencies after dispatch to the adaptive limit."""
+        queue = self.fair_queue
+        if usage.status in ("stop", "length") and usage.first_token_time is not None:
+            ttft = usage.first_token_time - dispatched_at
+            n = usage.longest_output()
+            tpot = ((usage.finish_time or time.time()) - usage.first_token_time) / (n - 1) if n > 1 else None
+            queue.limit.observe(ttft, tpot)
+        queue.finish(entry)  # dispatches the next ones, under the (maybe new) limit
 
     def record_routing_stats(self) -> dict[str, Any]:
         """Serve collects this every routing stats period and hands it to every router."""
         gauges = self.stats.read()
+        queue = self.fair_queue.snapshot() if self.fair_queue is not None else None
         return routing_stats(self.served_keys.recent(), running=gauges["num_requests_running"],
-                             waiting=gauges["num_requests_waiting"], kv_usage=gauges["kv_cache_usage"])
+                             waiting=gauges["num_requests_waiting"], kv_usage=gauges["kv_cache_usage"],
+                             queued=queue["queued"] if queue is not None else 0, status=self.status(queue))
+
+    def replica_status(self) -> dict[str, Any]:
+        """What GET /admin/replicas shows of this replica, read now."""
+        gauges = self.stats.read()
+        return {"replica_id": self.replica_id, "running": int(gauges["num_requests_running"]),
+                "waiting": int(gauges["num_requests_waiting"]), "kv_usage": round(gauges["kv_cache_usage"], 4),
+                **self.status(), "reported_at": time.time()}
+
+    def status(self, queue: dict | None = None) -> dict[str, Any]:
+        """This replica for GET /admin/replicas (carried in its routing stats): its requests,
+        the fair queue's limit and per-tenant queues and counters, the adapters it holds."""
+        if queue is None and self.fair_queue is not None:
+            queue = self.fair_queue.snapshot()
+        adapters = getattr(self.engine, "adapters", None)
+        return {
+            "in_flight": self.in_flight,
+            "dispatch_limit": queue["dispatch_limit"] if queue else None,  # None: no fair queue
+            "dispatched": queue["dispatched"] if queue else self.in_flight,
+            "queued": queue["queued"] if queue else 0,
+            "tenants": queue["tenants"] if queue else {},
+            "loaded_adapters": sorted(adapters.targets)[:64] if adapters is not None else [],
+        }
 
     def _meter(self, call: EngineCall, usage: RequestUsage) -> None:
         """Append the request's usage record, if it is billable: a tenant's, and the engine
@@ -187,6 +293,10 @@ class Engine:
         self.metrics.replica.resident_adapters(len(resident))
         self.metrics.replica.adapters_evicted("lru", self.engine.adapters.note_resident(resident, asked_at))
 
+    def _publish_fair_queue(self) -> None:
+        if self.fair_queue is not None:
+            self.metrics.replica.fair_queue(self.fair_queue.snapshot(), self.metrics.requests.tenant_label)
+
     def _publish_ledger(self) -> None:
         self.metrics.replica.ledger(self.ledger.last_flush_at, self.ledger.pending_records())
 
@@ -215,15 +325,28 @@ class Engine:
     async def _free_deleted_adapters(self, period_s: float) -> None:
         # DELETE marks the catalog row; every replica notices here and frees its copy once the
         # requests still running with it finish. Polling keeps replicas free of any broadcast.
+        # The database down: requests go on (they carry their AdapterTarget; blobs come from the
+        # store); the poll says so once per outage and tries again each period.
+        from loraplex.db import is_unavailable
+
+        down = False
         while True:
             await asyncio.sleep(period_s)
             try:
                 loaded = self.engine.adapters.loaded_ids()
                 deleted = await asyncio.to_thread(self.catalog.deleted_among, loaded)
+                if down:
+                    logger.warning("the database is reachable again: checking for deleted adapters")
+                down = False
                 if deleted:
                     await self.engine.adapters.retire(deleted)
-            except Exception:
-                logger.exception("could not check for deleted adapters; retrying")
+            except Exception as exc:
+                if not is_unavailable(exc):
+                    logger.exception("could not check for deleted adapters; retrying")
+                elif not down:
+                    down = True
+                    logger.warning("cannot check for deleted adapters, the database is unavailable (%r); "
+                                   "retrying every %g s", exc, period_s)
 
     async def __del__(self):
         if self.publisher is not None:

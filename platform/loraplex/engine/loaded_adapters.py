@@ -35,8 +35,9 @@ class LoadedAdapters:
         self.metrics = metrics or NoReplicaMetrics()  # loads, their seconds, evictions
         self.targets: dict[str, AdapterTarget] = {}
         self.in_flight: Counter[str] = Counter()
-        # Catalog ids of deleted versions (ids are never reused): refused from now on, and
-        # dropped once their running requests end. A blob may outlive a deleted version (another
+        # Catalog ids of deleted versions: refused from now on, and dropped once their running
+        # requests end. Ids are never reused (the same weights uploaded after a delete are a new
+        # version with a new id and name: AdapterCatalog.add), so this set never needs forgetting. A blob may outlive a deleted version (another
         # name with the same weights), so "not fetchable" alone would not keep it out.
         self.deleted: set[int] = set()
         # Names vLLM evicted from its host cache since their load: loaded again on next use.

@@ -18,9 +18,11 @@ ADMIN_MAX_BODY_BYTES = 64 * 1024  # tenant bodies are a name and a few numbers
 
 
 class AdminRoutes:
-    def __init__(self, tenancy: Tenancy):
+    def __init__(self, tenancy: Tenancy, replicas=None):
         self.tenancy = tenancy
         self.service = tenancy.service
+        # async () -> [Engine.status() of each replica, with replica_id, running, waiting, kv_usage]
+        self.replicas = replicas
 
     def routes(self) -> list[Route]:
         return [
@@ -31,7 +33,13 @@ class AdminRoutes:
             Route("/admin/tenants/{tenant_id}/keys", self.issue_key, methods=["POST"]),
             Route("/admin/tenants/{tenant_id}/keys", self.list_keys, methods=["GET"]),
             Route("/admin/keys/{key_id}", self.revoke_key, methods=["DELETE"]),
+            Route("/admin/replicas", self.list_replicas, methods=["GET"]),
         ]
+
+    async def list_replicas(self, request: Request) -> Response:
+        self.check_admin(request)
+        data = await self.replicas() if self.replicas is not None else []
+        return JSONResponse({"object": "list", "data": data})
 
     async def create_tenant(self, request: Request) -> Response:
         self.check_admin(request)
@@ -54,6 +62,7 @@ class AdminRoutes:
         body = parse(TenantUpdate, await read_json(request, ADMIN_MAX_BODY_BYTES))
         tenant = await run_in_threadpool(self.service.update_tenant, request.path_params["tenant_id"],
                                     plan=body.plan, limits=body.limits, status=body.status)
+        self.tenancy.keys.forget_tenant(tenant.id)  # here at once; other replicas within refresh_s
         return JSONResponse(self.tenant_json(tenant))
 
     async def issue_key(self, request: Request) -> Response:
@@ -70,6 +79,7 @@ class AdminRoutes:
     async def revoke_key(self, request: Request) -> Response:
         self.check_admin(request)
         record = await run_in_threadpool(self.service.revoke_key, request.path_params["key_id"])
+        self.tenancy.keys.forget_key(record.id)  # here at once; other replicas within refresh_s
         return JSONResponse(record.to_json())
 
     def tenant_json(self, tenant) -> dict:

@@ -5,12 +5,15 @@ from __future__ import annotations
 import logging
 
 from ray.exceptions import TaskCancelledError
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 
 from loraplex.admission.limiter import Limiter, LocalBackend
 from loraplex.config import PlatformConfig
+from loraplex.db.health import StoreHealth
+from loraplex.db.unavailable import StoreUnavailable, is_unavailable
 from loraplex.ingress.adapter_routes import AdapterRoutes
 from loraplex.ingress.admin_routes import AdminRoutes
 from loraplex.ingress.auth import authenticate
@@ -25,6 +28,18 @@ from loraplex.ingress.usage_routes import UsageRoutes
 from loraplex.tenancy import Tenancy
 
 logger = logging.getLogger(__name__)
+
+
+async def engine_replicas(engine) -> list[dict]:
+    """Every Engine replica as its last routing stats reported it (up to stats_period_s old);
+    before this ingress has routed anything, the one replica a call reaches, asked now."""
+    from loraplex.routing.serve_router import replica_statuses
+
+    statuses = replica_statuses()
+    if statuses:
+        return statuses
+    status = await engine.call("replica_status")
+    return [status] if isinstance(status, dict) else []
 
 
 def build_ingress_app(
@@ -43,12 +58,17 @@ def build_ingress_app(
     `limiter`: loraplex.admission.Limiter enforcing tenant limits; None: one in this process.
     `metrics`: the replica's loraplex.metrics.Metrics (refusals, requests billed here); None: none."""
     tenants = None
+    # What this replica's queries found of the database: /readyz and the outage mapping below.
+    health = tenancy.keys.health if tenancy is not None else StoreHealth()
     if tenancy is not None:
+        key_cache = config.tenancy.key_cache
         tenants = TenantContext(
             lambda request: authenticate(request, tenancy),
             registry,
             base_model=config.engine.model_id,
             cache_salt_per_tenant=config.registry.cache_salt_per_tenant,
+            health=health, outage_ttl_s=key_cache.ttl_s, outage_entries=key_cache.max_entries,
+            plan_weight=config.tenancy.plan_weight,
         )
     routes = [
         *OpenAIRoutes(engine, config.ingress.max_request_body_bytes, tenants,
@@ -57,10 +77,11 @@ def build_ingress_app(
                       request_timeout_s=config.ingress.request_timeout_s,
                       limits=limiter or Limiter(LocalBackend(), config.tenancy.limiter),
                       metrics=metrics.requests if metrics is not None else None).routes(),
-        *HealthRoutes(engine, replica_health).routes(),
+        *HealthRoutes(engine, replica_health, store_health=health if tenancy is not None else None,
+                      cached_keys=(lambda: len(tenancy.keys)) if tenancy is not None else None).routes(),
     ]
     if tenancy is not None:
-        routes += AdminRoutes(tenancy).routes()
+        routes += AdminRoutes(tenancy, replicas=lambda: engine_replicas(engine)).routes()
     if registry is not None and tenants is not None:
         routes += AdapterRoutes(tenants, config.registry.max_upload_bytes).routes()
     if accounting is not None and tenancy is not None:
@@ -75,6 +96,15 @@ def build_ingress_app(
         return error_response(StatusError(f"{request.method} {request.url.path}: {exc.detail}",
                                           status=exc.status_code))
 
+    async def on_database_error(request: Request, exc: SQLAlchemyError):
+        # The one place a route's database error becomes an answer: the database is down (503 +
+        # Retry-After, never a 500), or it is a bug (500, logged).
+        if not is_unavailable(exc):
+            return await on_unexpected(request, exc)
+        health.failed(exc)
+        logger.warning("database unavailable on %s %s: %r", request.method, request.url.path, exc)
+        return error_response(StoreUnavailable(f"{request.method} {request.url.path} cannot be answered now", exc))
+
     async def on_unexpected(request: Request, exc: Exception):
         # Ray Serve raises TaskCancelledError from receive() when the client has gone away:
         # nobody is left to answer, so it is not worth a stack trace.
@@ -85,5 +115,6 @@ def build_ingress_app(
 
     return Starlette(
         routes=routes,
-        exception_handlers={StatusError: on_status_error, HTTPException: on_http_error, Exception: on_unexpected},
+        exception_handlers={StatusError: on_status_error, HTTPException: on_http_error,
+                            SQLAlchemyError: on_database_error, Exception: on_unexpected},
     )

@@ -80,7 +80,7 @@ REFUSALS = MetricSpec(
     "loraplex_refusals_total", "counter", TENANT_LABELS + (REASON,),
     "Requests refused before generating, never billed, by the reason the ledger counts them under: the "
     "HTTP status, with the limit for 429 (429:rate_limit_requests, ...) and the cause for 503 "
-    "(503:shed, 503:queue_full, 503:limiter_unavailable). Counted by the ingress, also for refusals "
+    "(503:shed, 503:fair_share, 503:queue_deadline, 503:queue_full, 503:limiter_unavailable). Counted by the ingress, also for refusals "
     "made by an Engine replica (shedding, adapter deleted).")
 
 # -- per Engine replica
@@ -119,6 +119,18 @@ ADAPTER_EVICTIONS = MetricSpec(
     "(sampled every publish period); reason=deleted, freed after its DELETE.",
     values={REASON: ("lru", "deleted")})
 
+FAIR_QUEUE_LIMIT = MetricSpec(
+    "loraplex_fair_queue_dispatch_limit", "gauge", (),
+    "Requests the replica's fair queue lets into vLLM at once (fixed, or adapted to the SLO).")
+FAIR_QUEUE_DISPATCHED = MetricSpec(
+    "loraplex_fair_queue_dispatched", "gauge", (), "Requests the fair queue has in vLLM now.")
+FAIR_QUEUE_LENGTH = MetricSpec(
+    "loraplex_fair_queue_length", "gauge", (TENANT,), "Requests of the tenant waiting in the replica's fair queue.")
+FAIR_QUEUE_COUNTER = MetricSpec(
+    "loraplex_fair_queue_virtual_counter", "gauge", (TENANT,),
+    "The tenant's virtual token counter on the replica (weighted tokens served / plan weight): "
+    "the lowest backlogged one is served next.")
+
 # -- per Ingress replica
 ROUTING_DECISIONS = MetricSpec(
     "loraplex_routing_decisions_total", "counter", (DECISION,),
@@ -126,6 +138,18 @@ ROUTING_DECISIONS = MetricSpec(
     "new_key (no replica held the key), spill (holders were over the load bound, another took it), "
     "ranked (a policy that tracks no holders), fallback (Serve's power of two: no key, or the policy failed).",
     values={DECISION: ("affinity", "new_key", "spill", "ranked", "fallback")})
+
+DATABASE_REACHABLE = MetricSpec(
+    "loraplex_database_reachable", "gauge", (),
+    "1 while the replica's last query (its key-cache refresh every tenancy.key_cache.refresh_s / 2, or a "
+    "request's) reached the database; 0 during an outage: cached keys are served, the rest answers 503.")
+
+# -- per limiter actor (tenancy.limiter; no Serve labels)
+BUDGET_SOURCE_FAILURES = MetricSpec(
+    "loraplex_budget_source_failures_total", "counter", (),
+    "Reads of a tenant's month-to-date usage for monthly_token_budget that failed (the database could not "
+    "be reached). Meanwhile tenancy.limiter.on_unavailable decides: open admits on the last read, closed "
+    "refuses budgeted tenants with 503.")
 
 # -- per replica with a usage ledger (Engine and Ingress)
 SPOOL_LAST_FLUSH = MetricSpec(
@@ -137,7 +161,9 @@ SPOOL_PENDING = MetricSpec(
 
 REQUEST_METRICS = (TTFT, TPOT, E2E, QUEUE, PROMPT_TOKENS, CACHED_PROMPT_TOKENS, COMPLETION_TOKENS, REQUESTS)
 ENGINE_METRICS = (KV_USAGE, RUNNING, WAITING, LOADED_ADAPTERS, PREEMPTIONS, PREFIX_QUERIES, PREFIX_HITS,
-                  ADAPTER_LOADS, ADAPTER_LOAD_SECONDS, ADAPTER_EVICTIONS)
-INGRESS_METRICS = (REFUSALS, ROUTING_DECISIONS)
+                  ADAPTER_LOADS, ADAPTER_LOAD_SECONDS, ADAPTER_EVICTIONS,
+                  FAIR_QUEUE_LIMIT, FAIR_QUEUE_DISPATCHED, FAIR_QUEUE_LENGTH, FAIR_QUEUE_COUNTER)
+INGRESS_METRICS = (REFUSALS, ROUTING_DECISIONS, DATABASE_REACHABLE)
+LIMITER_METRICS = (BUDGET_SOURCE_FAILURES,)
 LEDGER_METRICS = (SPOOL_LAST_FLUSH, SPOOL_PENDING)
-ALL = REQUEST_METRICS + ENGINE_METRICS + INGRESS_METRICS + LEDGER_METRICS
+ALL = REQUEST_METRICS + ENGINE_METRICS + INGRESS_METRICS + LIMITER_METRICS + LEDGER_METRICS

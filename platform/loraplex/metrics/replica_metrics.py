@@ -27,9 +27,10 @@ _ENGINE_GAUGES = {"kv_cache_usage": c.KV_USAGE, "num_requests_running": c.RUNNIN
 class ReplicaMetrics:
     def __init__(self, sink, role: str):
         """role: "engine" or "ingress": which of the per-replica metrics this replica has."""
-        specs = (c.ENGINE_METRICS if role == "engine" else (c.ROUTING_DECISIONS,)) + c.LEDGER_METRICS
+        specs = (c.ENGINE_METRICS if role == "engine" else (c.ROUTING_DECISIONS, c.DATABASE_REACHABLE)) + c.LEDGER_METRICS
         self.metrics = {spec.name: sink.make(spec) for spec in specs}
         self._last: dict[str, float] = {}  # vLLM counter -> its value at the last publish
+        self._queue_labels: set[str] = set()  # tenant label values the fair-queue gauges last set
         # Per request, so added up here and handed to Ray by flush() (see Counts).
         self._decisions = (Counts(self.metrics[c.ROUTING_DECISIONS.name], c.ROUTING_DECISIONS.labels)
                            if c.ROUTING_DECISIONS.name in self.metrics else None)
@@ -60,6 +61,23 @@ class ReplicaMetrics:
             self._last[key] = value
         self.metrics[c.LOADED_ADAPTERS.name].set(float(stats.get("lora_running_adapters", 0)), {c.TIER: "gpu"})
 
+    def fair_queue(self, snapshot: Mapping, tenant_label) -> None:
+        """The fair queue's snapshot; tenant_label maps a tenant id through the label guard."""
+        self.metrics[c.FAIR_QUEUE_LIMIT.name].set(float(snapshot["dispatch_limit"]))
+        self.metrics[c.FAIR_QUEUE_DISPATCHED.name].set(float(snapshot["dispatched"]))
+        lengths: dict[str, float] = {}
+        counters: dict[str, float] = {}
+        for tenant, t in snapshot["tenants"].items():
+            label = tenant_label(tenant)
+            lengths[label] = lengths.get(label, 0.0) + t["queued"]
+            counters[label] = max(counters.get(label, 0.0), t["counter"])  # `other`: the highest
+        for label in self._queue_labels - set(lengths):  # idle now: back to 0
+            lengths[label], counters[label] = 0.0, 0.0
+        for label in lengths:
+            self.metrics[c.FAIR_QUEUE_LENGTH.name].set(lengths[label], {c.TENANT: label})
+            self.metrics[c.FAIR_QUEUE_COUNTER.name].set(counters[label], {c.TENANT: label})
+        self._queue_labels = {label for label, n in lengths.items() if n or counters[label]}
+
     def resident_adapters(self, cpu: int) -> None:
         self.metrics[c.LOADED_ADAPTERS.name].set(float(cpu), {c.TIER: "cpu"})
 
@@ -74,6 +92,9 @@ class ReplicaMetrics:
     # -- Ingress --------------------------------------------------------------------------------
     def routed(self, decision: str) -> None:
         self._decisions.add((decision,))
+
+    def database(self, reachable: bool) -> None:
+        self.metrics[c.DATABASE_REACHABLE.name].set(1.0 if reachable else 0.0)
 
     def flush(self) -> None:
         if self._decisions is not None:
@@ -94,6 +115,9 @@ class NoReplicaMetrics:
     def resident_adapters(self, cpu) -> None:
         pass
 
+    def fair_queue(self, snapshot, tenant_label) -> None:
+        pass
+
     def adapter_loaded(self, seconds) -> None:
         pass
 
@@ -101,6 +125,9 @@ class NoReplicaMetrics:
         pass
 
     def routed(self, decision) -> None:
+        pass
+
+    def database(self, reachable) -> None:
         pass
 
     def flush(self) -> None:

@@ -3,8 +3,11 @@
 It numbers versions (1, 2, ... per tenant and name, never reused, even after a delete), resolves
 `name`, `name@N` and `name@<sha256>` for a tenant, lists and deletes them. The store only holds
 the weights, by sha256. The row's integer id is the version's `lora_int_id` in vLLM: it must be
-the same on every engine replica and never reused for other weights, which Python's hash() or a
-per-process counter are not. Engines ask "which loaded versions were deleted" in one query.
+the same on every engine replica and never reused, which Python's hash() or a per-process
+counter are not. Engines ask "which loaded versions were deleted" in one query, and keep the
+answer: so a delete is final for its row. The same weights uploaded again after a delete are a
+new version (a new number and id), which every replica loads as new whether or not it has seen
+the delete yet; reviving the old row would need every replica to forget that it was deleted.
 """
 
 from __future__ import annotations
@@ -12,8 +15,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 
-from sqlalchemy import (JSON, BigInteger, Column, Engine, Index, Integer, String, Table, UniqueConstraint, func,
-                        select, update)
+from sqlalchemy import (JSON, BigInteger, Column, Connection, Engine, Index, Integer, String, Table,
+                        UniqueConstraint, func, select, text, update)
 from sqlalchemy.exc import IntegrityError
 
 from loraplex.db import Base, Migration, UTCDateTime, migrate, write_transaction
@@ -35,12 +38,35 @@ adapter_versions = Table(
     # Named here: the convention's uq_<table>_<first column> would give both the same name,
     # which Postgres refuses.
     UniqueConstraint("tenant_id", "name", "version", name="uq_adapter_versions_tenant_name_version"),
-    UniqueConstraint("tenant_id", "name", "sha256", name="uq_adapter_versions_tenant_name_sha256"),
     Index("ix_adapter_versions_tenant_name", "tenant_id", "name"),
+    # One live version per weights and name; deleted rows keep theirs (a re-upload is a new row).
+    Index("uq_adapter_versions_live_sha256", "tenant_id", "name", "sha256", unique=True,
+          sqlite_where=text("deleted_at IS NULL"), postgresql_where=text("deleted_at IS NULL")),
 )
+_OLD_SHA_CONSTRAINT = "uq_adapter_versions_tenant_name_sha256"  # registry v1: over deleted rows too
+
+
+def _sha_unique_among_live_rows(conn: Connection) -> None:
+    """registry v2: (tenant, name, sha256) unique among live rows only, so the same weights can
+    come back after a delete as a new version."""
+    if conn.dialect.name == "sqlite":
+        sql = conn.execute(text("SELECT sql FROM sqlite_master WHERE type='table' AND name='adapter_versions'"))
+        if _OLD_SHA_CONSTRAINT in (sql.scalar() or ""):  # SQLite drops a constraint by rebuilding
+            conn.execute(text("DROP INDEX IF EXISTS ix_adapter_versions_tenant_name"))
+            conn.execute(text("ALTER TABLE adapter_versions RENAME TO adapter_versions_v1"))
+            adapter_versions.create(conn)
+            columns = ", ".join(c.name for c in adapter_versions.columns)
+            conn.execute(text(f"INSERT INTO adapter_versions ({columns}) SELECT {columns} FROM adapter_versions_v1"))
+            conn.execute(text("DROP TABLE adapter_versions_v1"))
+    else:
+        conn.execute(text(f"ALTER TABLE adapter_versions DROP CONSTRAINT IF EXISTS {_OLD_SHA_CONSTRAINT}"))
+    for index in adapter_versions.indexes:
+        index.create(conn, checkfirst=True)
+
 
 MIGRATIONS = [
     Migration("registry", 1, "adapter_versions", lambda conn: adapter_versions.create(conn, checkfirst=True)),
+    Migration("registry", 2, "adapter sha unique among live versions", _sha_unique_among_live_rows),
 ]
 ADD_ATTEMPTS = 5  # concurrent uploads to one name on Postgres: the loser of a unique key retries
 
@@ -62,8 +88,10 @@ class AdapterVersion:
 
     @property
     def lora_name(self) -> str:
-        # vLLM keys its prefix cache by LoRA name: the sha keeps a name bound to one set of weights.
-        return f"{self.tenant}/{self.name}@{self.sha256}"
+        # vLLM keys its prefix cache by LoRA name: the sha keeps a name bound to one set of
+        # weights, the number to one version (the same weights re-uploaded after a delete are
+        # another version, with another lora_int_id, loaded as its own vLLM LoRA).
+        return f"{self.tenant}/{self.name}@{self.version}:{self.sha256}"
 
     def to_response(self) -> dict:
         """The body of `POST /v1/adapters` (201) and one entry of the adapter listings."""
@@ -93,8 +121,8 @@ class AdapterCatalog:
 
     def add(self, tenant: str, name: str, sha256: str, *, rank: int, target_modules: list[str],
             base_model: str | None, size_bytes: int) -> AdapterVersion:
-        """The version of `name` holding these weights: the live one if they are already there, the
-        deleted one revived (same number and id) if they were, else a new number."""
+        """The version of `name` holding these weights: the live one if they are already there,
+        else a new number and id (also when a deleted version had them: see the module's doc)."""
         attempts = ADD_ATTEMPTS
         while True:
             try:
@@ -109,14 +137,10 @@ class AdapterCatalog:
         t = adapter_versions
         now = datetime.now(timezone.utc)
         with write_transaction(self.engine) as conn:
-            row = conn.execute(
-                select(t).where(t.c.tenant_id == tenant, t.c.name == name, t.c.sha256 == sha256)
-            ).first()
+            row = conn.execute(select(t).where(t.c.tenant_id == tenant, t.c.name == name, t.c.sha256 == sha256,
+                                               t.c.deleted_at.is_(None))).first()
             if row is not None:
-                if row.deleted_at is None:
-                    return _version(row)
-                conn.execute(update(t).where(t.c.id == row.id).values(deleted_at=None, created_at=now))
-                return _version({**row._mapping, "created_at": now})
+                return _version(row)
             last = conn.execute(
                 select(func.max(t.c.version)).where(t.c.tenant_id == tenant, t.c.name == name)
             ).scalar()

@@ -3,15 +3,20 @@
 Everything is checked against the base model actually served (its config.json), never against
 what the adapter claims: `base_model_name_or_path` is a free-text hint, the tensor names and
 shapes are the truth. Weights are read with safetensors only; pickle formats run code on load.
+An adapter that cannot change the output (every module's lora_B, or its lora_A, all zeros: what
+peft writes before training) is refused too: it would be billed as an adapter and answer as
+the base model (vLLM #34186 is the same silence for mismatched modules).
 """
 
 from __future__ import annotations
 
 import json
 import re
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 from safetensors import SafetensorError, safe_open
 
 from loraplex.errors import StatusError
@@ -27,6 +32,34 @@ TENSOR_NAME = re.compile(
     r"base_model\.model\.model\.layers\.(\d+)\.(self_attn|mlp)\.(\w+)\.lora_(A|B)\.weight"
 )
 RETRAIN = "retrain it with peft's LoraConfig on the served base model"
+_MAGNITUDE = {"F16": np.dtype("<u2"), "BF16": np.dtype("<u2"), "F32": np.dtype("<u4")}  # bits w/o sign
+_CHUNK = 1 << 20
+
+
+def is_all_zero(path: Path, header: dict, name: str) -> bool:
+    """Whether tensor `name` holds only zeros (of either sign), read from the file's bytes: any
+    float dtype (numpy has no bfloat16), one MiB at a time."""
+    with open(path, "rb") as f:
+        header_len = struct.unpack("<Q", f.read(8))[0]
+        meta = header[name]
+        start, end = meta["data_offsets"]
+        f.seek(8 + header_len + start)
+        bits = _MAGNITUDE[meta["dtype"]]
+        sign_off = np.array((1 << (8 * bits.itemsize - 1)) - 1, dtype=bits)
+        left = end - start
+        while left > 0:
+            chunk = f.read(min(_CHUNK, left))
+            if not chunk:
+                break
+            left -= len(chunk)
+            if (np.frombuffer(chunk, dtype=bits) & sign_off).any():
+                return False
+        return True
+
+
+def read_header(path: Path) -> dict:
+    with open(path, "rb") as f:
+        return json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
 
 
 class InvalidAdapter(StatusError):
@@ -145,16 +178,31 @@ class AdapterValidator:
         if not shapes:
             raise InvalidAdapter(f"{WEIGHTS_FILE} has no tensors; save the trained adapter again")
         pairs: dict[tuple[int, str], dict[str, list[int]]] = {}
+        names: dict[tuple[int, str], dict[str, str]] = {}
         for name, (shape, dtype) in shapes.items():
             layer, module, ab = self._parse_name(name)
             if dtype not in FLOAT_DTYPES:
                 raise InvalidAdapter(f"tensor {name} has dtype {dtype}; LoRA weights must be "
                                      "F16, BF16 or F32")
             pairs.setdefault((layer, module), {})[ab] = list(shape)
+            names.setdefault((layer, module), {})[ab] = name
         rank_pattern = bool(config.get("rank_pattern"))
         for (layer, module), ab in sorted(pairs.items()):
             self._check_pair(layer, module, ab, rank, rank_pattern)
+        self._check_changes_output(path, [names[k] for k in sorted(names)])
         return {module for _, module in pairs}
+
+    @staticmethod
+    def _check_changes_output(path: Path, pairs: list[dict[str, str]]) -> None:
+        # A module's update is lora_B @ lora_A: zero if either is. B first: peft starts it at
+        # zero, and a trained adapter answers on its first pair, so two tensors are read.
+        header = read_header(path)
+        if any(not is_all_zero(path, header, ab["B"]) and not is_all_zero(path, header, ab["A"]) for ab in pairs):
+            return
+        raise InvalidAdapter(f"every lora_B (or its lora_A) tensor in {WEIGHTS_FILE} is all zeros, so "
+                             "the adapter cannot change the base model's output: it looks untrained "
+                             "(peft initialises lora_B to zeros); train it before uploading "
+                             "(e.g. scripts/train_adapter.py), or call the base model")
 
     def _parse_name(self, name: str) -> tuple[int, str, str]:
         m = TENSOR_NAME.fullmatch(name)
@@ -183,9 +231,15 @@ class AdapterValidator:
                                  "adapter_model.safetensors from save_pretrained")
         in_f, out_f = self.base.linear_shapes()[module]
         r = ab["A"][0] if ab["A"] else -1
+        if ab == {"A": [r, in_f], "B": [out_f, r]} and r > self.max_lora_rank:
+            # The tensors are the truth, whatever r / rank_pattern claim.
+            raise InvalidAdapter(f"{where} has rank {r} (lora_A {ab['A']}), above this server's "
+                                 f"max_lora_rank {self.max_lora_rank}, though adapter_config.json claims "
+                                 f"r={rank}{' with a rank_pattern' if rank_pattern else ''}; retrain with "
+                                 f"every rank <= {self.max_lora_rank}")
         want_r = r if rank_pattern else rank  # rank_pattern: per-module ranks, bounded above
         expected = {"A": [want_r, in_f], "B": [out_f, want_r]}
-        if ab != expected or r > self.max_lora_rank:
+        if ab != expected:
             raise InvalidAdapter(f"{where} has lora_A {ab['A']} and lora_B {ab['B']}, but "
                                  f"{self.base.model_id} with r={want_r} needs lora_A {expected['A']} "
                                  f"and lora_B {expected['B']}; the adapter was trained for another "

@@ -9,11 +9,13 @@ and hands the dict to every router as `RunningReplica.routing_stats`. The Engine
       "running": 3,      # requests in the engine's batch
       "waiting": 0,      # requests queued in the engine (no batch slot or KV blocks yet)
       "kv_usage": 0.42,  # fraction of the KV cache in use
+      "queued": 5,       # requests held in the replica's fair queue (not yet in vLLM)
+      "status": {...},   # for /admin/replicas only: the fair queue's snapshot, loaded adapters
     }
 
 The router takes held_keys as the truth for that replica (keeping keys it routed there since
 the report), which drops keys the engine evicted and teaches every ingress replica the keys
-the others routed. waiting adds to the replica's load, kv_usage breaks ties between equally
+the others routed. waiting and queued add to the replica's load, kv_usage breaks ties between equally
 loaded replicas, and running + waiting stand in for a queue-length probe the replica missed
 (see ReplicaSnapshot, rank_tenant_affinity, TenantAffinityRouter). The dict travels through the
 controller to every router, so held_keys is capped (max_keys).
@@ -58,7 +60,8 @@ class ServedKeys:
 
 def routing_stats(held_keys: Iterable[str], running: int | None = None,
                   waiting: int | None = None, kv_usage: float | None = None,
-                  max_keys: int = DEFAULT_MAX_REPORTED_KEYS) -> dict:
+                  max_keys: int = DEFAULT_MAX_REPORTED_KEYS, queued: int | None = None,
+                  status: dict | None = None) -> dict:
     """The dict an Engine replica's record_routing_stats() returns (see the module docstring).
 
     held_keys go most recent first and are cut at max_keys; unknown numbers are left out.
@@ -70,6 +73,10 @@ def routing_stats(held_keys: Iterable[str], running: int | None = None,
         stats["waiting"] = int(waiting)
     if kv_usage is not None:
         stats["kv_usage"] = float(kv_usage)
+    if queued is not None:
+        stats["queued"] = int(queued)
+    if status is not None:
+        stats["status"] = status
     return stats
 
 
@@ -81,6 +88,7 @@ class EngineReport:
     running: int = 0
     waiting: int = 0
     kv_usage: float = 0.0
+    queued: int = 0  # in the replica's fair queue: waiting like `waiting`, only in front of vLLM
 
     @classmethod
     def of(cls, stats: Any) -> "EngineReport | None":
@@ -94,6 +102,7 @@ class EngineReport:
             running=_count(stats.get("running")),
             waiting=_count(stats.get("waiting")),
             kv_usage=float(kv) if isinstance(kv := stats.get("kv_usage"), (int, float)) else 0.0,
+            queued=_count(stats.get("queued")),
         )
 
 

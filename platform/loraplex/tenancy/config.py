@@ -21,6 +21,34 @@ class PlanConfig(BaseModel):
         default_factory=TenantLimits,
         description="Defaults for the plan's tenants; a limit a tenant sets itself wins.",
     )
+    weight: float = Field(
+        1.0, gt=0,
+        description="The plan's share of an Engine replica in its fair queue: backlogged tenants are "
+        "served tokens in proportion to their plans' weights (2 gets twice what 1 gets).",
+    )
+
+
+class KeyCacheConfig(BaseModel):
+    """The ingress's cache of verified API keys (tenancy/key_cache.py)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    refresh_s: float = Field(
+        5.0, gt=0,
+        description="Revocation bound: while the database is up, a cached key is used only while it "
+        "was verified less than this long ago; a background thread re-verifies every cached key each "
+        "refresh_s / 2. A revoked key or suspended tenant stops working on every ingress replica within "
+        "refresh_s (at once on the replica that served the revocation); so does a limit change.",
+    )
+    ttl_s: float = Field(
+        900.0, gt=0,
+        description="Outage grace: while the database cannot be reached, a key verified less than this "
+        "long ago keeps working with its last known tenant and limits; others get 503 + Retry-After. "
+        "Also: a key unused this long is forgotten.",
+    )
+    max_entries: int = Field(
+        100_000, gt=0, description="Keys cached per ingress replica at most; the least recently used is forgotten first.",
+    )
 
 
 class TenancyConfig(BaseModel):
@@ -38,9 +66,18 @@ class TenancyConfig(BaseModel):
         f"listed gets the '{DEFAULT_PLAN}' plan's.",
     )
     limiter: LimiterConfig = Field(default_factory=LimiterConfig, description="How limits are enforced.")
+    key_cache: KeyCacheConfig = Field(
+        default_factory=KeyCacheConfig,
+        description="How long each ingress replica trusts a key it verified (revocation bound, outage grace).",
+    )
 
     def plan_limits(self) -> dict[str, TenantLimits]:
         return {name: plan.limits for name, plan in self.plans.items()}
+
+    def plan_weight(self, plan: str) -> float:
+        """The plan's fair-queue weight; a plan not listed has the default plan's (else 1)."""
+        chosen = self.plans.get(plan) or self.plans.get(DEFAULT_PLAN)
+        return chosen.weight if chosen is not None else 1.0
 
     def resolved_admin_token(self) -> Optional[str]:
         """The env var, else the config field; an empty string counts as unset (never open)."""

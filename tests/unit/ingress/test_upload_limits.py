@@ -129,7 +129,7 @@ def test_chunked_upload_under_the_limit_is_stored(platform, spooled):
     client = TestClient(platform.app, raise_server_exceptions=False)
     chat = client.post("/v1/chat/completions", headers={"Authorization": platform.keys["acme"]},
                        json={"model": "style", "messages": [{"role": "user", "content": "hi"}]})
-    assert chat.status_code == 200 and chat.json()["adapter"].endswith("style@" + json_sha(client, platform))
+    assert chat.status_code == 200 and chat.json()["adapter"].endswith("style@1:" + json_sha(client, platform))
 
 
 def json_sha(client, platform) -> str:

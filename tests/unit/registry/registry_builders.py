@@ -1,7 +1,8 @@
 """Builders for synthetic LoRA adapters and hand-made archives used by the registry tests.
 
-Adapters are zeros of the right shapes instead of trained weights: validation only looks at
-names, shapes and config, so tests stay fast and need no model files.
+Adapters are constants of the right shapes instead of trained weights: validation looks at
+names, shapes and config, and that some lora_B @ lora_A is nonzero (an all-zero adapter cannot
+change the output and is refused), so tests stay fast and need no model files.
 """
 
 from __future__ import annotations
@@ -27,15 +28,17 @@ SMOLLM2_CONFIG = {
 }
 
 
-def lora_tensors(spec: BaseModelSpec, r: int = 8, modules=("q_proj", "v_proj"),
-                 layers: int | None = None, fill: float = 0.0) -> dict[str, np.ndarray]:
+def lora_tensors(spec: BaseModelSpec, r: int = 8, modules=("q_proj", "v_proj"), layers: int | None = None,
+                 fill: float = 0.01, b_fill: float | None = None) -> dict[str, np.ndarray]:
+    """`fill` in every tensor (lora_B: `b_fill` if given; 0 is the untrained adapter peft starts with)."""
     tensors = {}
     for i in range(spec.num_layers if layers is None else layers):
         for m in modules:
             in_f, out_f = spec.linear_shapes()[m]
             prefix = f"base_model.model.model.layers.{i}.{spec.parent_of(m)}.{m}"
             tensors[f"{prefix}.lora_A.weight"] = np.full((r, in_f), fill, dtype=np.float32)
-            tensors[f"{prefix}.lora_B.weight"] = np.full((out_f, r), fill, dtype=np.float32)
+            b = fill if b_fill is None else b_fill
+            tensors[f"{prefix}.lora_B.weight"] = np.full((out_f, r), b, dtype=np.float32)
     return tensors
 
 def lora_config(r: int = 8, modules=("q_proj", "v_proj"), **overrides) -> dict:

@@ -60,13 +60,15 @@ def test_weights_shared_by_two_names_stay_until_the_last_goes(registry, good_ada
     assert not registry.store.exists("acme", a.sha256) and registry.store.exists("globex", c.sha256)
 
 
-def test_reupload_after_delete_revives_same_number(registry, good_adapter, tmp_path):
+def test_reupload_after_delete_is_a_new_version(registry, good_adapter, tmp_path):
     archive = tar_dir(good_adapter, tmp_path / "a.tar.gz")
     v1 = registry.upload("acme", "bot", archive)
     registry.delete("acme", "bot")
     again = registry.upload("acme", "bot", archive)
-    assert (again.version, again.sha256, again.id) == (1, v1.sha256, v1.id)
+    assert (again.version, again.sha256) == (2, v1.sha256) and again.id != v1.id
+    assert again.lora_name != v1.lora_name  # vLLM sees another LoRA, with another lora_int_id
     assert registry.store.exists("acme", again.sha256)
+    assert [v.version for v in registry.list("acme")] == [2]
 
 
 @pytest.mark.parametrize("name", ["", "../x", "a/b", "bot@2", ".hidden", "x" * 65, "sp ace"])

@@ -28,7 +28,7 @@ def catalog(db_url):
 def test_versions_are_numbered_resolved_and_listed(catalog):
     v1 = catalog.add("acme", "bot", sha("a"), **FACTS)
     assert (v1.version, v1.sha256, v1.rank, v1.target_modules) == (1, sha("a"), 8, ["q_proj", "v_proj"])
-    assert v1.lora_name == f"acme/bot@{sha('a')}" and v1.created_at.endswith("Z")
+    assert v1.lora_name == f"acme/bot@1:{sha('a')}" and v1.created_at.endswith("Z")
     assert catalog.add("acme", "bot", sha("a"), **FACTS) == v1  # same weights: same version, same id
     v2 = catalog.add("acme", "bot", sha("b"), **FACTS)
     assert v2.version == 2 and v2.id != v1.id
@@ -65,9 +65,46 @@ def test_delete_one_version_or_all_and_numbers_are_never_reused(catalog):
         with pytest.raises(AdapterNotFound):
             catalog.delete("acme", ref)
 
-    again = catalog.add("acme", "bot", sha("a"), **FACTS)  # re-upload after delete: revived
-    assert (again.id, again.version) == (v1.id, 1)
-    assert catalog.resolve("acme", "bot") == again and again.id not in catalog.deleted_among([v1.id])
+    # The same weights again after a delete: a new version with a new id (lora_int_id) and name,
+    # never the deleted row revived, so a replica that saw the delete keeps refusing only that id.
+    again = catalog.add("acme", "bot", sha("a"), **FACTS)
+    assert again.version == 4 and again.id not in (v1.id, v2.id) and again.lora_name != v1.lora_name
+    assert catalog.resolve("acme", "bot") == again == catalog.resolve("acme", f"bot@{sha('a')}")
+    assert catalog.deleted_among([v1.id, again.id]) == {v1.id}
+    with pytest.raises(AdapterNotFound):
+        catalog.resolve("acme", "bot@1")
+    assert catalog.add("acme", "bot", sha("a"), **FACTS) == again  # while live: the same version
+
+
+def test_a_registry_v1_database_lets_deleted_weights_come_back(db_url):
+    """A database made before registry v2 had (tenant, name, sha256) unique over deleted rows
+    too; its migration keeps the rows and ids and lifts that for deleted rows."""
+    from datetime import datetime, timezone
+
+    from sqlalchemy import MetaData, Table, UniqueConstraint, insert
+
+    from loraplex.db.migrations import Migration, migrate
+    from loraplex.registry.catalog import adapter_versions
+
+    engine = make_engine(db_url)
+    old = Table("adapter_versions", MetaData(), *[c._copy() for c in adapter_versions.columns],
+                UniqueConstraint("tenant_id", "name", "version", name="uq_adapter_versions_tenant_name_version"),
+                UniqueConstraint("tenant_id", "name", "sha256", name="uq_adapter_versions_tenant_name_sha256"))
+    migrate(engine, [Migration("registry", 1, "adapter_versions", lambda conn: old.create(conn))])
+    now = datetime.now(timezone.utc)
+    with engine.begin() as conn:
+        conn.execute(insert(old).values(id=7, tenant_id="acme", name="bot", version=1, sha256=sha("a"), rank=8,
+                                        target_modules=["q_proj"], base_model=None, size_bytes=1, created_at=now,
+                                        deleted_at=now))
+    catalog = AdapterCatalog(engine)  # applies registry v2
+    again = catalog.add("acme", "bot", sha("a"), **FACTS)
+    assert (again.version, catalog.deleted_among([7, again.id])) == (2, {7}) and again.id != 7
+    with pytest.raises(Exception):  # two live rows of one name and weights stay impossible
+        with engine.begin() as conn:
+            conn.execute(insert(adapter_versions).values(
+                tenant_id="acme", name="bot", version=3, sha256=sha("a"), rank=8, target_modules=["q_proj"],
+                base_model=None, size_bytes=1, created_at=now))
+    engine.dispose()
 
 
 def test_sha_in_use_counts_live_versions_of_the_tenant_only(catalog):

@@ -62,10 +62,26 @@ def test_real_peft_output_is_accepted(tmp_path):
     torch.manual_seed(0)
     model = peft.get_peft_model(LlamaForCausalLM(config), peft.LoraConfig(
         r=4, target_modules=["q_proj", "v_proj", "down_proj"], task_type="CAUSAL_LM"))
-    model.save_pretrained(tmp_path / "peft", safe_serialization=True)
     spec = BaseModelSpec.from_config(config.to_dict(), "tiny-llama")
-    adapter = AdapterValidator(spec, max_lora_rank=8).validate(tmp_path / "peft")
+    validator = AdapterValidator(spec, max_lora_rank=8)
+    # As peft made it, lora_B is zeros: the adapter would answer exactly as the base model.
+    model.save_pretrained(tmp_path / "untrained", safe_serialization=True)
+    with pytest.raises(InvalidAdapter, match="all zeros.*untrained"):
+        validator.validate(tmp_path / "untrained")
+    with torch.no_grad():  # one "training step": lora_B moves off zero (in bf16 too)
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.01)
+    model.to(torch.bfloat16).save_pretrained(tmp_path / "peft", safe_serialization=True)
+    adapter = validator.validate(tmp_path / "peft")
     assert adapter.rank == 4 and adapter.target_modules == ["down_proj", "q_proj", "v_proj"]
+
+
+def test_one_trained_module_is_enough(validator, spec, tmp_path):
+    """The zero check refuses only an adapter that cannot change the output at all."""
+    t = lora_tensors(spec, b_fill=0.0)
+    t["base_model.model.model.layers.29.self_attn.v_proj.lora_B.weight"][5, 3] = 1e-3
+    assert validator.validate(write_adapter(tmp_path / "a", lora_config(), t)).rank == 8
 
 
 def bad_case(spec, case):
@@ -85,6 +101,15 @@ def bad_case(spec, case):
         cfg = lora_config(r="8")
     elif case == "rank-too-high":
         cfg, t = lora_config(128), lora_tensors(spec, 128)
+    elif case == "rank-pattern-hides-tensor-rank":  # the config claims 8 everywhere, q_proj is 128
+        cfg = lora_config(rank_pattern={"q_proj": 8})
+        t = {**t, **lora_tensors(spec, 128, modules=("q_proj",))}
+    elif case == "untrained-zero-b":
+        t = lora_tensors(spec, b_fill=0.0)
+    elif case == "negative-zero-b-f16":
+        t = {k: v.astype(np.float16) for k, v in lora_tensors(spec, b_fill=-0.0).items()}
+    elif case == "zero-a":
+        t = lora_tensors(spec, fill=0.0, b_fill=0.5)
     elif case == "rank-pattern-not-int":
         cfg = lora_config(rank_pattern={"q_proj": "big"})
     elif case == "rank-pattern-too-high":
@@ -153,6 +178,10 @@ BAD = {
     "rank-too-high": "above this server's max_lora_rank 64",
     "rank-pattern-not-int": "positive integer ranks",
     "rank-pattern-too-high": "rank 256 is above",
+    "rank-pattern-hides-tensor-rank": r"layers.0.q_proj has rank 128 .*above this server's max_lora_rank 64.*rank_pattern",
+    "untrained-zero-b": "all zeros.*cannot change the base model's output",
+    "negative-zero-b-f16": "all zeros",
+    "zero-a": "all zeros",
     "unknown-target": r"\['c_attn'\].*does not have",
     "embedding-target": "embeddings / lm_head",
     "lm-head-target": "embeddings / lm_head",
