@@ -19,7 +19,7 @@ from loraplex.contract import SSE_DONE, EngineCall, EngineChunk, EngineError, Re
 from loraplex.engine.shedding import LoadShedder
 from loraplex.engine.stream_batcher import DeadlineExceeded, StreamBatcher
 from loraplex.engine.vllm_engine import VLLMEngine
-from loraplex.metrics import Metrics
+from loraplex.metrics.recorder import Metrics
 from loraplex.metrics.publisher import Publisher
 from loraplex.routing.served_keys import ServedKeys, routing_stats
 
@@ -32,10 +32,10 @@ class Engine:
 
     async def __init__(self, config: PlatformConfig, engine_cls: type = VLLMEngine, metrics_sink=None,
                        home_node_id: str | None = None):
-        from loraplex.accounting import UsageLedger
+        from loraplex.accounting.ledger import UsageLedger
         from loraplex.cluster import check_model_on_this_node, check_on_replica, for_this_node
-        from loraplex.db import make_engine
-        from loraplex.registry import AdapterStore
+        from loraplex.db.engine import make_engine
+        from loraplex.registry.store import AdapterStore
         from loraplex.registry.catalog import AdapterCatalog
 
         try:
@@ -325,15 +325,28 @@ class Engine:
     async def _free_deleted_adapters(self, period_s: float) -> None:
         # DELETE marks the catalog row; every replica notices here and frees its copy once the
         # requests still running with it finish. Polling keeps replicas free of any broadcast.
+        # The database down: requests go on (they carry their AdapterTarget; blobs come from the
+        # store); the poll says so once per outage and tries again each period.
+        from loraplex.db.unavailable import is_unavailable
+
+        down = False
         while True:
             await asyncio.sleep(period_s)
             try:
                 loaded = self.engine.adapters.loaded_ids()
                 deleted = await asyncio.to_thread(self.catalog.deleted_among, loaded)
+                if down:
+                    logger.warning("the database is reachable again: checking for deleted adapters")
+                down = False
                 if deleted:
                     await self.engine.adapters.retire(deleted)
-            except Exception:
-                logger.exception("could not check for deleted adapters; retrying")
+            except Exception as exc:
+                if not is_unavailable(exc):
+                    logger.exception("could not check for deleted adapters; retrying")
+                elif not down:
+                    down = True
+                    logger.warning("cannot check for deleted adapters, the database is unavailable (%r); "
+                                   "retrying every %g s", exc, period_s)
 
     async def __del__(self):
         if self.publisher is not None:

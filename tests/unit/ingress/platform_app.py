@@ -12,13 +12,13 @@ from typing import Any, Callable
 from starlette.applications import Starlette
 
 from fake_engine import FakeEngineClient
-from loraplex.accounting import Accounting
+from loraplex.accounting.accounting import Accounting
 from loraplex.config import PlatformConfig
-from loraplex.db import make_engine
+from loraplex.db.engine import make_engine
 from loraplex.ingress.app import build_ingress_app
-from loraplex.registry import BaseModelSpec
+from loraplex.registry.model_spec import BaseModelSpec
 from loraplex.registry.registry import build_registry
-from loraplex.tenancy import Tenancy, TenantService
+from loraplex.tenancy.service import Tenancy, TenantService
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "registry"))
 from registry_builders import SMOLLM2_CONFIG, lora_config, lora_tensors, tar_dir, write_adapter  # noqa: E402
@@ -38,6 +38,7 @@ class PlatformApp:
     keys: dict[str, str] = field(default_factory=dict)  # tenant name -> Authorization header value
     tenant_ids: dict[str, str] = field(default_factory=dict)
     key_ids: dict[str, str] = field(default_factory=dict)
+    tenancy: Tenancy | None = None
 
     def add_tenant(self, name: str) -> None:
         tenant = self.service.create_tenant(name)
@@ -71,4 +72,4 @@ def build_platform_app(tmp: Path, script: Callable[..., Any], registry: dict | N
     accounting = Accounting.start(config.accounting.model_copy(update={"spool_dir": str(tmp / "spool")}),
                                   db, "ingress-test", plan_of=service.plan_of)
     app = build_ingress_app(engine, config, tenancy=tenancy, registry=build_registry(config, db), accounting=accounting)
-    return PlatformApp(app, engine, service, accounting, config, tmp)
+    return PlatformApp(app, engine, service, accounting, config, tmp, tenancy=tenancy)

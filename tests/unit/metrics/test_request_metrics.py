@@ -8,10 +8,10 @@ from fake_sink import FakeSink
 from loraplex.accounting.record import STATUSES
 from loraplex.engine.metering import Meter
 from loraplex.contract import AdapterTarget, EngineCall, RequestUsage
-from loraplex.metrics import DISABLED, Metrics
+from loraplex.metrics.recorder import DISABLED, Metrics
 from loraplex.metrics import catalog as c
 from loraplex.metrics.config import MetricsConfig
-from loraplex.metrics.outcomes import OUTCOMES, outcome
+from loraplex.metrics.request_metrics import OUTCOMES, outcome
 from loraplex.metrics.replica_metrics import NoReplicaMetrics
 from loraplex.metrics.request_metrics import NoRequestMetrics, RequestMetrics
 
@@ -161,4 +161,5 @@ def test_metrics_on_registers_every_metric_of_its_role():
     Metrics.for_replica(MetricsConfig(), "ingress", ingress)
     request_names = {s.name for s in c.REQUEST_METRICS + (c.REFUSALS,)}
     assert set(engine.metrics) == request_names | {s.name for s in c.ENGINE_METRICS + c.LEDGER_METRICS}
-    assert set(ingress.metrics) == request_names | {c.ROUTING_DECISIONS.name} | {s.name for s in c.LEDGER_METRICS}
+    assert set(ingress.metrics) == request_names | {c.ROUTING_DECISIONS.name, c.DATABASE_REACHABLE.name} | {
+        s.name for s in c.LEDGER_METRICS}
