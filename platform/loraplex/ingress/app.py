@@ -25,7 +25,7 @@ from loraplex.ingress.latency_routes import LatencyRoutes
 from loraplex.ingress.openai_routes import OpenAIRoutes
 from loraplex.ingress.tenant_context import TenantContext
 from loraplex.ingress.usage_routes import UsageRoutes
-from loraplex.tenancy import Tenancy
+from loraplex.tenancy.service import Tenancy
 
 logger = logging.getLogger(__name__)
 

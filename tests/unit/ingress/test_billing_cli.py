@@ -12,13 +12,15 @@ import pytest
 
 from fake_engine import FakeEngineClient
 from live_server import serving
-from loraplex.accounting import Accounting, AccountingConfig, UsageRecord
+from loraplex.accounting.accounting import Accounting
+from loraplex.accounting.config import AccountingConfig
+from loraplex.accounting.record import UsageRecord
 from loraplex.cli import main
 from loraplex.config import PlatformConfig
-from loraplex.db import make_engine
+from loraplex.db.engine import make_engine
 from loraplex.ingress import usage_routes
 from loraplex.ingress.app import build_ingress_app
-from loraplex.tenancy import Tenancy, TenantService
+from loraplex.tenancy.service import Tenancy, TenantService
 
 ADMIN = "billing-cli-admin"
 UTC = timezone.utc
