@@ -18,13 +18,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ingress"))
 from fake_engine import FakeEngineClient  # noqa: E402
 from live_server import serving  # noqa: E402
 
-from loraplex.accounting import Accounting, AccountingConfig, UsageRecord  # noqa: E402
+from loraplex.accounting.accounting import Accounting  # noqa: E402
+from loraplex.accounting.config import AccountingConfig  # noqa: E402
+from loraplex.accounting.record import UsageRecord  # noqa: E402
 from loraplex.accounting.latency import percentile  # noqa: E402
 from loraplex.config import PlatformConfig  # noqa: E402
-from loraplex.db import make_engine  # noqa: E402
+from loraplex.db.engine import make_engine  # noqa: E402
 from loraplex.ingress.app import build_ingress_app  # noqa: E402
 from loraplex.observability.prometheus_latency import latency_queries  # noqa: E402
-from loraplex.tenancy import Tenancy, TenantService  # noqa: E402
+from loraplex.tenancy.service import Tenancy, TenantService  # noqa: E402
 
 ADMIN = {"Authorization": "Bearer latency-admin"}
 
