@@ -23,6 +23,8 @@ Scenarios (--duration s each loaded phase, --short s for the light ones alone):
 - goodput: one tenant, 16 in flight: output tok/s of requests within the `slo:` TTFT and TPOT
   targets, and raw output tok/s, for off / on@max_num_seqs / on (SLO-sized);
 - the queue's own cost: µs per request of the Engine's queue glue with an instant fake engine.
+Requests still running GRACE_S (45 s) after a phase's end are cut (the client goes away) and
+count as neither served nor refused; rates divide by the phase's seconds including that grace.
 Run it alone on the machine (HEAVY_EXCLUSIVE=1 /work/coord/heavy ...): ~25 min.
 """
 

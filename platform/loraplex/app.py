@@ -33,4 +33,6 @@ def build_app(args: Optional[dict[str, Any]] = None, *, engine_cls: Optional[typ
     engine_kwargs = {} if engine_cls is None else {"engine_cls": engine_cls}
     engine = engine_deployment(config.engine_deployment).bind(replica_config, home_node_id=home_node_id,
                                                               **engine_kwargs)
-    return ingress_deployment(config.ingress).bind(engine, replica_config, home_node_id=home_node_id)
+    # The Ingress answers GET /admin/latency against the SLO; Engine replicas never read it.
+    ingress_config = replica_config.model_copy(update={"slo": config.slo})
+    return ingress_deployment(config.ingress).bind(engine, ingress_config, home_node_id=home_node_id)
