@@ -82,16 +82,19 @@ class UsageRoutes:
         acc = self.accounting
 
         def query():
-            report = usage_report(acc.db, acc.prices, start, end, group_by, tenant_id)
-            return report, (rejection_counts(acc.db, start, end, tenant_id) if fmt == "json" else [])
+            # Tenants by name next to their id: the rows grouped by tenant, and the refusals.
+            names = {t.id: t.name for t in self.tenancy.service.list_tenants()}
+            report = usage_report(acc.db, acc.prices, start, end, group_by, tenant_id, tenant_names=names)
+            return report, names, (rejection_counts(acc.db, start, end, tenant_id) if fmt == "json" else [])
 
-        report, rejections = await run_in_threadpool(query)
+        report, names, rejections = await run_in_threadpool(query)
         if fmt == "csv":
             return _csv(report.to_csv(), f"usage-{tenant_id or 'all'}-{start.date()}-{end.date()}.csv")
         # Requests refused before the engine (401/404/429/503...): diagnostics, never billed.
         # Counted per UTC hour: the hours starting in [start, end).
         return JSONResponse({**report.to_dict(), "rejections": [
-            {"tenant": r.tenant_id, "reason": r.reason, "count": r.count} for r in rejections]})
+            {"tenant": r.tenant_id, "tenant_name": names.get(r.tenant_id), "reason": r.reason, "count": r.count}
+            for r in rejections]})
 
     async def billing_export(self, request: Request) -> Response:
         check_admin(request, self.tenancy)

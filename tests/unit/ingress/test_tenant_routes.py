@@ -88,6 +88,9 @@ def test_upload_resolve_and_isolation(setup):
     first = upload(client, keys["acme"], "style", archives[4])
     assert first.status_code == 201, first.text
     assert first.json()["version"] == 1 and first.json()["rank"] == 4
+    # The served model's name, not what adapter_config.json claims (a hub id or the trainer's path).
+    assert first.json()["base_model"] == BASE
+    assert client.get("/v1/adapters", headers=keys["acme"]).json()["data"][0]["versions"][0]["base_model"] == BASE
     assert upload(client, keys["acme"], "style", archives[8]).json()["version"] == 2
     assert upload(client, keys["acme"], "style", archives[4]).json()["version"] == 1  # same weights
 
