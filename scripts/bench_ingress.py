@@ -118,7 +118,9 @@ def main() -> None:
                 t0 = time.time()
                 key = None
                 if variant == "bare":
-                    serve.run(bare_app(0.0, model), name=APP, route_prefix="/", blocking=True)
+                    serve.run(bare_app(0.0, model), name=APP, route_prefix="/", blocking=False)
+                    while arun(burst(port, None, model, 1, args.tokens))["ok"] != 1:  # until it answers
+                        time.sleep(0.5)
                 else:
                     deploy_platform(platform_args(state, stub_model_dir(state, model), 0.0, {}, args.burst))
                     wait_http(f"http://127.0.0.1:{port}", "/readyz")
