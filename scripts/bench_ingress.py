@@ -8,7 +8,7 @@ Short streamed chat requests (`--tokens` 8 output tokens) against an instant fak
 - bare: Ray Serve alone, the platform's shape without the platform: HTTP proxy -> a trivial
   ingress deployment returning a StreamingResponse -> a trivial engine deployment around the
   same fake, through a `stream=True` handle (bench/stream/bare_app.py);
-- platform: build_app(args, engine_cls=BenchmarkFakeEngine): one Ingress replica (auth, parsing,
+- platform: build_platform(args, engine_cls=BenchmarkFakeEngine): one Ingress replica (auth, parsing,
   admission, routing, metering) and one Engine replica, shedding off.
 Each variant gets, after a warm-up: `--reps` bursts of `--burst` requests sent at once (TTFT p50
 / p99: what the ingress adds when requests arrive together), then open-loop Poisson arrivals at

@@ -51,13 +51,13 @@ def platform_args(state: Path, model_dir: Path, interval: float, streaming: dict
 
 
 def deploy_platform(args: dict, engine_cls: type = BenchmarkFakeEngine):
-    """The platform for `args` with the fake engine, through build_app (the one composition
+    """The platform for `args` with the fake engine, through build_platform (the one composition
     root: cluster checks and the admin-token pin included), into the running Serve."""
     from ray import serve
 
-    from loraplex.app import build_app
+    from loraplex.app import build_platform
 
-    serve.run(build_app(args, engine_cls=engine_cls), name=APP, route_prefix="/", blocking=False)
+    serve.run(build_platform(args, engine_cls=engine_cls), name=APP, route_prefix="/", blocking=False)
 
 
 def wait_http(base_url: str, path: str, timeout_s: float = 300) -> None:

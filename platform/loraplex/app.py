@@ -1,6 +1,7 @@
-"""build_app(args): the entry point `serve_config.yaml` names (`loraplex.app:build_app`), and the
-one place the deployments are wired: benchmarks that need a fake engine pass `engine_cls`, and
-get the same cluster checks and admin-token pin as `serve run`."""
+"""build_app(args): the entry point `serve_config.yaml` names (`loraplex.app:build_app`);
+build_platform(args, engine_cls=...): the one place the deployments are wired, which build_app
+calls: benchmarks that need a fake engine pass `engine_cls`, and get the same cluster checks and
+admin-token pin as `serve run`."""
 
 from __future__ import annotations
 
@@ -13,7 +14,13 @@ from loraplex.cluster import check_at_build, pin_admin_token
 from loraplex.config import PlatformConfig
 
 
-def build_app(args: Optional[dict[str, Any]] = None, *, engine_cls: Optional[type] = None) -> Application:
+def build_app(args: Optional[dict[str, Any]] = None) -> Application:
+    """`serve run` / `serve deploy`'s builder: Serve calls an application builder with exactly one
+    parameter (it refuses a signature with more, keyword-only included)."""
+    return build_platform(args)
+
+
+def build_platform(args: Optional[dict[str, Any]] = None, *, engine_cls: Optional[type] = None) -> Application:
     """The Ingress + Engine application for `args` (serve_config.yaml's `args:`). `engine_cls`:
     the engine each Engine replica drives (a contract.EngineBackend; default VLLMEngine), e.g.
     bench/fake_engine.py's BenchmarkFakeEngine; it must be importable in the replicas."""
