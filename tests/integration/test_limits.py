@@ -147,7 +147,8 @@ def test_refusals_are_counted_in_admin_usage_and_never_billed(base_url, admin, m
         if rejections or time.monotonic() > deadline:
             break
         time.sleep(0.5)
-    assert {"tenant": tid, "reason": "429:rate_limit_requests", "count": 1} in rejections
+    assert {"tenant": tid, "reason": "429:rate_limit_requests", "count": 1} in [
+        {k: r[k] for k in ("tenant", "reason", "count")} for r in rejections]  # rows also carry tenant_name
     with usage_db.connect() as conn:
         billed = conn.execute(text("SELECT count(*) FROM usage_records WHERE tenant_id = :t"), {"t": tid}).scalar()
     assert billed == 1
