@@ -353,14 +353,6 @@ async function loadBilling() {
 }
 
 // -- page ---------------------------------------------------------------------------------------
-function showApp(signedIn) {
-  $("#signin").hidden = signedIn;
-  $("#app").hidden = !signedIn;
-  $("#sign-out").hidden = !signedIn;
-  $("#who").hidden = !signedIn;
-  if (!signedIn) $("#token").focus();
-}
-
 function init() {
   limitInputs($("#create-limits"), "create");
   limitInputs($("#edit-limits"), "edit");
@@ -382,13 +374,11 @@ function init() {
     signOutButton: $("#sign-out"),
     verify: () => session.json("/admin/tenants"),
     onSignedIn: async () => {
-      showApp(true);
       const named = loadTenants(); // the replicas' tenants and adapters are shown by name
       await Promise.all([named, loadLatency(), named.then(loadReplicas), loadBilling()]);
       document.body.dataset.ready = "admin";
     },
     onSignedOut: () => {
-      showApp(false);
       delete document.body.dataset.ready;
     },
   });

@@ -199,14 +199,6 @@ async function runPane(pane, messages, maxTokens, signal) {
 }
 
 // -- page ---------------------------------------------------------------------------------------
-function showApp(signedIn) {
-  $("#signin").hidden = signedIn;
-  $("#app").hidden = !signedIn;
-  $("#sign-out").hidden = !signedIn;
-  $("#who").hidden = !signedIn;
-  if (!signedIn) $("#token").focus();
-}
-
 function init() {
   const today = utcDate(new Date());
   $("#usage-start").value = `${today.slice(0, 8)}01`;
@@ -235,12 +227,10 @@ function init() {
     verify: loadModels,
     onSignedIn: async () => {
       $("#who").textContent = "Signed in with a tenant API key";
-      showApp(true);
       await Promise.all([loadUsage(), loadAdapters()]);
       document.body.dataset.ready = "tenant";
     },
     onSignedOut: () => {
-      showApp(false);
       delete document.body.dataset.ready;
     },
   });

@@ -83,6 +83,15 @@ export function addDays(isoDate, days) {
   return utcDate(d);
 }
 
+// Both pages have #signin (the form), #app (the signed-in view), #sign-out and #who.
+function showSignedIn(signedIn) {
+  $("#signin").hidden = signedIn;
+  $("#app").hidden = !signedIn;
+  $("#sign-out").hidden = !signedIn;
+  $("#who").hidden = !signedIn;
+  if (!signedIn) $("#token").focus();
+}
+
 // Sign-in form wiring shared by both pages: verify(token) throws an ApiError for a bad token.
 export function signInForm({ session, form, input, message, verify, onSignedIn, onSignedOut, signOutButton }) {
   async function tryToken(token) {
@@ -97,6 +106,7 @@ export function signInForm({ session, form, input, message, verify, onSignedIn, 
     }
     say(message, "");
     input.value = "";
+    showSignedIn(true);
     await onSignedIn();
   }
   form.addEventListener("submit", (event) => {
@@ -105,9 +115,12 @@ export function signInForm({ session, form, input, message, verify, onSignedIn, 
   });
   signOutButton.addEventListener("click", () => {
     session.signOut();
+    showSignedIn(false);
     onSignedOut();
-    input.focus();
   });
   if (session.token) tryToken(session.token);
-  else onSignedOut();
+  else {
+    showSignedIn(false);
+    onSignedOut();
+  }
 }
