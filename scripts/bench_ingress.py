@@ -7,7 +7,8 @@ Short streamed chat requests (`--tokens` 8 output tokens) against an instant fak
 (bench/fake_engine.py's BenchmarkFakeEngine: no model, every token at once), in one run:
 - bare: Ray Serve alone, the platform's shape without the platform: HTTP proxy -> a trivial
   ingress deployment returning a StreamingResponse -> a trivial engine deployment around the
-  same fake, through a `stream=True` handle (bench/stream/bare_app.py);
+  same fake, through a `stream=True` handle, the reply's tokens in one item as the platform
+  sends them (bench/stream/bare_app.py);
 - platform: build_platform(args, engine_cls=BenchmarkFakeEngine): one Ingress replica (auth, parsing,
   admission, routing, metering) and one Engine replica, shedding off.
 Each variant gets, after a warm-up: `--reps` bursts of `--burst` requests sent at once (TTFT p50
@@ -118,7 +119,7 @@ def main() -> None:
                 t0 = time.time()
                 key = None
                 if variant == "bare":
-                    serve.run(bare_app(0.0, model), name=APP, route_prefix="/", blocking=False)
+                    serve.run(bare_app(0.0, model, whole_reply=True), name=APP, route_prefix="/", blocking=False)
                     while arun(burst(port, None, model, 1, args.tokens))["ok"] != 1:  # until it answers
                         time.sleep(0.5)
                 else:

@@ -12,9 +12,11 @@ from bench.fake_engine import BenchmarkFakeEngine
 from bench.stream.client import arun
 
 
-def bare_app(interval: float, model: str):
+def bare_app(interval: float, model: str, whole_reply: bool = False):
     """HTTP proxy -> BareIngress -> BareTokens over a streaming handle, one item and one body
-    message per token: the platform's two hops without the platform."""
+    message per token: the platform's two hops without the platform. `whole_reply` sends a
+    request's tokens as one item instead (the platform coalesces what is ready into one item, and
+    an instant engine has every token ready at once: the per-request floor issue 21 compares with)."""
     from types import SimpleNamespace
 
     from ray import serve
@@ -31,6 +33,9 @@ def bare_app(interval: float, model: str):
         async def stream(self, n: int, request_id: str = "bare"):
             request = SimpleNamespace(stream=True, max_tokens=n, model=model, request_id=request_id)
             usage = SimpleNamespace(engine_request_ids=[], completion_tokens=0, finish_time=None)
+            if whole_reply:
+                yield "".join([event async for event in self.engine.generate(None, request, usage)])
+                return
             async for event in self.engine.generate(None, request, usage):
                 yield event
 
