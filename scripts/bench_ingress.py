@@ -31,6 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/ sits at the repository root
 
 from bench.ingress.load import burst, open_loop  # noqa: E402
+from bench.ingress.profile import replica_pids, start_recording, summarise  # noqa: E402
 from bench.processes import free_port  # noqa: E402
 from bench.stream.bare_app import bare_app  # noqa: E402
 from bench.stream.client import arun  # noqa: E402
@@ -48,12 +49,32 @@ def measure(variant: str, port: int, key, model: str, args) -> list[dict]:
         print(f"  [{variant}] {rows[-1]['load']}: TTFT p50 {r['ttft_p50_ms']:.0f} ms, {r['failed']} failed", flush=True)
         time.sleep(1)
     for rate in args.rates:
+        recorders = profile_replicas(variant, rate, args)
         r = arun(open_loop(port, key, model, rate, args.duration, args.tokens))
+        print_profiles(recorders)
         rows.append({"variant": variant, "load": f"open {rate:g}/s", **r})
         print(f"  [{variant}] open {rate:g}/s: {r['rps']:.1f} req/s, TTFT p50 {r['ttft_p50_ms']:.0f} ms, "
               f"{r['failed']} failed", flush=True)
         time.sleep(1)
     return rows
+
+
+def profile_replicas(variant: str, rate: float, args) -> list:
+    """py-spy on the platform's Ingress and Engine replicas for the open-loop phase at --profile's rate."""
+    if variant != "platform" or args.profile is None or rate != args.profile:
+        return []
+    out = Path(tempfile.mkdtemp(prefix="bench-ingress-profile-"))
+    return [(name, out / f"{name}-{pid}.txt", start_recording(pid, args.duration, out / f"{name}-{pid}.txt"))
+            for name in ("Ingress", "Engine") for pid in replica_pids(APP, name)]
+
+
+def print_profiles(recorders: list) -> None:
+    for name, path, proc in recorders:
+        proc.wait()
+        rows = summarise(path) if path.exists() else []
+        print(f"\n  py-spy, {name} replica ({path}): share of samples, inclusive / self")
+        for function, own, inclusive in rows:
+            print(f"    {inclusive:6.1%} {own:6.1%}  {function}")
 
 
 def report(rows: list[dict], args) -> None:
@@ -95,6 +116,9 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3, help="bursts per variant")
     ap.add_argument("--tokens", type=int, default=8, help="output tokens per request")
     ap.add_argument("--variants", default="bare,platform")
+    ap.add_argument("--profile", type=float, default=None, metavar="RATE",
+                    help="record the platform's Ingress and Engine replicas with py-spy during the open-loop phase "
+                         "at this rate and print where their time goes")
     args = ap.parse_args()
 
     import ray
