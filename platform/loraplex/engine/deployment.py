@@ -19,7 +19,7 @@ from loraplex.engine.stream_batcher import DeadlineExceeded, StreamBatcher
 from loraplex.engine.vllm_engine import VLLMEngine
 from loraplex.metrics import Metrics
 from loraplex.metrics.publisher import Publisher
-from loraplex.routing.served_keys import ServedKeys, routing_stats
+from loraplex.routing.served_keys import KeyDemand, ServedKeys, adapter_stats, routing_stats
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +55,8 @@ class Engine:
         # The affinity keys this replica served lately, reported to the routers (record_routing_stats).
         deployment = config.engine_deployment
         self.served_keys = ServedKeys(deployment.routing.served_keys)
+        self.adapter_demand = KeyDemand(capacity=deployment.routing.served_keys)  # requests per adapter lately
+        self.max_loras = config.engine.max_loras
         self.in_flight = 0  # tenant requests this replica is serving (in vLLM or about to be)
         self.metrics = Metrics.for_replica(config.metrics, "engine", metrics_sink)
         # vLLM's own numbers, read from its registry by one reader: the shedder, the routing
@@ -94,6 +96,8 @@ class Engine:
         deadline aborts the engine request and ends it the same way with 504, billed as `timeout`.
         """
         self.served_keys.touch(call.routing_key)
+        if call.adapter is not None:
+            self.adapter_demand.touch(call.routing_key)
         if (overloaded := self.shedder.refusal(call.priority)) is not None:
             yield EngineError(status=503, message=f"The server is overloaded ({overloaded}); retry in a moment.",
                               type="service_unavailable", retry_after=self.shedder.config.retry_after_s,
@@ -147,11 +151,25 @@ class Engine:
             if not metered and not refused:
                 self._meter(call, usage)
 
-    def record_routing_stats(self) -> dict[str, Any]:
+    async def record_routing_stats(self) -> dict[str, Any]:
         """Serve collects this every routing stats period and hands it to every router."""
         gauges = self.stats.read()
         return routing_stats(self.served_keys.recent(), running=gauges["num_requests_running"],
-                             waiting=gauges["num_requests_waiting"], kv_usage=gauges["kv_cache_usage"])
+                             waiting=gauges["num_requests_waiting"], kv_usage=gauges["kv_cache_usage"],
+                             adapters=await self._adapter_stats())
+
+    async def _adapter_stats(self) -> dict | None:
+        """Where vLLM holds this replica's adapters now, and their recent demand."""
+        if not hasattr(self.engine, "lora_residency") or self.engine.adapters is None:
+            return None  # an engine without LoRA adapters (a benchmark's fake)
+        try:
+            residency = await self.engine.lora_residency()
+        except Exception:
+            logger.warning("could not read vLLM's LoRA residency for the routing stats", exc_info=True)
+            return None
+        adapters = self.engine.adapters
+        return adapter_stats(adapters.keys_of(residency.slots), adapters.keys_of(residency.cpu),
+                             self.adapter_demand.snapshot(), self.max_loras)
 
     def _meter(self, call: EngineCall, usage: RequestUsage) -> None:
         """Append the request's usage record, if it is billable: a tenant's, and the engine

@@ -17,7 +17,7 @@ from collections import Counter
 
 from vllm.lora.request import LoRARequest
 
-from loraplex.contract import AdapterTarget
+from loraplex.contract import AdapterTarget, affinity_key
 from loraplex.metrics.replica_metrics import NoReplicaMetrics
 
 logger = logging.getLogger(__name__)
@@ -108,6 +108,11 @@ class LoadedAdapters:
             if target.lora_int_id in lora_int_ids:
                 if self.in_flight[name] <= 0:
                     await self._drop(name)
+
+    def keys_of(self, lora_int_ids) -> set[str]:
+        """The affinity keys (tenant/name) of these loaded versions, as the routers know them."""
+        ids = set(lora_int_ids)
+        return {affinity_key(t.tenant, t.name) for t in self.targets.values() if t.lora_int_id in ids}
 
     def loaded_ids(self) -> list[int]:
         return [t.lora_int_id for t in self.targets.values()]

@@ -28,6 +28,7 @@ from vllm.utils.argparse_utils import FlexibleArgumentParser
 
 from loraplex.config import EngineConfig
 from loraplex.engine.loaded_adapters import AdapterGone, LoadedAdapters
+from loraplex.engine.lora_residency import EXTENSION, RPC, LoRAResidency
 from loraplex.engine.orphan_guard import start_guard
 from loraplex.contract import SSE_DONE, AdapterTarget, EngineCall, EngineError, RequestUsage
 from loraplex.engine.usage_tracking import UsageTrackingAsyncLLM, current_usage
@@ -88,6 +89,7 @@ class VLLMEngine:
         self.adapter_store = adapter_store  # where adapter versions are fetched from (registry)
         self.metrics = metrics  # the replica's ReplicaMetrics: adapter loads and evictions
         self.llm: UsageTrackingAsyncLLM | None = None
+        self._residency_rpc = False
         self._orphan_guard = None
         self.adapters: LoadedAdapters | None = None
         self.last_probe_ok: float = 0.0
@@ -101,7 +103,11 @@ class VLLMEngine:
         if unpin_cpu_workers():
             logger.info("vLLM CPU backend: %s=nobind (the OS places the model's threads; set it to "
                         "bind them yourself)", _CPU_BIND)
-        engine_args = AsyncEngineArgs(**self.config.engine_args())
+        args = self.config.engine_args()
+        if self.config.enable_lora:  # lists vLLM's GPU slots (lora_residency), unless the operator has one
+            args.setdefault("worker_extension_cls", EXTENSION)
+        self._residency_rpc = args.get("worker_extension_cls") == EXTENSION
+        engine_args = AsyncEngineArgs(**args)
         self.llm = UsageTrackingAsyncLLM.from_engine_args(engine_args)
         state = State()
         await init_app_state(
@@ -229,6 +235,17 @@ class VLLMEngine:
         if not self.config.enable_lora:
             return set()
         return set(await self.llm.list_loras())
+
+    async def lora_residency(self) -> LoRAResidency:
+        """vLLM's GPU slots and CPU tier now (the slots only through our worker extension)."""
+        if not self.config.enable_lora:
+            return LoRAResidency(known_slots=False)
+        if self._residency_rpc:
+            try:
+                return LoRAResidency.of((await self.llm.collective_rpc(RPC, timeout=10))[0])
+            except Exception:
+                logger.warning("could not list vLLM's LoRA slots; reporting its CPU tier only", exc_info=True)
+        return LoRAResidency.of(None, set(await self.llm.list_loras()))
 
     def last_progress(self) -> float:
         """When this engine last proved it works: a probe, or any request's output (real traffic)."""

@@ -86,6 +86,8 @@ class FakeAsyncLLM(AsyncLLM):
         self.removed_loras: list[int] = []
         self.added_loras: list[int] = []  # add_lora calls: loads into vLLM's host cache
         self.resident_loras: set[int] = set()  # vLLM's host cache (list_loras)
+        self.slot_loras: list[int] = []  # vLLM's GPU slots, as our worker extension lists them
+        self.pinned_loras: set[int] = set()
         self.generate_calls: list[tuple[str, SamplingParams, object]] = []
         self.unfinished: set[str] = set()
         self.stalled = asyncio.Event()  # set when a request reaches script.stall_after
@@ -138,6 +140,18 @@ class FakeAsyncLLM(AsyncLLM):
 
     async def list_loras(self) -> set[int]:
         return set(self.resident_loras)
+
+    async def pin_lora(self, lora_id: int) -> bool:
+        if lora_id not in self.resident_loras:
+            raise ValueError(f"Pinning failed. LoRA {lora_id} is not registered.")
+        self.pinned_loras.add(lora_id)
+        return True
+
+    async def collective_rpc(self, method: str, timeout=None, args=(), kwargs=None):
+        from loraplex.engine.lora_residency import RPC
+        assert method == RPC, method  # the only worker method the platform calls
+        return [{"slots": list(self.slot_loras), "cpu": sorted(self.resident_loras),
+                 "pinned": sorted(self.pinned_loras), "cpu_bytes": {i: 1000 for i in self.resident_loras}}]
 
     def shutdown(self, timeout=None) -> None:
         self.shut_down = True
@@ -278,6 +292,7 @@ class VLLMEngineOverFakeVLLM(VLLMEngine):
         self.chat_serving = FakeChatServing(self.llm, self.models)
         self.completion_serving = FakeCompletionServing(self.llm, self.models)
         self.adapters = LoadedAdapters(self.llm, self.models, self.fake_store, self.metrics)
+        self._residency_rpc = True  # as start() sets it with our worker extension
 
 
 # --------------------------------------------------------------------------------------------
@@ -692,9 +707,22 @@ async def test_served_keys_record_the_calls_routing_key(replica):
 async def test_routing_stats_report_the_keys_served_most_recent_first(replica):
     for i, (tenant, adapter) in enumerate((("ten_a", None), ("ten_b", ADAPTER), ("ten_a", None))):
         await drain(replica.generate(make_call(f"r-{i}", tenant=tenant, adapter=adapter), chat()))
-    stats = replica.record_routing_stats()
+    stats = await replica.record_routing_stats()
     assert stats["held_keys"] == ["ten_a", "ten_b/bot"]
     assert {"running", "waiting", "kv_usage"} <= set(stats)
+
+
+async def test_routing_stats_say_where_vllm_holds_each_adapter_and_its_demand(replica):
+    """GPU slots (through the worker extension's collective_rpc) and CPU tier by affinity key,
+    the slot count, and a decayed count of requests per adapter; base requests add no demand."""
+    other = AdapterTarget("ten_a/other@1:def", 8, "ten_a", "other", "def", requested_as="other", version=1)
+    for i, adapter in enumerate((ADAPTER, ADAPTER, other, None)):
+        await drain(replica.generate(make_call(f"r-{i}", adapter=adapter), chat()))
+    llm(replica).slot_loras = [ADAPTER.lora_int_id]  # `other` is in the CPU tier only
+    adapters = (await replica.record_routing_stats())["adapters"]
+    assert (adapters["slots"], adapters["cpu"], adapters["max_loras"]) == (["ten_a/bot"], ["ten_a/bot", "ten_a/other"], 4)
+    assert adapters["demand"]["ten_a/bot"] == pytest.approx(2, abs=0.01)
+    assert adapters["demand"]["ten_a/other"] == pytest.approx(1, abs=0.01) and "ten_a" not in adapters["demand"]
 
 
 async def test_unfinished_requests_and_loaded_adapters_come_from_the_engine(replica):
