@@ -13,7 +13,7 @@ from ray import serve
 from loraplex.config import EngineDeploymentConfig, PlatformConfig
 from loraplex.engine.engine_counters import EngineStatsReader
 from loraplex.engine.metering import Meter
-from loraplex.contract import SSE_DONE, EngineCall, EngineChunk, EngineError, RequestUsage, sse_error
+from loraplex.contract import SSE_DONE, AdapterTarget, EngineCall, EngineChunk, EngineError, RequestUsage, sse_error
 from loraplex.engine.shedding import LoadShedder
 from loraplex.engine.stream_batcher import DeadlineExceeded, StreamBatcher
 from loraplex.engine.vllm_engine import VLLMEngine
@@ -203,6 +203,9 @@ class Engine:
         asked_at = time.monotonic()
         resident = await self.engine.resident_adapter_ids()
         self.metrics.replica.resident_adapters(len(resident))
+        if hasattr(self.engine, "lora_residency"):
+            tier = await self.engine.lora_residency()
+            self.metrics.replica.adapter_tier(len(tier.pinned), sum(tier.cpu_bytes.values()))
         self.metrics.replica.adapters_evicted("lru", self.engine.adapters.note_resident(resident, asked_at))
 
     def _publish_ledger(self) -> None:
@@ -222,6 +225,18 @@ class Engine:
     def loaded_adapters(self) -> list[str]:
         return sorted(self.engine.adapters.targets)
 
+    async def adapter_residency(self) -> dict[str, Any]:
+        """Where vLLM holds this replica's adapters now, by vLLM name: GPU slots, CPU tier, pinned,
+        the tier's bytes and its byte budget (for /admin/adapters and the tests)."""
+        tier = await self.engine.lora_residency()
+        names = {t.lora_int_id: n for n, t in self.engine.adapters.targets.items()}
+
+        def named(ids) -> list[str]:
+            return sorted(names.get(i, str(i)) for i in ids)
+        return {"replica_id": self.replica_id, "slots": named(tier.slots), "cpu": named(tier.cpu),
+                "pinned": named(tier.pinned), "cpu_bytes": sum(tier.cpu_bytes.values()),
+                "max_cpu_lora_bytes": self.engine.adapters.max_cpu_bytes, "known_slots": tier.known_slots}
+
     async def check_health(self) -> None:
         # Serve calls this every health_check_period_s; a replica that cannot produce a token
         # is replaced. Skip the probe when real traffic or a recent probe already proved it:
@@ -233,6 +248,7 @@ class Engine:
     async def _free_deleted_adapters(self, period_s: float) -> None:
         # DELETE marks the catalog row; every replica notices here and frees its copy once the
         # requests still running with it finish. Polling keeps replicas free of any broadcast.
+        # A replica that starts later pins at its first poll.
         while True:
             await asyncio.sleep(period_s)
             try:
@@ -240,8 +256,11 @@ class Engine:
                 deleted = await asyncio.to_thread(self.catalog.deleted_among, loaded)
                 if deleted:
                     await self.engine.adapters.retire(deleted)
+                # Pins travel the same way: the catalog's pinned versions, loaded and pinned here.
+                pinned = await asyncio.to_thread(self.catalog.pinned)
+                await self.engine.adapters.sync_pins([pinned_target(v) for v in pinned])
             except Exception:
-                logger.exception("could not check for deleted adapters; retrying")
+                logger.exception("could not check for deleted or pinned adapters; retrying")
 
     async def __del__(self):
         if self.publisher is not None:
@@ -251,6 +270,12 @@ class Engine:
         await self.engine.shutdown()
         # After the engine: requests it ended on the way down are metered too.
         await asyncio.to_thread(self.ledger.close)
+
+
+def pinned_target(v) -> AdapterTarget:
+    """The AdapterTarget a replica loads a pinned catalog version (AdapterVersion) as."""
+    return AdapterTarget(lora_name=v.lora_name, lora_int_id=v.id, tenant=v.tenant, name=v.name, sha256=v.sha256,
+                         requested_as=f"{v.name}@{v.version}", version=v.version)
 
 
 def engine_deployment(deployment: EngineDeploymentConfig):

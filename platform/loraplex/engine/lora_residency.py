@@ -6,6 +6,13 @@ inside vLLM's EngineCore process, so this is a worker extension (vLLM's
 `worker_extension_cls`): its method is mixed into the worker class and called by name with
 `collective_rpc`. It reads vLLM 0.32's LRUCacheLoRAModelManager (`_active_adapters` = slots,
 `_registered_adapters` = CPU tier, both LRU caches with `pinned_items`).
+
+It also pins an adapter in the CPU tier alone. vLLM's own `pin_lora` pins it in a GPU slot as
+well, but vLLM's scheduler still admits `max_loras` distinct adapters into a batch: with one slot
+held by a pinned adapter outside the batch, activating the batch's last adapter
+(`LRUCacheLoRAModelManager.activate_adapter`) evicts another adapter of the same batch from its
+slot. A pinned adapter in the CPU tier is never loaded from disk again; moving it into a slot is
+a copy. `pin_lora` has no inverse either; `_unpin` here is one.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ from dataclasses import dataclass, field
 
 EXTENSION = "loraplex.engine.lora_residency:LoRAResidencyExtension"
 RPC = "loraplex_lora_residency"
+PIN_RPC, UNPIN_RPC = "loraplex_pin_lora_cpu", "loraplex_unpin_lora_cpu"
 
 
 @dataclass(frozen=True)
@@ -46,9 +54,23 @@ def _nbytes(weights) -> int:
 class LoRAResidencyExtension:
     """Mixed into vLLM's worker (worker_extension_cls); runs in the EngineCore process."""
 
-    def loraplex_lora_residency(self) -> dict | None:
+    def _loraplex_manager(self):
         runner = getattr(self, "model_runner", None)
-        manager = getattr(getattr(runner, "lora_manager", None), "_adapter_manager", None)
+        return getattr(getattr(runner, "lora_manager", None), "_adapter_manager", None)
+
+    def loraplex_pin_lora_cpu(self, lora_id: int) -> bool:
+        """Keep the adapter in the CPU tier whatever vLLM's LRU wants (it must be registered)."""
+        self._loraplex_manager()._registered_adapters.pin(lora_id)
+        return True
+
+    def loraplex_unpin_lora_cpu(self, lora_id: int) -> bool:
+        registered = self._loraplex_manager()._registered_adapters
+        if lora_id in registered.pinned_items:
+            registered._unpin(lora_id)
+        return True
+
+    def loraplex_lora_residency(self) -> dict | None:
+        manager = self._loraplex_manager()
         if manager is None:  # LoRA disabled, or a vLLM whose manager looks otherwise
             return None
         registered, active = manager._registered_adapters, manager._active_adapters

@@ -119,7 +119,8 @@ class VLLMEngine:
         self.models = state.openai_serving_models
         self.chat_serving = state.openai_serving_chat
         self.completion_serving = state.openai_serving_completion
-        self.adapters = LoadedAdapters(self.llm, self.models, self.adapter_store, self.metrics)
+        self.adapters = LoadedAdapters(self.llm, self.models, self.adapter_store, self.metrics,
+                                       residency=self.lora_residency, max_cpu_bytes=self.config.max_cpu_lora_bytes)
         await self.probe()
 
     def _frontend_args(self, engine_args: AsyncEngineArgs):

@@ -116,8 +116,15 @@ ADAPTER_LOAD_SECONDS = MetricSpec(
 ADAPTER_EVICTIONS = MetricSpec(
     "loraplex_adapter_evictions_total", "counter", (REASON,),
     "Adapters that left the replica: reason=lru, evicted from vLLM's host cache to make room "
-    "(sampled every publish period); reason=deleted, freed after its DELETE.",
-    values={REASON: ("lru", "deleted")})
+    "(sampled every publish period); reason=bytes, removed so the CPU tier fits "
+    "engine.max_cpu_lora_bytes; reason=deleted, freed after its DELETE.",
+    values={REASON: ("lru", "bytes", "deleted")})
+PINNED_ADAPTERS = MetricSpec(
+    "loraplex_pinned_adapters", "gauge", (),
+    "Adapter versions pinned in the replica's CPU tier (never evicted; POST /admin/tenants/{id}/adapters/{ref}/pin).")
+ADAPTER_CPU_BYTES = MetricSpec(
+    "loraplex_adapter_cpu_bytes", "gauge", (),
+    "Bytes of adapter weights in the replica's CPU tier (host memory); engine.max_cpu_lora_bytes bounds it.")
 
 # -- per Ingress replica
 ROUTING_DECISIONS = MetricSpec(
@@ -137,7 +144,7 @@ SPOOL_PENDING = MetricSpec(
 
 REQUEST_METRICS = (TTFT, TPOT, E2E, QUEUE, PROMPT_TOKENS, CACHED_PROMPT_TOKENS, COMPLETION_TOKENS, REQUESTS)
 ENGINE_METRICS = (KV_USAGE, RUNNING, WAITING, LOADED_ADAPTERS, PREEMPTIONS, PREFIX_QUERIES, PREFIX_HITS,
-                  ADAPTER_LOADS, ADAPTER_LOAD_SECONDS, ADAPTER_EVICTIONS)
+                  ADAPTER_LOADS, ADAPTER_LOAD_SECONDS, ADAPTER_EVICTIONS, PINNED_ADAPTERS, ADAPTER_CPU_BYTES)
 INGRESS_METRICS = (REFUSALS, ROUTING_DECISIONS)
 LEDGER_METRICS = (SPOOL_LAST_FLUSH, SPOOL_PENDING)
 ALL = REQUEST_METRICS + ENGINE_METRICS + INGRESS_METRICS + LEDGER_METRICS
