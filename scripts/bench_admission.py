@@ -14,13 +14,18 @@ by side in one run:
 import argparse
 import asyncio
 import statistics
+import sys
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 from loraplex.admission.config import LimiterConfig
 from loraplex.admission.limiter import Limiter, LocalBackend
 from loraplex.contract import EngineCall, EngineChunk
 from loraplex.tenancy import TenantLimits
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/ sits at the repository root
+from bench.percentile import percentile  # noqa: E402
 
 LIMITS = TenantLimits(requests_per_minute=10_000_000, tokens_per_minute=10**12, max_concurrent_requests=1000,
                       monthly_token_budget=10**15)
@@ -43,11 +48,6 @@ async def run(limiter: Limiter, principal, n: int) -> list[float]:
         if i % 200 == 0:
             await asyncio.sleep(0)  # let the sweeper and give-backs run, as between real requests
     return times
-
-
-def pct(xs, q):
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(q * len(xs)))] * 1e6
 
 
 async def main(args):
@@ -73,7 +73,7 @@ async def main(args):
         principal = SimpleNamespace(tenant_id=f"t-{len(rows)}", limits=limits)
         n = args.requests if "round trip" not in name else min(args.requests, 2000)
         times = await run(limiter, principal, n)
-        rows.append((name, n, pct(times, 0.5), pct(times, 0.99), statistics.mean(times) * 1e6))
+        rows.append((name, n, percentile(times, 50) * 1e6, percentile(times, 99) * 1e6, statistics.mean(times) * 1e6))
     base = rows[0]
     print(f"shared state: {'in-process' if args.local else 'LimiterActor (Ray, same node)'}; "
           f"admit + release per request")

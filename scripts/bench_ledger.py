@@ -21,6 +21,9 @@ from loraplex.accounting import UsageLedger, UsageRecord
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from postgres import PostgresUnavailable, throwaway_postgres  # noqa: E402  (test helper: may start the cluster)
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/ sits at the repository root
+from bench.percentile import percentile  # noqa: E402
+
 T0 = datetime(2026, 11, 3, 10, tzinfo=timezone.utc)
 
 
@@ -29,11 +32,6 @@ def record(i: int) -> UsageRecord:
                        adapter=f"a{i % 7}@1", prompt_tokens=512, cached_prompt_tokens=256, completion_tokens=128,
                        status="finished", arrival_time=T0, first_token_time=T0 + timedelta(milliseconds=80),
                        finish_time=T0 + timedelta(seconds=2), replica_id="r0")
-
-
-def pct(xs: list[int], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(q * len(xs)))] / 1000  # ns -> us
 
 
 def bench_append(db_url: str, spool: str, n: int, sync_mode: str, threads: int) -> dict:
@@ -55,7 +53,7 @@ def bench_append(db_url: str, spool: str, n: int, sync_mode: str, threads: int) 
         elapsed = time.perf_counter() - start
         ledger.flush()
     return {"case": f"append sync={sync_mode} threads={threads}", "records": n, "records_per_s": n / elapsed,
-            "p50_us": pct(lat, 0.50), "p99_us": pct(lat, 0.99)}
+            "p50_us": percentile(lat, 50) / 1000, "p99_us": percentile(lat, 99) / 1000}
 
 
 def bench_request_path(db_url: str, spool: str, n: int) -> list[dict]:
@@ -79,7 +77,7 @@ def bench_request_path(db_url: str, spool: str, n: int) -> list[dict]:
                 lat.append(time.perf_counter_ns() - t)
             elapsed = time.perf_counter() - start
             rows.append({"case": name, "records": n, "records_per_s": n / elapsed,
-                         "p50_us": pct(lat, 0.50), "p99_us": pct(lat, 0.99)})
+                         "p50_us": percentile(lat, 50) / 1000, "p99_us": percentile(lat, 99) / 1000})
         ledger.flush()
     return rows
 

@@ -32,9 +32,11 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_stream import (ADMIN, APP, BenchmarkFakeEngine, free_port, platform_args,  # noqa: E402
-                          stub_model_dir, wait_http)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/ sits at the repository root
+from bench.fake_engine import BenchmarkFakeEngine  # noqa: E402
+from bench.percentile import percentile  # noqa: E402
+from bench.processes import free_port  # noqa: E402
+from bench.stream.platform import ADMIN, APP, platform_args, stub_model_dir, wait_http  # noqa: E402
 
 
 # -- 1. the replica path, in-process -------------------------------------------------------------
@@ -126,11 +128,10 @@ async def replica_path(args, state: Path, model_dir: Path) -> list[dict]:
                         times[on].append(time.perf_counter() - t0)
             for on in (False, True):
                 xs = times[on]
-                xs_sorted = sorted(xs)
                 rows.append({"tokens": tokens, "metrics": "on" if on else "off", "n": len(xs),
                              "rps": len(xs) / sum(xs), "mean_us": statistics.mean(xs) * 1e6,
                              "p50_us": statistics.median(xs) * 1e6,
-                             "p99_us": xs_sorted[int(0.99 * (len(xs) - 1))] * 1e6, "max_us": xs_sorted[-1] * 1e6})
+                             "p99_us": percentile(xs, 99) * 1e6, "max_us": max(xs) * 1e6})
             print(f"  replica path, {tokens} tokens: done", flush=True)
     finally:
         for replica in replicas.values():

