@@ -12,6 +12,7 @@ from starlette.requests import Request
 from loraplex.admission.limiter import Limiter, LocalBackend
 from loraplex.config import PlatformConfig
 from loraplex.ingress.adapter_routes import AdapterRoutes
+from loraplex.ingress.admin_adapter_routes import AdminAdapterRoutes
 from loraplex.ingress.admin_routes import AdminRoutes
 from loraplex.ingress.auth import authenticate
 from loraplex.errors import StatusError
@@ -61,6 +62,7 @@ def build_ingress_app(
         routes += AdminRoutes(tenancy).routes()
     if registry is not None and tenants is not None:
         routes += AdapterRoutes(tenants, config.registry.max_upload_bytes).routes()
+        routes += AdminAdapterRoutes(tenancy, registry, config.engine).routes()
     if accounting is not None and tenancy is not None:
         routes += UsageRoutes(accounting, tenants, tenancy).routes()
 

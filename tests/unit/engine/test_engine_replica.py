@@ -88,6 +88,7 @@ class FakeAsyncLLM(AsyncLLM):
         self.resident_loras: set[int] = set()  # vLLM's host cache (list_loras)
         self.slot_loras: list[int] = []  # vLLM's GPU slots, as our worker extension lists them
         self.pinned_loras: set[int] = set()
+        self.lora_bytes = 1000  # each adapter's bytes in the CPU tier
         self.generate_calls: list[tuple[str, SamplingParams, object]] = []
         self.unfinished: set[str] = set()
         self.stalled = asyncio.Event()  # set when a request reaches script.stall_after
@@ -136,22 +137,26 @@ class FakeAsyncLLM(AsyncLLM):
     async def remove_lora(self, lora_id: int) -> bool:
         self.removed_loras.append(lora_id)
         self.resident_loras.discard(lora_id)
+        self.pinned_loras.discard(lora_id)  # as vLLM's LRUCache.__delitem__
         return True
 
     async def list_loras(self) -> set[int]:
         return set(self.resident_loras)
 
-    async def pin_lora(self, lora_id: int) -> bool:
-        if lora_id not in self.resident_loras:
-            raise ValueError(f"Pinning failed. LoRA {lora_id} is not registered.")
-        self.pinned_loras.add(lora_id)
-        return True
-
     async def collective_rpc(self, method: str, timeout=None, args=(), kwargs=None):
-        from loraplex.engine.lora_residency import RPC
-        assert method == RPC, method  # the only worker method the platform calls
+        # Our worker extension's methods (loraplex.engine.lora_residency), over vLLM's state.
+        from loraplex.engine.lora_residency import PIN_RPC, RPC, UNPIN_RPC
+        if method == PIN_RPC:
+            if args[0] not in self.resident_loras:
+                raise ValueError(f"Cannot pin key: {args[0]} not in cache.")
+            self.pinned_loras.add(args[0])
+            return [True]
+        if method == UNPIN_RPC:
+            self.pinned_loras.discard(args[0])
+            return [True]
+        assert method == RPC, method
         return [{"slots": list(self.slot_loras), "cpu": sorted(self.resident_loras),
-                 "pinned": sorted(self.pinned_loras), "cpu_bytes": {i: 1000 for i in self.resident_loras}}]
+                 "pinned": sorted(self.pinned_loras), "cpu_bytes": {i: self.lora_bytes for i in self.resident_loras}}]
 
     def shutdown(self, timeout=None) -> None:
         self.shut_down = True
@@ -291,7 +296,8 @@ class VLLMEngineOverFakeVLLM(VLLMEngine):
         self.models = FakeServingModels()
         self.chat_serving = FakeChatServing(self.llm, self.models)
         self.completion_serving = FakeCompletionServing(self.llm, self.models)
-        self.adapters = LoadedAdapters(self.llm, self.models, self.fake_store, self.metrics)
+        self.adapters = LoadedAdapters(self.llm, self.models, self.fake_store, self.metrics,
+                                       residency=self.lora_residency, max_cpu_bytes=self.config.max_cpu_lora_bytes)
         self._residency_rpc = True  # as start() sets it with our worker extension
 
 
@@ -308,11 +314,14 @@ def make_config(tmp_path, **deployment) -> PlatformConfig:
     })
 
 
-async def start_replica(tmp_path, **deployment) -> Engine:
+async def start_replica(tmp_path, engine_config: dict | None = None, **deployment) -> Engine:
     store = FakeAdapterStore(tmp_path)
     engine_cls = type("VLLMEngineOverFakeVLLM", (VLLMEngineOverFakeVLLM,), {"fake_store": store})
     engine = Engine.__new__(Engine)
-    await engine.__init__(make_config(tmp_path, **deployment), engine_cls=engine_cls)
+    config = make_config(tmp_path, **deployment)
+    if engine_config:
+        config = config.model_copy(update={"engine": config.engine.model_copy(update=engine_config)})
+    await engine.__init__(config, engine_cls=engine_cls)
     return engine
 
 
@@ -829,3 +838,50 @@ def test_usage_record_times_are_utc():
     assert rec.arrival_time.tzinfo is not None and rec.finish_time - rec.arrival_time == timedelta(seconds=1)
     assert rec.ttft == pytest.approx(0.25)
     assert (rec.adapter, rec.api_key_id, rec.base_model, rec.replica_id) == ("bot@2", "k", "base", "rep")
+
+
+# --------------------------------------------------------------------------------------------
+# (i) pinning and the CPU tier's byte budget
+# --------------------------------------------------------------------------------------------
+def target(n: int) -> AdapterTarget:
+    return AdapterTarget(f"ten_a/a{n}@1:s{n}", 100 + n, "ten_a", f"a{n}", f"s{n}", requested_as=f"a{n}", version=1)
+
+
+async def use(replica, t: AdapterTarget) -> None:
+    await drain(replica.generate(make_call(f"use-{t.name}-{len(llm(replica).added_loras)}", adapter=t), chat()))
+
+
+async def test_a_pinned_version_is_loaded_and_pinned_at_once_and_unpinned_when_the_catalog_says(replica):
+    adapters, fake = replica.engine.adapters, llm(replica)
+    await adapters.sync_pins([target(1)])
+    assert fake.added_loras == [101] and fake.pinned_loras == {101} == adapters.pinned
+    await adapters.sync_pins([target(1)])  # a second sync changes nothing
+    assert fake.added_loras == [101]
+    fake.resident_loras.discard(101)  # vLLM lost it (a restart of its worker): reloaded and pinned again
+    fake.pinned_loras.discard(101)
+    adapters.note_resident(set(fake.resident_loras))
+    await adapters.sync_pins([target(1)])
+    assert fake.added_loras == [101, 101] and fake.pinned_loras == {101}
+    await adapters.sync_pins([])
+    assert fake.pinned_loras == set() == adapters.pinned and 101 in fake.resident_loras  # unpinned, still loaded
+
+
+async def test_the_byte_budget_removes_least_recently_used_idle_unpinned_versions(tmp_path):
+    """max_cpu_lora_bytes = 3 adapters of 1000 bytes: a fourth load removes the least recently
+    used one that is not pinned, which loads again on its next use; without a budget nothing goes."""
+    replica = await start_replica(tmp_path, engine_config={"max_cpu_lora_bytes": 3000})
+    try:
+        adapters, fake = replica.engine.adapters, llm(replica)
+        assert adapters.max_cpu_bytes == 3000
+        await adapters.sync_pins([target(1)])  # pinned first, so the oldest
+        for n in (2, 3, 4):
+            await use(replica, target(n))
+        assert fake.resident_loras == {101, 103, 104} and fake.removed_loras == [102]
+        assert target(2).lora_name in adapters.evicted
+        await use(replica, target(2))  # loads again, and a2's return evicts a3 (least recently used)
+        assert fake.added_loras.count(102) == 2 and fake.resident_loras == {101, 102, 104}
+        adapters.max_cpu_bytes = None
+        await use(replica, target(5))
+        assert fake.resident_loras == {101, 102, 104, 105}
+    finally:
+        await replica.__del__()
