@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-EXTENSION = "loraplex.engine.lora_residency:LoRAResidencyExtension"
+EXTENSION = "loraplex.engine.lora_residency.LoRAResidencyExtension"  # vLLM resolves a dotted qualname
 RPC = "loraplex_lora_residency"
 PIN_RPC, UNPIN_RPC = "loraplex_pin_lora_cpu", "loraplex_unpin_lora_cpu"
 
