@@ -8,6 +8,7 @@ from typing import Any, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from loraplex.accounting.config import AccountingConfig
+from loraplex.engine.fair_queue import FairQueueConfig
 from loraplex.engine.shedding import SheddingConfig
 from loraplex.metrics.config import MetricsConfig
 from loraplex.observability.slo import SloConfig
@@ -179,6 +180,11 @@ class EngineDeploymentConfig(BaseModel):
         default_factory=RoutingConfig,
         description="How ingress replicas pick an Engine replica: tenant affinity under a load bound by default.",
     )
+    fair_queue: FairQueueConfig = Field(
+        default_factory=FairQueueConfig,
+        description="Per-tenant fair queue in front of vLLM (VTC): the dispatch limit, tiers, weights, "
+        "shedding by share (docs/operations.md).",
+    )
 
 
     @field_validator("autoscaling")
@@ -296,13 +302,21 @@ class PlatformConfig(BaseModel):
         return cls.model_validate(args or {})
 
     def for_replicas(self) -> "PlatformConfig":
-        """What replicas are built with: without the replica counts and the SLOs, which they
-        never read, so their init args do not differ by them. (A `serve deploy` of changed
+        """What replicas are built with: without the replica counts and the SLOs (but for the
+        TTFT/TPOT targets of the fair queue's adaptive limit, copied into it), so their init
+        args do not differ by them. (A `serve deploy` of changed
         `args` replaces every replica anyway, since Serve hashes `args` into the app's version:
         scale through `deployments:`, and after an `slo:` change only regenerate the rules.)"""
+        deployment = self.engine_deployment
+        queue = deployment.fair_queue
+        # The one `slo:` figure replicas use: the adaptive dispatch limit's latency targets.
+        adaptive = queue.adaptive.model_copy(update={
+            "ttft_s": queue.adaptive.ttft_s or self.slo.ttft_p95_s,
+            "tpot_s": queue.adaptive.tpot_s or self.slo.tpot_p95_s})
         return self.model_copy(update={
-            "engine_deployment": self.engine_deployment.model_copy(
-                update={"num_replicas": 1, "autoscaling": None}),
+            "engine_deployment": deployment.model_copy(update={
+                "num_replicas": 1, "autoscaling": None,
+                "fair_queue": queue.model_copy(update={"adaptive": adaptive})}),
             "ingress": self.ingress.model_copy(update={"num_replicas": 1}),
             "slo": SloConfig(),
         })

@@ -81,7 +81,8 @@ class EngineCall:
     cache_salt: Optional[str] = None  # mixed into vLLM's KV block hashes: no sharing across tenants
     arrival_time: float = 0.0  # epoch seconds when the ingress received the request
     deadline: Optional[float] = None  # epoch seconds after which the request is cut; None: no limit
-    priority: int = 0  # load shedding: higher is shed later
+    priority: int = 0  # load shedding and the fair queue's tier: higher is shed later, served first
+    weight: float = 1.0  # the tenant's plan weight: its share of a replica's tokens in the fair queue
     stream: bool = False
     # Routing: the affinity key ("tenant" or "tenant/adapter"; None routes by load only), the
     # prompt length estimate and the completion cap the router counts as pending work.

@@ -64,7 +64,9 @@ def serve_app(tmp_path_factory):
             "max_cpu_loras": 4,
             "max_cpu_lora_bytes": 6_000_000,
         },
-        "engine_deployment": {"health_check_period_s": 5},
+        # A small fixed dispatch limit, so test_fair_queue can queue a tenant with a few requests.
+        "engine_deployment": {"health_check_period_s": 5,
+                              "fair_queue": {"dispatch_limit": 3, "newcomer_slots": 1}},
         "ingress": {"num_replicas": 2, "num_cpus": 0.25},
     }
     import loraplex

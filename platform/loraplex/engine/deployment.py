@@ -11,7 +11,9 @@ from typing import Any, AsyncIterator
 from ray import serve
 
 from loraplex.config import EngineDeploymentConfig, PlatformConfig
+from loraplex.engine.dispatch_limit import AdaptiveLimit, FixedLimit
 from loraplex.engine.engine_counters import EngineStatsReader
+from loraplex.engine.fair_queue import Entry, FairQueue
 from loraplex.engine.metering import Meter
 from loraplex.contract import SSE_DONE, AdapterTarget, EngineCall, EngineChunk, EngineError, RequestUsage, sse_error
 from loraplex.engine.shedding import LoadShedder
@@ -57,11 +59,16 @@ class Engine:
         self.served_keys = ServedKeys(deployment.routing.served_keys)
         self.adapter_demand = KeyDemand(capacity=deployment.routing.served_keys)  # requests per adapter lately
         self.max_loras = config.engine.max_loras
-        self.in_flight = 0  # tenant requests this replica is serving (in vLLM or about to be)
+        self._residency = None  # vLLM's LoRA tiers at the last routing-stats sample
+        self.in_flight = 0  # tenant requests this replica is serving (in vLLM or about to be; not queued)
         self.metrics = Metrics.for_replica(config.metrics, "engine", metrics_sink)
         # vLLM's own numbers, read from its registry by one reader: the shedder, the routing
         # stats and the metrics publisher share its readings.
         self.stats = EngineStatsReader(max_age_s=deployment.shedding.sample_period_s)
+        # The fair queue (VTC) decides which request vLLM gets next; None: every request at once.
+        self.fair_queue = self._fair_queue(config)
+        # in_flight counts only what the queue dispatched: the shedder bounds vLLM's share, the
+        # queue refuses by share when it is full.
         self.shedder = LoadShedder(deployment.shedding, lambda: self.in_flight,
                                    lambda: self.stats.read()["kv_cache_usage"])
         self.batcher = StreamBatcher(deployment.stream_window_s, deployment.stream_max_chunks,
@@ -83,7 +90,21 @@ class Engine:
         if self.metrics.enabled:
             self.publisher = Publisher(config.metrics.publish_period_s, [
                 self.metrics.flush, self._publish_engine_stats, self._publish_adapters, self._publish_ledger,
+                self._publish_fair_queue,
             ], name=f"metrics-{replica_id}").start()
+
+    @staticmethod
+    def _fair_queue(config: PlatformConfig) -> FairQueue | None:
+        fq = config.engine_deployment.fair_queue
+        if not fq.enabled:
+            return None
+        max_num_seqs = config.engine.max_num_seqs
+        if fq.dispatch_limit is not None:
+            limit = FixedLimit(min(fq.dispatch_limit, max_num_seqs))
+        else:  # targets: the queue's own, else the `slo:` ones (copied in by for_replicas)
+            slo = config.slo
+            limit = AdaptiveLimit(fq.adaptive, max_num_seqs, slo.ttft_p95_s, slo.tpot_p95_s)
+        return FairQueue(fq, limit, max_num_seqs)
 
     async def generate(self, call: EngineCall, request) -> AsyncIterator[EngineChunk | EngineError]:
         """Serve one tenant request: coalesced EngineChunks (SSE bytes, or the JSON body), or
@@ -103,13 +124,23 @@ class Engine:
                               type="service_unavailable", retry_after=self.shedder.config.retry_after_s,
                               reason="shed")
             return
+        entry = None
+        if self.fair_queue is not None:
+            entry = await self._wait_for_slot(call)
+            if entry.state == "refused":
+                yield self._queue_refusal(entry)
+                return
+        dispatched_at = time.time()
         self.in_flight += 1
         usage = RequestUsage(replica_id=self.replica_id)
         source = self.engine.generate(call, request, usage)
         batches = self.batcher.batches(source, call.deadline)
         metered = refused = False
+        charged = [0, 0]  # prompt, completion tokens added to the tenant's virtual counter
         try:
             async for items in batches:
+                if entry is not None:
+                    self._charge(entry, usage, charged)
                 last = items[-1]
                 if isinstance(last, EngineError):
                     refused = True  # counted by the ingress as a refusal, never billed
@@ -150,12 +181,66 @@ class Engine:
             await batches.aclose()  # on a disconnect: cancels the engine request first
             if not metered and not refused:
                 self._meter(call, usage)
+            if entry is not None:
+                self._charge(entry, usage, charged)
+                self._slot_freed(entry, usage, dispatched_at)
+
+    # -- the fair queue: thin glue over loraplex/engine/fair_queue.py ----------------------------
+    async def _wait_for_slot(self, call: EngineCall) -> Entry:
+        """Queue the call until the fair queue dispatches it (state running) or refuses it;
+        a cancelled wait (the client went away) leaves the queue at once."""
+        slot = asyncio.get_running_loop().create_future()
+        entry = Entry(tenant=call.tenant_id or "-", priority=call.priority, weight=call.weight,
+                      deadline=call.deadline, ready=lambda e: slot.done() or slot.set_result(None))
+        queue = self.fair_queue
+        queue.submit(entry)
+        try:
+            while entry.state == "queued":
+                timeout = None
+                if call.deadline is not None:  # wake when it is too late to start, to refuse it
+                    timeout = max(call.deadline - queue.config.deadline_margin_s - time.time(), 0.0) + 0.001
+                try:
+                    await asyncio.wait_for(asyncio.shield(slot), timeout)
+                except asyncio.TimeoutError:
+                    queue.expire()
+        except BaseException:
+            queue.finish(entry)
+            raise
+        return entry
+
+    def _queue_refusal(self, entry: Entry) -> EngineError:
+        if entry.reason == "queue_deadline":
+            message = ("The server is overloaded: this request could not start before its deadline "
+                       "(X-LoRAPlex-Timeout); retry in a moment, or allow it longer.")
+        else:
+            message = ("The server is overloaded and your tenant has the most requests queued on this "
+                       "replica for its share; retry in a moment, or send fewer at once.")
+        return EngineError(status=503, message=message, type="service_unavailable",
+                           retry_after=self.fair_queue.config.retry_after_s, reason=entry.reason)
+
+    def _charge(self, entry: Entry, usage: RequestUsage, charged: list) -> None:
+        prompt, completion = usage.prompt_tokens - charged[0], usage.completion_tokens - charged[1]
+        if prompt or completion:
+            self.fair_queue.charge(entry.tenant, prompt, completion, entry.weight)
+            charged[0], charged[1] = usage.prompt_tokens, usage.completion_tokens
+
+    def _slot_freed(self, entry: Entry, usage: RequestUsage, dispatched_at: float) -> None:
+        """Free the request's slot; feed its latencies after dispatch to the adaptive limit."""
+        queue = self.fair_queue
+        if usage.status in ("stop", "length") and usage.first_token_time is not None:
+            ttft = usage.first_token_time - dispatched_at
+            n = usage.longest_output()
+            tpot = ((usage.finish_time or time.time()) - usage.first_token_time) / (n - 1) if n > 1 else None
+            queue.limit.observe(ttft, tpot)
+        queue.finish(entry)  # dispatches the next ones, under the (maybe new) limit
 
     async def record_routing_stats(self) -> dict[str, Any]:
         """Serve collects this every routing stats period and hands it to every router."""
         gauges = self.stats.read()
+        queue = self.fair_queue.snapshot() if self.fair_queue is not None else None
         return routing_stats(self.served_keys.recent(), running=gauges["num_requests_running"],
                              waiting=gauges["num_requests_waiting"], kv_usage=gauges["kv_cache_usage"],
+                             queued=queue["queued"] if queue is not None else 0, status=self.status(queue),
                              adapters=await self._adapter_stats())
 
     async def _adapter_stats(self) -> dict | None:
@@ -167,9 +252,38 @@ class Engine:
         except Exception:
             logger.warning("could not read vLLM's LoRA residency for the routing stats", exc_info=True)
             return None
+        self._residency = residency  # for status(): pins and the CPU tier's bytes
         adapters = self.engine.adapters
         return adapter_stats(adapters.keys_of(residency.slots), adapters.keys_of(residency.cpu),
                              self.adapter_demand.snapshot(), self.max_loras)
+
+    def replica_status(self) -> dict[str, Any]:
+        """What GET /admin/replicas shows of this replica, read now."""
+        gauges = self.stats.read()
+        return {"replica_id": self.replica_id, "running": int(gauges["num_requests_running"]),
+                "waiting": int(gauges["num_requests_waiting"]), "kv_usage": round(gauges["kv_cache_usage"], 4),
+                **self.status(), "reported_at": time.time()}
+
+    def status(self, queue: dict | None = None) -> dict[str, Any]:
+        """This replica for GET /admin/replicas (carried in its routing stats): its requests,
+        the fair queue's limit and per-tenant queues and counters, the adapters it holds."""
+        if queue is None and self.fair_queue is not None:
+            queue = self.fair_queue.snapshot()
+        adapters = getattr(self.engine, "adapters", None)
+        return {
+            "in_flight": self.in_flight,
+            "dispatch_limit": queue["dispatch_limit"] if queue else None,  # None: no fair queue
+            "dispatched": queue["dispatched"] if queue else self.in_flight,
+            "queued": queue["queued"] if queue else 0,
+            "tenants": queue["tenants"] if queue else {},
+            "loaded_adapters": sorted(adapters.targets)[:64] if adapters is not None else [],
+            # vLLM's CPU tier at the last routing-stats sample: pinned versions, bytes and budget.
+            "pinned_adapters": sorted(adapters.targets[n].lora_name for n in adapters.targets
+                                      if adapters.targets[n].lora_int_id in self._residency.pinned)
+            if adapters is not None and self._residency is not None else [],
+            "adapter_cpu_bytes": sum(self._residency.cpu_bytes.values()) if self._residency is not None else 0,
+            "max_cpu_lora_bytes": adapters.max_cpu_bytes if adapters is not None else None,
+        }
 
     def _meter(self, call: EngineCall, usage: RequestUsage) -> None:
         """Append the request's usage record, if it is billable: a tenant's, and the engine
@@ -207,6 +321,10 @@ class Engine:
             tier = await self.engine.lora_residency()
             self.metrics.replica.adapter_tier(len(tier.pinned), sum(tier.cpu_bytes.values()))
         self.metrics.replica.adapters_evicted("lru", self.engine.adapters.note_resident(resident, asked_at))
+
+    def _publish_fair_queue(self) -> None:
+        if self.fair_queue is not None:
+            self.metrics.replica.fair_queue(self.fair_queue.snapshot(), self.metrics.requests.tenant_label)
 
     def _publish_ledger(self) -> None:
         self.metrics.replica.ledger(self.ledger.last_flush_at, self.ledger.pending_records())

@@ -18,9 +18,11 @@ ADMIN_MAX_BODY_BYTES = 64 * 1024  # tenant bodies are a name and a few numbers
 
 
 class AdminRoutes:
-    def __init__(self, tenancy: Tenancy):
+    def __init__(self, tenancy: Tenancy, replicas=None):
         self.tenancy = tenancy
         self.service = tenancy.service
+        # async () -> [Engine.status() of each replica, with replica_id, running, waiting, kv_usage]
+        self.replicas = replicas
 
     def routes(self) -> list[Route]:
         return [
@@ -31,7 +33,13 @@ class AdminRoutes:
             Route("/admin/tenants/{tenant_id}/keys", self.issue_key, methods=["POST"]),
             Route("/admin/tenants/{tenant_id}/keys", self.list_keys, methods=["GET"]),
             Route("/admin/keys/{key_id}", self.revoke_key, methods=["DELETE"]),
+            Route("/admin/replicas", self.list_replicas, methods=["GET"]),
         ]
+
+    async def list_replicas(self, request: Request) -> Response:
+        self.check_admin(request)
+        data = await self.replicas() if self.replicas is not None else []
+        return JSONResponse({"object": "list", "data": data})
 
     async def create_tenant(self, request: Request) -> Response:
         self.check_admin(request)

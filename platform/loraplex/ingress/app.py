@@ -26,6 +26,18 @@ from loraplex.tenancy import Tenancy
 logger = logging.getLogger(__name__)
 
 
+async def engine_replicas(engine) -> list[dict]:
+    """Every Engine replica as its last routing stats reported it (up to stats_period_s old);
+    before this ingress has routed anything, the one replica a call reaches, asked now."""
+    from loraplex.routing.serve_router import replica_statuses
+
+    statuses = replica_statuses()
+    if statuses:
+        return statuses
+    status = await engine.call("replica_status")
+    return [status] if isinstance(status, dict) else []
+
+
 def build_ingress_app(
     engine,
     config: PlatformConfig,
@@ -48,6 +60,7 @@ def build_ingress_app(
             registry,
             base_model=config.engine.model_id,
             cache_salt_per_tenant=config.registry.cache_salt_per_tenant,
+            plan_weight=config.tenancy.plan_weight,
         )
     routes = [
         *OpenAIRoutes(engine, config.ingress.max_request_body_bytes, tenants,
@@ -59,7 +72,7 @@ def build_ingress_app(
         *HealthRoutes(engine, replica_health).routes(),
     ]
     if tenancy is not None:
-        routes += AdminRoutes(tenancy).routes()
+        routes += AdminRoutes(tenancy, replicas=lambda: engine_replicas(engine)).routes()
     if registry is not None and tenants is not None:
         routes += AdapterRoutes(tenants, config.registry.max_upload_bytes).routes()
         routes += AdminAdapterRoutes(tenancy, registry, config.engine).routes()

@@ -189,6 +189,7 @@ class OpenAIRoutes:
         return EngineCall(
             **common, tenant_id=principal.tenant_id, api_key_id=principal.key_id, adapter=adapter,
             cache_salt=self.tenants.cache_salt(principal), priority=principal.limits.priority,
+            weight=self.tenants.weight(principal),
             routing_key=affinity_key(principal.tenant_id, adapter.name if adapter else None),
         )
 

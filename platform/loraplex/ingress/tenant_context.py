@@ -19,11 +19,16 @@ from loraplex.registry import group_by_name
 
 
 class TenantContext:
-    def __init__(self, authenticator, registry, base_model: str, cache_salt_per_tenant: bool = True):
+    def __init__(self, authenticator, registry, base_model: str, cache_salt_per_tenant: bool = True,
+                 plan_weight=lambda plan: 1.0):
         self.authenticator = authenticator  # async (request) -> principal with .tenant_id
         self.registry = registry
         self.base_model = base_model
         self.cache_salt_per_tenant = cache_salt_per_tenant
+        self.plan_weight = plan_weight  # (plan name) -> its fair-queue weight (TenancyConfig.plan_weight)
+
+    def weight(self, principal) -> float:
+        return self.plan_weight(principal.plan)
 
     async def authenticate(self, request: Request):
         return await self.authenticator(request)

@@ -80,7 +80,7 @@ REFUSALS = MetricSpec(
     "loraplex_refusals_total", "counter", TENANT_LABELS + (REASON,),
     "Requests refused before generating, never billed, by the reason the ledger counts them under: the "
     "HTTP status, with the limit for 429 (429:rate_limit_requests, ...) and the cause for 503 "
-    "(503:shed, 503:queue_full, 503:limiter_unavailable). Counted by the ingress, also for refusals "
+    "(503:shed, 503:fair_share, 503:queue_deadline, 503:queue_full, 503:limiter_unavailable). Counted by the ingress, also for refusals "
     "made by an Engine replica (shedding, adapter deleted).")
 
 # -- per Engine replica
@@ -126,6 +126,18 @@ ADAPTER_CPU_BYTES = MetricSpec(
     "loraplex_adapter_cpu_bytes", "gauge", (),
     "Bytes of adapter weights in the replica's CPU tier (host memory); engine.max_cpu_lora_bytes bounds it.")
 
+FAIR_QUEUE_LIMIT = MetricSpec(
+    "loraplex_fair_queue_dispatch_limit", "gauge", (),
+    "Requests the replica's fair queue lets into vLLM at once (fixed, or adapted to the SLO).")
+FAIR_QUEUE_DISPATCHED = MetricSpec(
+    "loraplex_fair_queue_dispatched", "gauge", (), "Requests the fair queue has in vLLM now.")
+FAIR_QUEUE_LENGTH = MetricSpec(
+    "loraplex_fair_queue_length", "gauge", (TENANT,), "Requests of the tenant waiting in the replica's fair queue.")
+FAIR_QUEUE_COUNTER = MetricSpec(
+    "loraplex_fair_queue_virtual_counter", "gauge", (TENANT,),
+    "The tenant's virtual token counter on the replica (weighted tokens served / plan weight): "
+    "the lowest backlogged one is served next.")
+
 # -- per Ingress replica
 ROUTING_DECISIONS = MetricSpec(
     "loraplex_routing_decisions_total", "counter", (DECISION,),
@@ -144,7 +156,9 @@ SPOOL_PENDING = MetricSpec(
 
 REQUEST_METRICS = (TTFT, TPOT, E2E, QUEUE, PROMPT_TOKENS, CACHED_PROMPT_TOKENS, COMPLETION_TOKENS, REQUESTS)
 ENGINE_METRICS = (KV_USAGE, RUNNING, WAITING, LOADED_ADAPTERS, PREEMPTIONS, PREFIX_QUERIES, PREFIX_HITS,
-                  ADAPTER_LOADS, ADAPTER_LOAD_SECONDS, ADAPTER_EVICTIONS, PINNED_ADAPTERS, ADAPTER_CPU_BYTES)
+                  ADAPTER_LOADS, ADAPTER_LOAD_SECONDS, ADAPTER_EVICTIONS,
+                  FAIR_QUEUE_LIMIT, FAIR_QUEUE_DISPATCHED, FAIR_QUEUE_LENGTH, FAIR_QUEUE_COUNTER,
+                  PINNED_ADAPTERS, ADAPTER_CPU_BYTES)
 INGRESS_METRICS = (REFUSALS, ROUTING_DECISIONS)
 LEDGER_METRICS = (SPOOL_LAST_FLUSH, SPOOL_PENDING)
 ALL = REQUEST_METRICS + ENGINE_METRICS + INGRESS_METRICS + LEDGER_METRICS

@@ -30,6 +30,7 @@ class ReplicaMetrics:
         specs = (c.ENGINE_METRICS if role == "engine" else (c.ROUTING_DECISIONS,)) + c.LEDGER_METRICS
         self.metrics = {spec.name: sink.make(spec) for spec in specs}
         self._last: dict[str, float] = {}  # vLLM counter -> its value at the last publish
+        self._queue_labels: set[str] = set()  # tenant label values the fair-queue gauges last set
         # Per request, so added up here and handed to Ray by flush() (see Counts).
         self._decisions = (Counts(self.metrics[c.ROUTING_DECISIONS.name], c.ROUTING_DECISIONS.labels)
                            if c.ROUTING_DECISIONS.name in self.metrics else None)
@@ -59,6 +60,23 @@ class ReplicaMetrics:
                 self.metrics[spec.name].inc(grown)
             self._last[key] = value
         self.metrics[c.LOADED_ADAPTERS.name].set(float(stats.get("lora_running_adapters", 0)), {c.TIER: "gpu"})
+
+    def fair_queue(self, snapshot: Mapping, tenant_label) -> None:
+        """The fair queue's snapshot; tenant_label maps a tenant id through the label guard."""
+        self.metrics[c.FAIR_QUEUE_LIMIT.name].set(float(snapshot["dispatch_limit"]))
+        self.metrics[c.FAIR_QUEUE_DISPATCHED.name].set(float(snapshot["dispatched"]))
+        lengths: dict[str, float] = {}
+        counters: dict[str, float] = {}
+        for tenant, t in snapshot["tenants"].items():
+            label = tenant_label(tenant)
+            lengths[label] = lengths.get(label, 0.0) + t["queued"]
+            counters[label] = max(counters.get(label, 0.0), t["counter"])  # `other`: the highest
+        for label in self._queue_labels - set(lengths):  # idle now: back to 0
+            lengths[label], counters[label] = 0.0, 0.0
+        for label in lengths:
+            self.metrics[c.FAIR_QUEUE_LENGTH.name].set(lengths[label], {c.TENANT: label})
+            self.metrics[c.FAIR_QUEUE_COUNTER.name].set(counters[label], {c.TENANT: label})
+        self._queue_labels = {label for label, n in lengths.items() if n or counters[label]}
 
     def resident_adapters(self, cpu: int) -> None:
         self.metrics[c.LOADED_ADAPTERS.name].set(float(cpu), {c.TIER: "cpu"})
@@ -99,6 +117,9 @@ class NoReplicaMetrics:
         pass
 
     def adapter_tier(self, pinned, cpu_bytes) -> None:
+        pass
+
+    def fair_queue(self, snapshot, tenant_label) -> None:
         pass
 
     def adapter_loaded(self, seconds) -> None:

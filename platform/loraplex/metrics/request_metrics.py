@@ -44,6 +44,11 @@ class RequestMetrics:
             return tenant, c.OTHER
         return tenant, adapter if self.adapters.keep(f"{tenant_id}/{adapter}", tokens) else c.OTHER
 
+    def tenant_label(self, tenant_id: str) -> str:
+        """The tenant's label value as the guard has it now, without counting (safe off the loop)."""
+        guard = self.tenants
+        return tenant_id if tenant_id in guard.kept or len(guard.kept) < guard.limit else c.OTHER
+
     def finished(self, record: UsageRecord, usage: RequestUsage, arrival_time: float) -> None:
         """One metered request: its record (as the ledger got it) and the engine's timings."""
         prompt, completion = record.prompt_tokens, record.completion_tokens
@@ -87,6 +92,9 @@ class RequestMetrics:
 
 class NoRequestMetrics:
     """metrics.enabled: false: nothing recorded, nothing computed."""
+
+    def tenant_label(self, tenant_id: str) -> str:
+        return tenant_id
 
     def finished(self, record, usage, arrival_time) -> None:
         pass

@@ -14,7 +14,7 @@ Per call of `Engine.generate(call, request)`:
 - each candidate's load is its queue length as Serve knows it (the cache its probes and the
   replicas' accept/reject replies fill; missing entries are probed now), plus the requests this
   router ranked it first for and has not sent yet (a burst), plus the requests its engine last
-  reported waiting (see ReplicaSnapshot.load); its pending tokens are what this
+  reported waiting in vLLM or queued in its fair queue (see ReplicaSnapshot.load); its pending tokens are what this
   router sent there (prompt + max_tokens, or `output_tokens`) and has not seen complete;
 - the policy ranks the replicas; Serve tries the first `ranked_choices` one at a time, in that
   order, then the least loaded of the rest, skipping replicas whose queue is full.
@@ -50,6 +50,14 @@ _HOLDERS_ATTR = "_loraplex_holders"
 _ERROR_LOG_INTERVAL_S = 60.0
 # A choice not sent within this long (its request was cancelled) stops counting as load.
 _CHOSEN_TTL_S = 2.0
+# Replica unique id -> its last report as GET /admin/replicas shows it; every router of this
+# process (the ingress's handles) writes it.
+_LAST_STATUS: dict[str, dict] = {}
+
+
+def replica_statuses() -> list[dict]:
+    """Each Engine replica as its last routing stats described it (see Engine.status)."""
+    return [dict(v) for _, v in sorted(_LAST_STATUS.items())]
 
 
 class TenantAffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
@@ -190,7 +198,7 @@ class TenantAffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
                     report = self._reports.get(uid, EngineReport())
                     # Into Serve's cache too, or Serve would skip the replica for the same
                     # missed probe; its reply to the routed request corrects the estimate.
-                    q = max(sent.get(uid, 0), report.running + report.waiting)
+                    q = max(sent.get(uid, 0), report.running + report.waiting + report.queued)
                     if self._use_replica_queue_len_cache:
                         self._replica_queue_len_cache.update(r.replica_id, q)
                 queue_lens[uid] = q
@@ -201,8 +209,8 @@ class TenantAffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
             report = self._reports.get(uid, EngineReport())
             adapters = report.adapters
             snapshots.append(ReplicaSnapshot(
-                uid, in_flight=q + chosen.get(uid, 0), waiting=report.waiting, kv_usage=report.kv_usage,
-                pending_tokens=self._pending_tokens.get(uid, 0),
+                uid, in_flight=q + chosen.get(uid, 0), waiting=report.waiting + report.queued,
+                kv_usage=report.kv_usage, pending_tokens=self._pending_tokens.get(uid, 0),
                 slot_adapters=adapters.slots if adapters else None, cpu_adapters=adapters.cpu if adapters else None,
                 max_loras=adapters.max_loras if adapters else 0, adapter_demand=adapters.demand if adapters else {}))
         return snapshots, by_id
@@ -288,7 +296,7 @@ class TenantAffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
 
     def _forget_replica(self, replica_id: ReplicaID) -> None:
         uid = replica_id.unique_id
-        for d in (self._pending_tokens, self._recent, self._reported, self._reports):
+        for d in (self._pending_tokens, self._recent, self._reported, self._reports, _LAST_STATUS):
             d.pop(uid, None)
         self._chosen = {k: v for k, v in self._chosen.items() if v[0] != uid}
         self._in_flight = {k: v for k, v in self._in_flight.items() if v[0] != uid}
@@ -308,6 +316,10 @@ class TenantAffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
             return
         uid = replica.replica_id.unique_id
         self._reports[uid] = report
+        stats = replica.routing_stats
+        _LAST_STATUS[uid] = {
+            "replica_id": uid, "running": report.running, "waiting": report.waiting, "queued": report.queued,
+            "kv_usage": round(report.kv_usage, 4), **(stats.get("status") or {}), "reported_at": time.time()}
         held = report.held_keys
         if held is None or self._policy is None:
             return

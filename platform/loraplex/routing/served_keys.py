@@ -9,6 +9,8 @@ and hands the dict to every router as `RunningReplica.routing_stats`. The Engine
       "running": 3,      # requests in the engine's batch
       "waiting": 0,      # requests queued in the engine (no batch slot or KV blocks yet)
       "kv_usage": 0.42,  # fraction of the KV cache in use
+      "queued": 5,       # requests held in the replica's fair queue (not yet in vLLM)
+      "status": {...},   # for /admin/replicas only: the fair queue's snapshot, loaded adapters
       "adapters": {      # where this replica's vLLM holds adapters, by affinity key (tenant/name)
         "slots": ["ten_a/bot"],          # in its GPU slots: a batch runs them without a swap
         "cpu": ["ten_a/bot", "ten_b/x"], # in its CPU tier (host memory): a swap, not a load
@@ -19,7 +21,7 @@ and hands the dict to every router as `RunningReplica.routing_stats`. The Engine
 
 The router takes held_keys as the truth for that replica (keeping keys it routed there since
 the report), which drops keys the engine evicted and teaches every ingress replica the keys
-the others routed. waiting adds to the replica's load, kv_usage breaks ties between equally
+the others routed. waiting and queued add to the replica's load, kv_usage breaks ties between equally
 loaded replicas, and running + waiting stand in for a queue-length probe the replica missed
 (see ReplicaSnapshot, rank_tenant_affinity, TenantAffinityRouter). adapters feeds the
 residency-aware policy (routing/residency.py); policies that ignore it lose nothing. The dict
@@ -98,7 +100,8 @@ def adapter_stats(slots: Iterable[str], cpu: Iterable[str], demand: Mapping[str,
 
 def routing_stats(held_keys: Iterable[str], running: int | None = None,
                   waiting: int | None = None, kv_usage: float | None = None,
-                  max_keys: int = DEFAULT_MAX_REPORTED_KEYS, adapters: dict | None = None) -> dict:
+                  max_keys: int = DEFAULT_MAX_REPORTED_KEYS, queued: int | None = None,
+                  status: dict | None = None, adapters: dict | None = None) -> dict:
     """The dict an Engine replica's record_routing_stats() returns (see the module docstring).
 
     held_keys go most recent first and are cut at max_keys; unknown numbers are left out;
@@ -111,6 +114,10 @@ def routing_stats(held_keys: Iterable[str], running: int | None = None,
         stats["waiting"] = int(waiting)
     if kv_usage is not None:
         stats["kv_usage"] = float(kv_usage)
+    if queued is not None:
+        stats["queued"] = int(queued)
+    if status is not None:
+        stats["status"] = status
     if adapters is not None:
         stats["adapters"] = adapters
     return stats
@@ -147,6 +154,7 @@ class EngineReport:
     running: int = 0
     waiting: int = 0
     kv_usage: float = 0.0
+    queued: int = 0  # in the replica's fair queue: waiting like `waiting`, only in front of vLLM
     adapters: AdapterReport | None = None  # None: not reported
 
     @classmethod
@@ -161,6 +169,7 @@ class EngineReport:
             running=_count(stats.get("running")),
             waiting=_count(stats.get("waiting")),
             kv_usage=float(kv) if isinstance(kv := stats.get("kv_usage"), (int, float)) else 0.0,
+            queued=_count(stats.get("queued")),
             adapters=AdapterReport.of(stats.get("adapters")),
         )
 

@@ -24,8 +24,8 @@ class ReplicaSnapshot:
 
     replica_id: str
     in_flight: int = 0  # requests at the replica (Serve's queue length), running or queued
-    # Of those, the requests the engine last reported queued rather than in its batch (0 when
-    # unknown). They count twice in `load`: a new request there waits behind them for a batch
+    # Of those, the requests the engine last reported queued rather than in its batch: waiting
+    # in vLLM or in the replica's fair queue (0 when unknown). They count twice in `load`: a new request there waits behind them for a batch
     # slot or KV blocks, where on a replica with the same in_flight all running it joins at once.
     waiting: int = 0
     pending_tokens: int = 0  # prompt + expected output tokens this router has in flight there

@@ -21,6 +21,11 @@ class PlanConfig(BaseModel):
         default_factory=TenantLimits,
         description="Defaults for the plan's tenants; a limit a tenant sets itself wins.",
     )
+    weight: float = Field(
+        1.0, gt=0,
+        description="The plan's share of an Engine replica in its fair queue: backlogged tenants are "
+        "served tokens in proportion to their plans' weights (2 gets twice what 1 gets).",
+    )
 
 
 class TenancyConfig(BaseModel):
@@ -41,6 +46,11 @@ class TenancyConfig(BaseModel):
 
     def plan_limits(self) -> dict[str, TenantLimits]:
         return {name: plan.limits for name, plan in self.plans.items()}
+
+    def plan_weight(self, plan: str) -> float:
+        """The plan's fair-queue weight; a plan not listed has the default plan's (else 1)."""
+        chosen = self.plans.get(plan) or self.plans.get(DEFAULT_PLAN)
+        return chosen.weight if chosen is not None else 1.0
 
     def resolved_admin_token(self) -> Optional[str]:
         """The env var, else the config field; an empty string counts as unset (never open)."""

@@ -152,3 +152,32 @@ async def test_a_load_that_ends_while_the_cache_is_listed_is_not_taken_for_an_ev
     assert adapters.note_resident(listing, asked_at) == 0
     assert adapters.note_resident(set(llm(replica).resident_loras), time.monotonic()) == 0
     assert ADAPTER.lora_name not in adapters.evicted
+
+
+async def test_the_fair_queue_gauges_per_tenant_go_through_the_label_guard(tmp_path):
+    import asyncio
+
+    from test_engine_replica import Script
+
+    replica, sink = await start(tmp_path, metrics={"publish_period_s": 3600, "max_tenant_labels": 1},
+                                fair_queue={"dispatch_limit": 1, "newcomer_slots": 0})
+    try:
+        llm(replica).script = Script(tokens=3, stall_after=1)
+        replica.metrics.requests.tenants.keep("ten_a")  # ten_a holds the one tenant label
+        tasks = [asyncio.create_task(drain(replica.generate(make_call(f"{t}{i}", tenant=t), chat())))
+                 for t in ("ten_a", "ten_b", "ten_c") for i in range(2)]
+        for _ in range(20):
+            await asyncio.sleep(0)
+        replica._publish_fair_queue()
+        assert sink[c.FAIR_QUEUE_LIMIT.name].total() == 1 and sink[c.FAIR_QUEUE_DISPATCHED.name].total() == 1
+        lengths = sink[c.FAIR_QUEUE_LENGTH.name]
+        assert lengths.label_values(c.TENANT) == {"ten_a", c.OTHER}  # ten_b and ten_c under `other`
+        assert lengths.total(tenant="ten_a") == 1 and lengths.total(tenant=c.OTHER) == 4
+        assert sink[c.FAIR_QUEUE_COUNTER.name].total(tenant="ten_a") > 0  # its running request's tokens
+        llm(replica).gate.set()
+        await asyncio.gather(*tasks)
+        replica._publish_fair_queue()
+        assert lengths.total() == 0  # drained: every tenant's series back to 0
+    finally:
+        llm(replica).gate.set()
+        await replica.__del__()

@@ -171,3 +171,32 @@ def test_refusal_before_the_engine_refunds_everything(app):
     assert chat(client, key, content="too long").status_code == 400  # admitted, refused by the engine
     assert chat(client, key).status_code == 200  # ... so the request counted for nothing
     assert chat(client, key).status_code == 429
+
+
+class RecordingEngine(SlowEngine):
+    """SlowEngine that keeps every EngineCall it was handed."""
+
+    def __init__(self):
+        super().__init__(chunks=1)
+        self.engine_calls = []
+
+    async def stream(self, method, call, request):
+        self.engine_calls.append(call)
+        async for item in super().stream(method, call, request):
+            yield item
+
+
+def test_the_tenants_priority_and_plan_weight_reach_the_engine_call(app):
+    """The fair queue's tier and share come from the EngineCall: drop either and this fails."""
+    client = app(engine=RecordingEngine(), plans={"gold": {"weight": 3.0, "limits": {"priority": 70}},
+                                                  "default": {"weight": 0.5}})
+    _, gold = client.tenant("gold-co", plan="gold")
+    _, own = client.tenant("own-co", plan="gold", priority=90)
+    _, plain = client.tenant("plain-co")
+    _, unlisted = client.tenant("odd-co", plan="unlisted")
+    for key in (gold, own, plain, unlisted):
+        assert chat(client, key).status_code == 200
+    got = [(c.priority, c.weight) for c in client.engine.engine_calls]
+    # the plan's priority and weight; the tenant's own priority wins; the default plan's weight
+    # for a plan with none listed
+    assert got == [(70, 3.0), (90, 3.0), (0, 0.5), (0, 0.5)]

@@ -23,11 +23,21 @@ def test_cpu_profile_states_the_defaults_and_gpu_profile_is_stricter():
     assert gpu.config.slo.availability > cpu.config.slo.availability
 
 
-def test_replicas_never_see_the_slo_so_retuning_an_alert_restarts_nothing():
-    a = PlatformConfig.from_args({"slo": {"ttft_p95_s": 1.0}, "engine_deployment": {"num_replicas": 3}})
-    b = PlatformConfig.from_args({"slo": {"ttft_p95_s": 5.0}, "engine_deployment": {"num_replicas": 1}})
+def test_replicas_never_see_the_alerts_so_retuning_one_restarts_nothing():
+    a = PlatformConfig.from_args({"slo": {"shed_rate": 0.01, "availability": 0.999},
+                                  "engine_deployment": {"num_replicas": 3}})
+    b = PlatformConfig.from_args({"slo": {"shed_rate": 0.1}, "engine_deployment": {"num_replicas": 1}})
     assert a.for_replicas() == b.for_replicas()
     assert a.for_replicas().engine_deployment.num_replicas == 1
+
+
+def test_replicas_get_the_latency_targets_in_the_fair_queues_adaptive_limit():
+    a = PlatformConfig.from_args({"slo": {"ttft_p95_s": 1.0, "tpot_p95_s": 0.2}}).for_replicas()
+    adaptive = a.engine_deployment.fair_queue.adaptive
+    assert (adaptive.ttft_s, adaptive.tpot_s) == (1.0, 0.2)
+    own = PlatformConfig.from_args({"slo": {"ttft_p95_s": 1.0}, "engine_deployment": {
+        "fair_queue": {"adaptive": {"ttft_s": 3.0}}}}).for_replicas()
+    assert own.engine_deployment.fair_queue.adaptive.ttft_s == 3.0  # the queue's own target wins
 
 
 def test_bad_targets_are_refused():

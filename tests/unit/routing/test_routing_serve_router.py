@@ -365,6 +365,21 @@ async def test_an_engines_waiting_queue_adds_to_its_load():
     assert await route(router, *tenant_call("ten_a")) == other
 
 
+async def test_requests_in_an_engines_fair_queue_add_to_its_load():
+    replicas = fleet(2, queue_len=0)
+    home, other = rendezvous_order("ten_a", ["r0", "r1"])
+    router = make_router(replicas, use_cache=False, min_bound=4)
+    home_replica = next(r for r in replicas if r.replica_id.unique_id == home)
+    home_replica.queue_len = 2
+    home_replica.stats = {"held_keys": ["ten_a"], "running": 2, "waiting": 0, "queued": 0}
+    router.update_replicas(replicas)
+    assert await route(router, *tenant_call("ten_a")) == home
+    # 4 held in its fair queue (not yet in vLLM): over the bound as if vLLM had them waiting.
+    home_replica.stats = {"held_keys": ["ten_a"], "running": 2, "waiting": 0, "queued": 4}
+    router.update_replicas(replicas)
+    assert await route(router, *tenant_call("ten_a")) == other
+
+
 async def test_a_missed_probe_is_filled_from_the_engines_report():
     replicas = fleet(2)
     router = make_router(replicas, use_cache=False)

@@ -1,0 +1,217 @@
+"""The fair-queue benchmark's pieces (scripts/bench_fairness.py is the CLI): tenants on a running
+platform, closed- and open-loop senders over bench.loadtest.client.send, the scenarios of issue
+20, Jain's index against the max-min fair allocation, and the queue's own cost with a fake engine.
+
+Requests are ShareGPT openings (bench/sharegpt.py), the question cut to `prompt_chars`; each
+message starts with a unique tag so no request reuses another's prompt from the prefix cache.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+import time
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Optional
+
+import httpx
+
+from bench.loadtest.client import Target, send
+from bench.percentile import percentile
+from bench.sharegpt import first_exchanges, sharegpt_conversations
+
+
+# -- workload ----------------------------------------------------------------------------------
+class Prompts:
+    def __init__(self, prompt_chars: int = 400, seed: int = 0):
+        exchanges = first_exchanges(sharegpt_conversations(2000))
+        random.Random(seed).shuffle(exchanges)
+        self.texts = [e.question[:prompt_chars] for e in exchanges if len(e.question) >= 20]
+        self._next = itertools.cycle(self.texts)
+
+    def next(self) -> str:
+        return f"[{uuid.uuid4().hex[:8]}] {next(self._next)}"
+
+
+@dataclass
+class Spec:
+    """One request, in the shape bench.loadtest.client.send reads."""
+
+    index: int
+    tenant: int
+    max_tokens: int
+    text: str
+    adapter: Optional[int] = None
+    ignore_eos: bool = True  # every request makes exactly max_tokens: comparable service
+
+    def messages(self, tenants) -> list[dict]:
+        return [{"role": "user", "content": self.text}]
+
+
+class Platform:
+    """A running LoRAPlex (admin token) and the tenants made for one phase."""
+
+    def __init__(self, base_url: str, admin_token: str, model: str):
+        self.base_url, self.admin_token, self.model = base_url, admin_token, model
+        self._index = itertools.count()
+
+    def tenants(self, specs: list[dict]) -> Target:
+        """Make tenants [{"name", "plan"?, "priority"?}], one key each; a Target with their keys."""
+        target = Target("loraplex", self.base_url, self.model)
+        admin = {"Authorization": f"Bearer {self.admin_token}"}
+        run = uuid.uuid4().hex[:6]
+        with httpx.Client(base_url=self.base_url, headers=admin, timeout=60) as c:
+            for s in specs:
+                body = {"name": f"fair-{run}-{s['name']}", "plan": s.get("plan", "default")}
+                if s.get("priority"):
+                    body["limits"] = {"priority": s["priority"]}
+                r = c.post("/admin/tenants", json=body)
+                r.raise_for_status()
+                k = c.post(f"/admin/tenants/{r.json()['id']}/keys")
+                k.raise_for_status()
+                target.keys.append(k.json()["key"])
+        return target
+
+    def spec(self, tenant: int, max_tokens: int, prompts: Prompts) -> Spec:
+        return Spec(next(self._index), tenant, max_tokens, prompts.next())
+
+
+async def closed_loop(client, platform: Platform, target: Target, tenant: int, concurrency: int,
+                      max_tokens: int, prompts: Prompts, until: float, out: list, retry_after_s: float = 2.0) -> None:
+    """`concurrency` workers sending back to back until `until` (monotonic); a refused request's
+    worker waits `retry_after_s` (the shipped Retry-After) before its next one."""
+    async def worker():
+        while time.monotonic() < until:
+            r = await send(client, target, platform.spec(tenant, max_tokens, prompts), None)
+            out.append(r)
+            if r["status"] != "ok":
+                await asyncio.sleep(retry_after_s)
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+
+async def open_loop(client, platform: Platform, target: Target, tenant: int, rate: float, max_tokens: int,
+                    prompts: Prompts, until: float, out: list, poisson: bool = True, seed: int = 0) -> None:
+    """Arrivals at `rate`/s (Poisson, or evenly spaced) until `until`; waits for every reply."""
+    rng = random.Random(seed + tenant)
+    tasks = []
+    while True:
+        gap = rng.expovariate(rate) if poisson else 1.0 / rate
+        if time.monotonic() + gap >= until:
+            break
+        await asyncio.sleep(gap)
+        tasks.append(asyncio.create_task(send(client, target, platform.spec(tenant, max_tokens, prompts), None)))
+    out.extend(await asyncio.gather(*tasks))
+
+
+def http_client(base_url: str) -> httpx.AsyncClient:
+    return httpx.AsyncClient(base_url=base_url, timeout=600,
+                             limits=httpx.Limits(max_connections=400, max_keepalive_connections=400))
+
+
+# -- summaries ---------------------------------------------------------------------------------
+def tenant_summary(results: list[dict], tenant: int, window_s: float) -> dict:
+    mine = [r for r in results if r["tenant"] == tenant]
+    ok = [r for r in mine if r["status"] == "ok"]
+    refused = [r for r in mine if r["http_status"] in (429, 503)]
+    reasons = defaultdict(int)
+    for r in refused:
+        reasons[refusal_reason(r)] += 1
+    return {
+        "sent": len(mine), "ok": len(ok), "refused": len(refused), "reasons": dict(reasons),
+        "failed": len(mine) - len(ok) - len(refused),
+        "p50": percentile([r["e2e"] for r in ok], 50), "p95": percentile([r["e2e"] for r in ok], 95),
+        "ttft_p95": percentile([r["ttft"] for r in ok], 95),
+        "out_tokens": sum(r["completion_tokens"] or 0 for r in ok),
+        "service": sum((r["prompt_tokens"] or 0) + 2 * (r["completion_tokens"] or 0) for r in ok),
+        "out_tok_s": sum(r["completion_tokens"] or 0 for r in ok) / window_s,
+    }
+
+
+def refusal_reason(r: dict) -> str:
+    text = (r.get("error") or "").lower()
+    if r["http_status"] == 429:
+        return "429"
+    if "share" in text:
+        return "fair_share"
+    if "deadline" in text:
+        return "queue_deadline"
+    if "queue is full" in text:
+        return "queue_full"
+    return "shed"
+
+
+def goodput(results: list[dict], window_s: float, ttft_s: float, tpot_s: float) -> tuple[float, float]:
+    """(output tokens/s of requests within both SLO targets, output tokens/s of all ok ones)."""
+    ok = [r for r in results if r["status"] == "ok"]
+    good = [r for r in ok if r["ttft"] is not None and r["ttft"] <= ttft_s and (r["tpot"] or 0) <= tpot_s]
+    return (sum(r["completion_tokens"] or 0 for r in good) / window_s,
+            sum(r["completion_tokens"] or 0 for r in ok) / window_s)
+
+
+def max_min_fair(demands: list[float], capacity: float) -> list[float]:
+    """Water-filling: every tenant gets min(its demand, the level that spends the capacity)."""
+    alloc = [0.0] * len(demands)
+    left, active = capacity, sorted(range(len(demands)), key=lambda i: demands[i])
+    while active:
+        share = left / len(active)
+        i = active[0]
+        if demands[i] <= share:
+            alloc[i] = demands[i]
+            left -= demands[i]
+            active.pop(0)
+        else:
+            for j in active:
+                alloc[j] = share
+            break
+    return alloc
+
+
+def jain(served: list[float], fair: list[float]) -> float:
+    """Jain's index of served / fair share (1.0: every tenant got exactly its max-min share)."""
+    x = [s / f for s, f in zip(served, fair) if f > 0]
+    return sum(x) ** 2 / (len(x) * sum(v * v for v in x)) if x and any(x) else 0.0
+
+
+def zipf_rates(n: int, total: float, s: float = 1.0) -> list[float]:
+    w = [1 / (i + 1) ** s for i in range(n)]
+    return [total * x / sum(w) for x in w]
+
+
+# -- the queue's own cost ------------------------------------------------------------------------
+async def queue_cost_us(requests: int = 20000, tenants: int = 20, limit: int = 8, backlog: int = 24) -> dict:
+    """µs per request of the Engine replica's fair-queue glue and FairQueue (the real code: the
+    Engine's _wait_for_slot / _charge / _slot_freed) over an instant fake engine, against the
+    same loop without the queue: `backlog` requests waiting behind `limit` running."""
+    from loraplex.config import PlatformConfig
+    from loraplex.contract import EngineCall, RequestUsage
+    from loraplex.engine.deployment import Engine
+
+    config = PlatformConfig.from_args({"engine_deployment": {"fair_queue": {
+        "dispatch_limit": limit, "max_queued": backlog + tenants, "newcomer_slots": 0}}})
+    replica = Engine.__new__(Engine)  # only the queue: no vLLM, no ledger (a fake-engine run)
+    replica.fair_queue = Engine._fair_queue(config)
+    calls = [EngineCall(request_id=str(i), tenant_id=f"ten_{i % tenants}", priority=0, deadline=time.time() + 3600)
+             for i in range(requests)]
+
+    async def one(call, queued: bool):
+        if queued:
+            entry = await replica._wait_for_slot(call)
+        await asyncio.sleep(0)  # the instant engine: one step
+        if queued:
+            usage = RequestUsage(prompt_tokens=100, completion_tokens=50, status="stop",
+                                 first_token_time=time.time(), finish_time=time.time())
+            replica._charge(entry, usage, [0, 0])
+            replica._slot_freed(entry, usage, time.time())
+
+    async def run(queued: bool) -> float:
+        started = time.perf_counter()
+        for i in range(0, requests, limit + backlog):
+            await asyncio.gather(*(one(c, queued) for c in calls[i:i + limit + backlog]))
+        return (time.perf_counter() - started) / requests * 1e6
+
+    off = await run(False)
+    on = await run(True)
+    return {"off_us": off, "on_us": on, "queue_us": on - off, "requests": requests, "tenants": tenants}

@@ -1,0 +1,80 @@
+"""AdaptiveLimit: the fair queue's dispatch limit, sized to the SLO by AIMD.
+
+Each finished request reports the latency vLLM gave it after dispatch (time to first token
+from dispatch, and time per output token). Every `window` such reports the limit is judged:
+more than `slow_share` of them over a target (the p95 objectives) -> multiply the limit by
+`backoff` (at least 1); otherwise, if the limit was reached during the window (there was more
+work than slots), add 1 (at most max_num_seqs). Queue wait is left out on purpose: it is the
+fair queue's doing, and counting it would shrink the limit exactly when a backlog needs slots.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class AdaptiveLimitConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    initial: int = Field(4, ge=1, description="The adaptive dispatch limit at start.")
+    ttft_s: Optional[float] = Field(
+        None, gt=0, description="Target time from dispatch to first token; None: the `slo:` ttft_p95_s.")
+    tpot_s: Optional[float] = Field(
+        None, gt=0, description="Target time per output token; None: the `slo:` tpot_p95_s.")
+    window: int = Field(20, ge=1, description="Finished requests per decision to raise or lower the limit.")
+    slow_share: float = Field(
+        0.05, ge=0, lt=1, description="Share of a window's requests over a target that lowers the limit (p95: 0.05).")
+    backoff: float = Field(0.75, gt=0, lt=1, description="The limit is multiplied by this when lowered.")
+
+
+class AdaptiveLimit:
+    def __init__(self, config: AdaptiveLimitConfig, max_limit: int, ttft_s: float, tpot_s: float):
+        self.config = config
+        self.max_limit = max_limit
+        self.ttft_s = config.ttft_s or ttft_s
+        self.tpot_s = config.tpot_s or tpot_s
+        self.value = min(config.initial, max_limit)
+        self._seen = self._slow = 0
+        self._saturated = False
+
+    def __call__(self) -> int:
+        return self.value
+
+    def saw_full(self) -> None:
+        """The limit was reached (a request had to queue): there is demand for more slots."""
+        self._saturated = True
+
+    def observe(self, ttft_s: Optional[float], tpot_s: Optional[float]) -> bool:
+        """One finished request's latencies (None: not measured); True if the limit changed."""
+        if ttft_s is None and tpot_s is None:
+            return False
+        self._seen += 1
+        if (ttft_s is not None and ttft_s > self.ttft_s) or (tpot_s is not None and tpot_s > self.tpot_s):
+            self._slow += 1
+        if self._seen < self.config.window:
+            return False
+        before = self.value
+        if self._slow > self.config.slow_share * self._seen:
+            self.value = max(1, math.floor(self.value * self.config.backoff))
+        elif self._saturated:
+            self.value = min(self.max_limit, self.value + 1)
+        self._seen = self._slow = 0
+        self._saturated = False
+        return self.value != before
+
+
+class FixedLimit:
+    def __init__(self, value: int):
+        self.value = value
+
+    def __call__(self) -> int:
+        return self.value
+
+    def saw_full(self) -> None:
+        pass
+
+    def observe(self, ttft_s, tpot_s) -> bool:
+        return False

@@ -1,0 +1,273 @@
+"""FairQueue: per-tenant queues in front of vLLM, served by Virtual Token Counter (VTC).
+
+Sheng et al., "Fairness in Serving Large Language Models" (OSDI 2024). An Engine replica hands
+a request to vLLM only while its dispatched requests stay under the dispatch limit; the rest
+wait here, one FIFO per tenant. When a slot frees:
+
+- tiers first: the backlogged tenant whose head request has the highest `priority` goes first.
+  Aging: a request queued for `aging_s` counts as the top tier (100), so a lower tier waits at
+  most `aging_s` plus its VTC turn among the top tier, never forever;
+- within a tier, the tenant with the lowest virtual counter: the weighted tokens it was served
+  (prompt_token_cost x prompt + completion_token_cost x completion, counted as they are
+  generated), divided by its plan's `weight`. A tenant that becomes backlogged has its counter
+  lifted to the lowest counter of the active tenants (queued or running), so idle time earns
+  no credit to burst with later;
+- newcomer slots: a tenant with nothing running may dispatch up to `newcomer_slots` above the
+  limit (never above max_num_seqs), so it does not wait for another tenant's long request;
+- queue full (`max_queued`): the request refused is the newest one of the tenant furthest over
+  its share (lowest tier, then highest counter) among the queued ones, possibly an already
+  queued one; a tenant with nothing queued is never the one refused.
+
+Pure logic with an injected clock: the Engine replica's glue (deployment.py) waits on each
+Entry's `ready` callback, charges tokens as they stream, and calls `finish` when a request ends.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from loraplex.engine.dispatch_limit import AdaptiveLimitConfig
+
+TOP_TIER = 100
+
+
+class FairQueueConfig(BaseModel):
+    """The per-tenant fair queue of each Engine replica (VTC; docs/operations.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(True, description="Queue per tenant and dispatch fairly; false: every "
+                          "request goes to vLLM at once (only shedding bounds it).")
+    dispatch_limit: Optional[int] = Field(
+        None, ge=1,
+        description="Requests this replica runs in vLLM at once (running + waiting there). None: "
+        "adaptive between 1 and max_num_seqs, from the measured TTFT/TPOT against `adaptive`'s targets.",
+    )
+    newcomer_slots: int = Field(
+        2, ge=0,
+        description="Slots above the dispatch limit (never above max_num_seqs) that only a tenant "
+        "with nothing running may take: its request starts at once instead of waiting for a slot.",
+    )
+    max_queued: int = Field(
+        24, ge=1,
+        description="Requests queued on a replica at most; past it the newest request of the tenant "
+        "furthest over its share is refused (503, reason fair_share). Keep max_queued + max_num_seqs "
+        "+ newcomer_slots under the Engine's max_ongoing_requests, or Serve queues by arrival first.",
+    )
+    aging_s: float = Field(
+        10.0, gt=0,
+        description="A request queued this long ranks with the top priority tier: no tier starves.",
+    )
+    prompt_token_cost: float = Field(1.0, ge=0, description="Virtual-counter cost of one prompt token.")
+    completion_token_cost: float = Field(
+        2.0, ge=0, description="Virtual-counter cost of one completion token (the paper's 2: a decode "
+        "step costs more than a prefill token).")
+    deadline_margin_s: float = Field(
+        0.5, ge=0,
+        description="A queued request whose deadline is this close is refused (503, reason "
+        "queue_deadline, never billed) rather than started too late to finish.",
+    )
+    retry_after_s: int = Field(2, ge=1, description="Retry-After of a request the queue refuses, in seconds.")
+    adaptive: AdaptiveLimitConfig = Field(
+        default_factory=AdaptiveLimitConfig,
+        description="How the dispatch limit adapts when dispatch_limit is None.",
+    )
+
+
+@dataclass(eq=False)
+class Entry:
+    """One request in the queue (or dispatched from it)."""
+
+    tenant: str
+    priority: int = 0
+    weight: float = 1.0
+    deadline: Optional[float] = None  # wall-clock seconds; None: none
+    ready: Callable[["Entry"], None] = lambda entry: None  # called once: dispatched or refused
+    state: str = "new"  # new -> queued -> running -> done, or refused
+    reason: Optional[str] = None  # why refused: fair_share, queue_deadline
+    enqueued_at: float = 0.0
+    dispatched_at: Optional[float] = None
+
+
+@dataclass
+class _Tenant:
+    counter: float = 0.0
+    queue: deque = field(default_factory=deque)
+    running: int = 0
+
+
+class FairQueue:
+    def __init__(self, config: FairQueueConfig, limit, max_num_seqs: int,
+                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time):
+        self.config = config
+        # The dispatch limit: called for its value now; told (saw_full) when a request had to queue.
+        self.limit = limit
+        self.max_num_seqs = max_num_seqs
+        self.clock = clock
+        self.wall = wall
+        self.tenants: dict[str, _Tenant] = {}
+        self.running = 0
+        self.queued = 0
+        # No queued request has a deadline before this (wall clock): expire() skips its scan till then.
+        self._next_deadline = float("inf")
+        self.refused = {"fair_share": 0, "queue_deadline": 0}
+
+    # -- the request path ------------------------------------------------------------------------
+    def submit(self, entry: Entry) -> None:
+        """Dispatch the entry now, queue it, or refuse it; `entry.ready` is called unless queued."""
+        self.expire()
+        t = self.tenants.setdefault(entry.tenant, _Tenant())
+        if not t.queue and self._has_slot(t):  # it starts now: its deadline is the engine's to keep
+            if not t.running:
+                self._lift(entry.tenant)
+            return self._dispatch(entry, t)
+        if self._expired(entry):  # it would have to wait, too close to its deadline to start
+            return self._refuse(entry, "queue_deadline")
+        if not t.queue:
+            self._lift(entry.tenant)
+        if self.queued >= self.config.max_queued:
+            victim = self._victim(entry)
+            if victim is entry:
+                return self._refuse(entry, "fair_share")
+            self._remove(victim)
+            self._refuse(victim, "fair_share")
+        self.limit.saw_full()
+        entry.state, entry.enqueued_at = "queued", self.clock()
+        t.queue.append(entry)
+        self.queued += 1
+        if entry.deadline is not None:
+            self._next_deadline = min(self._next_deadline, entry.deadline)
+
+    def finish(self, entry: Entry) -> None:
+        """A request ended (done, failed, cancelled) or left the queue: free what it held."""
+        if entry.state == "running":
+            entry.state = "done"
+            self.running -= 1
+            self.tenants[entry.tenant].running -= 1
+        elif entry.state == "queued":
+            self._remove(entry)
+            entry.state = "done"
+        self._forget(entry.tenant)
+        self.pump()
+
+    def charge(self, tenant: str, prompt_tokens: int, completion_tokens: int, weight: float = 1.0) -> None:
+        """Add tokens just served to the tenant's virtual counter."""
+        t = self.tenants.get(tenant)
+        if t is None:
+            return
+        c = self.config
+        t.counter += (c.prompt_token_cost * prompt_tokens + c.completion_token_cost * completion_tokens) / weight
+
+    def pump(self) -> None:
+        """Dispatch queued requests while slots are free (also after the limit rose)."""
+        self.expire()
+        while self.queued:
+            name = self._next()
+            if name is None:
+                return
+            t = self.tenants[name]
+            entry = t.queue.popleft()
+            self.queued -= 1
+            self._dispatch(entry, t)
+
+    def expire(self) -> None:
+        """Refuse every queued request too close to its deadline to start."""
+        if self.wall() < self._next_deadline - self.config.deadline_margin_s:
+            return
+        self._next_deadline = float("inf")
+        for t in list(self.tenants.values()):
+            for entry in list(t.queue):
+                if self._expired(entry):
+                    self._remove(entry)
+                    self._refuse(entry, "queue_deadline")
+                elif entry.deadline is not None:
+                    self._next_deadline = min(self._next_deadline, entry.deadline)
+
+    # -- the choices -----------------------------------------------------------------------------
+    def _has_slot(self, t: _Tenant) -> bool:
+        limit = min(self.limit(), self.max_num_seqs)
+        if self.running < limit:
+            return True
+        reserve = min(limit + self.config.newcomer_slots, self.max_num_seqs)
+        return not t.running and self.running < reserve
+
+    def tier(self, entry: Entry) -> int:
+        if self.clock() - entry.enqueued_at >= self.config.aging_s and entry.state == "queued":
+            return TOP_TIER
+        return min(max(entry.priority, 0), TOP_TIER)
+
+    def _next(self) -> Optional[str]:
+        best, best_key = None, None
+        for name, t in self.tenants.items():
+            if not t.queue or not self._has_slot(t):
+                continue
+            key = (-self.tier(t.queue[0]), t.counter)
+            if best_key is None or key < best_key:
+                best, best_key = name, key
+        return best
+
+    def _victim(self, incoming: Entry) -> Entry:
+        """The newest request of the tenant furthest over its share; `incoming` only if its own
+        tenant is that tenant and already has requests queued."""
+        worst, worst_key = None, None
+        for name, t in self.tenants.items():
+            if not t.queue:
+                continue
+            newest = incoming if name == incoming.tenant else t.queue[-1]
+            key = (self.tier(t.queue[0]), -t.counter)
+            if worst_key is None or key < worst_key:
+                worst, worst_key = newest, key
+        return worst if worst is not None else incoming
+
+    def _lift(self, tenant: str) -> None:
+        """A newly active tenant starts at the lowest counter of the active ones: no idle credit."""
+        active = [t.counter for name, t in self.tenants.items() if name != tenant and (t.queue or t.running)]
+        if active:
+            t = self.tenants[tenant]
+            t.counter = max(t.counter, min(active))
+
+    def _expired(self, entry: Entry) -> bool:
+        return entry.deadline is not None and self.wall() >= entry.deadline - self.config.deadline_margin_s
+
+    # -- bookkeeping -----------------------------------------------------------------------------
+    def _dispatch(self, entry: Entry, t: _Tenant) -> None:
+        entry.state, entry.dispatched_at = "running", self.clock()
+        self.running += 1
+        t.running += 1
+        entry.ready(entry)
+
+    def _refuse(self, entry: Entry, reason: str) -> None:
+        entry.state, entry.reason = "refused", reason
+        self.refused[reason] += 1
+        entry.ready(entry)
+        self._forget(entry.tenant)
+
+    def _remove(self, entry: Entry) -> None:
+        self.tenants[entry.tenant].queue.remove(entry)
+        self.queued -= 1
+
+    def _forget(self, tenant: str) -> None:
+        # Idle tenants keep their counter (the lift evens it out later) but not a queue: bound
+        # the dict by dropping a tenant that is idle with the lowest possible standing.
+        t = self.tenants.get(tenant)
+        if t is not None and not t.queue and not t.running and t.counter == 0.0:
+            del self.tenants[tenant]
+
+    def snapshot(self, max_tenants: int = 32) -> dict:
+        """For routing stats, metrics and /admin/replicas: the busiest tenants first."""
+        # list() of the items is one C call: safe from the metrics publisher's thread.
+        busy = sorted(((n, t) for n, t in list(self.tenants.items()) if t.queue or t.running),
+                      key=lambda nt: (-len(nt[1].queue), -nt[1].running, nt[0]))[:max_tenants]
+        return {
+            "dispatch_limit": min(self.limit(), self.max_num_seqs),
+            "dispatched": self.running,
+            "queued": self.queued,
+            "tenants": {n: {"queued": len(t.queue), "running": t.running, "counter": round(t.counter, 1)}
+                        for n, t in busy},
+        }
+

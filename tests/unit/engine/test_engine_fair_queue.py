@@ -1,0 +1,127 @@
+"""The Engine replica's fair queue over the fake vLLM of test_engine_replica: what reaches vLLM,
+when, and what a refused request costs (nothing: a refusal, never a usage record)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from test_engine_replica import Script, chat, drain, ledger_rows, llm, make_call, start_replica
+
+
+@pytest.fixture
+async def make(tmp_path):
+    replicas = []
+
+    async def start(**fair_queue):
+        replica = await start_replica(tmp_path, fair_queue=fair_queue)
+        llm(replica).script = Script(tokens=3, stall_after=1)  # every request holds its slot
+        replicas.append(replica)
+        return replica
+    yield start
+    for replica in replicas:
+        llm(replica).gate.set()
+        await replica.__del__()
+
+
+def in_vllm(replica) -> list[str]:
+    return [request_id.split("-")[1] for request_id, _, _ in llm(replica).generate_calls]  # cmpl-<id>-0
+
+
+async def settle():
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+async def test_the_dispatch_limit_holds_requests_out_of_vllm_and_a_newcomer_slot_starts_one(make):
+    replica = await make(dispatch_limit=1, newcomer_slots=1)
+    w = [asyncio.create_task(drain(replica.generate(make_call(f"w{i}", tenant="ten_w"), chat()))) for i in range(3)]
+    await settle()
+    assert in_vllm(replica) == ["w0"]  # the limit: one in vLLM, two queued
+    m = asyncio.create_task(drain(replica.generate(make_call("m0", tenant="ten_m"), chat())))
+    await settle()
+    assert in_vllm(replica) == ["w0", "m0"]  # nothing running for ten_m: its slot at once
+    assert replica.fair_queue.snapshot()["tenants"]["ten_w"]["queued"] == 2
+    llm(replica).gate.set()
+    await asyncio.gather(*w, m)
+    assert sorted(in_vllm(replica)) == ["m0", "w0", "w1", "w2"]
+    assert len(ledger_rows(replica)) == 4  # every one that ran is billed once
+
+
+async def test_without_the_queue_every_request_goes_to_vllm_at_once(make):
+    replica = await make(enabled=False)
+    assert replica.fair_queue is None
+    tasks = [asyncio.create_task(drain(replica.generate(make_call(f"w{i}", tenant="ten_w"), chat()))) for i in range(3)]
+    await settle()
+    assert in_vllm(replica) == ["w0", "w1", "w2"]
+    llm(replica).gate.set()
+    await asyncio.gather(*tasks)
+
+
+async def test_a_full_queue_refuses_the_tenant_over_its_share_never_billed(make):
+    replica = await make(dispatch_limit=1, newcomer_slots=0, max_queued=1, retry_after_s=7)
+    w = [asyncio.create_task(drain(replica.generate(make_call(f"w{i}", tenant="ten_w"), chat()))) for i in range(2)]
+    await settle()
+    [refused] = await drain(replica.generate(make_call("w2", tenant="ten_w"), chat()))
+    assert (refused.status, refused.reason, refused.retry_after) == (503, "fair_share", 7)
+    m = asyncio.create_task(drain(replica.generate(make_call("m0", tenant="ten_m"), chat())))
+    await settle()
+    [evicted] = await w[1]  # ten_w's queued request made room for ten_m, which had nothing queued
+    assert evicted.reason == "fair_share" and not evicted.billed
+    llm(replica).gate.set()
+    await asyncio.gather(w[0], m)
+    assert sorted(r["request_id"] for r in ledger_rows(replica)) == ["m0", "w0"]
+
+
+async def test_a_queued_request_that_cannot_start_by_its_deadline_is_refused_not_billed(make):
+    replica = await make(dispatch_limit=1, deadline_margin_s=0.2)
+    w0 = asyncio.create_task(drain(replica.generate(make_call("w0", tenant="ten_w"), chat())))
+    await settle()
+    started = time.monotonic()
+    [refused] = await drain(replica.generate(make_call("w1", tenant="ten_w", deadline=time.time() + 0.5), chat()))
+    assert refused.status == 503 and refused.reason == "queue_deadline"
+    assert 0.2 < time.monotonic() - started < 2.0  # at deadline - margin, not at the deadline
+    assert "w1" not in in_vllm(replica) and replica.fair_queue.queued == 0
+    llm(replica).gate.set()
+    await w0
+    assert [r["request_id"] for r in ledger_rows(replica)] == ["w0"]
+
+
+async def test_a_cancelled_wait_leaves_the_queue_at_once(make):
+    replica = await make(dispatch_limit=1)
+    w0 = asyncio.create_task(drain(replica.generate(make_call("w0", tenant="ten_w"), chat())))
+    await settle()
+    w1 = asyncio.create_task(drain(replica.generate(make_call("w1", tenant="ten_w"), chat())))
+    await settle()
+    assert replica.fair_queue.queued == 1
+    w1.cancel()  # the client went away
+    await settle()
+    assert replica.fair_queue.queued == 0
+    llm(replica).gate.set()
+    await w0
+    assert in_vllm(replica) == ["w0"] and [r["request_id"] for r in ledger_rows(replica)] == ["w0"]
+
+
+async def test_tokens_served_are_charged_to_the_tenant_by_its_weight(make):
+    replica = await make(dispatch_limit=4)
+    llm(replica).gate.set()
+    await drain(replica.generate(make_call("a", tenant="ten_a"), chat()))
+    await drain(replica.generate(make_call("b", tenant="ten_b", weight=2.0), chat()))
+    counters = {n: t.counter for n, t in replica.fair_queue.tenants.items()}
+    # prompt 7 x 1 + completion 3 x 2 = 13; halved by weight 2
+    assert counters == {"ten_a": 13.0, "ten_b": 6.5}
+
+
+async def test_the_replica_status_shows_the_queue(make):
+    replica = await make(dispatch_limit=1, newcomer_slots=0)
+    tasks = [asyncio.create_task(drain(replica.generate(make_call(f"w{i}", tenant="ten_w"), chat()))) for i in range(2)]
+    await settle()
+    status = replica.replica_status()
+    assert status["dispatch_limit"] == 1 and status["dispatched"] == 1 and status["queued"] == 1
+    assert status["tenants"]["ten_w"]["queued"] == 1
+    stats = replica.record_routing_stats()
+    assert stats["queued"] == 1 and stats["status"]["tenants"]["ten_w"]["running"] == 1
+    llm(replica).gate.set()
+    await asyncio.gather(*tasks)

@@ -1,0 +1,281 @@
+"""FairQueue (VTC) and the adaptive dispatch limit, on a fake clock."""
+
+from loraplex.engine.dispatch_limit import AdaptiveLimit, AdaptiveLimitConfig, FixedLimit
+from loraplex.engine.fair_queue import Entry, FairQueue, FairQueueConfig
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+def make(limit=1, max_num_seqs=8, **cfg):
+    clock = Clock()
+    q = FairQueue(FairQueueConfig(**{"newcomer_slots": 0, **cfg}),
+                  limit if not isinstance(limit, int) else FixedLimit(limit), max_num_seqs, clock=clock, wall=clock)
+    return q, clock
+
+
+def entry(tenant, order=None, **kw):
+    e = Entry(tenant, **kw)
+    if order is not None:
+        e.ready = lambda e: order.append(e)
+    return e
+
+
+def run_to_end(q, order, served=None):
+    """Finish dispatched entries one at a time, in dispatch order; return the tenants in order."""
+    tenants = []
+    i = 0
+    while i < len(order):
+        e = order[i]
+        i += 1
+        if e.state != "running":
+            continue
+        tenants.append(e.tenant)
+        if served is not None:
+            q.charge(e.tenant, 0, served, e.weight)
+        q.finish(e)
+    return tenants
+
+
+def test_vtc_serves_the_tenant_with_the_lowest_counter():
+    q, _ = make(limit=1)
+    order = []
+    q.submit(entry("a", order))  # runs
+    for _ in range(3):
+        q.submit(entry("a", order))
+    q.submit(entry("b", order))
+    q.charge("a", 10, 10)  # a was served 30 weighted tokens; b nothing
+    # b (counter lifted to a's 0 -> then a charged) goes before a's backlog
+    assert run_to_end(q, order) == ["a", "b", "a", "a", "a"]
+
+
+def test_counter_uses_the_token_costs():
+    q, _ = make(limit=1, prompt_token_cost=0.0, completion_token_cost=3.0)
+    q.submit(entry("a"))
+    q.charge("a", 100, 2)
+    assert q.tenants["a"].counter == 6.0
+
+
+def test_alternates_between_backlogged_tenants_of_equal_weight():
+    q, _ = make(limit=1)
+    order = []
+    q.submit(entry("a", order))
+    for _ in range(3):
+        q.submit(entry("a", order))
+        q.submit(entry("b", order))
+    assert run_to_end(q, order, served=10) == ["a", "b", "a", "b", "a", "b", "a"]
+
+
+def test_weights_share_two_to_one():
+    q, _ = make(limit=1, max_queued=100)
+    order = []
+    q.submit(entry("heavy", order, weight=2.0))
+    for _ in range(20):
+        q.submit(entry("heavy", order, weight=2.0))
+        q.submit(entry("light", order, weight=1.0))
+    served = run_to_end(q, order, served=10)[:30]
+    assert served.count("heavy") == 20 and served.count("light") == 10
+
+
+def test_a_newcomer_is_lifted_to_the_active_minimum():
+    q, _ = make(limit=1)
+    order = []
+    q.submit(entry("a", order))
+    q.charge("a", 0, 500)  # a has been served alone for a long time
+    q.submit(entry("a", order))
+    q.submit(entry("b", order))
+    assert q.tenants["b"].counter == q.tenants["a"].counter == 1000.0
+    q.submit(entry("c", order))
+    q.charge("b", 0, 5)
+    q.submit(entry("d", order))  # lifted to the lowest active counter (a and c: 1000), not b's
+    assert q.tenants["d"].counter == 1000.0
+
+
+def test_idle_time_earns_no_credit():
+    q, _ = make(limit=1)
+    order = []
+    q.submit(entry("b", order))
+    q.charge("b", 0, 10)
+    q.finish(order[0])  # b served 20, then idle
+    q.submit(entry("a", order))
+    q.charge("a", 0, 1000)  # a ran alone: 2000
+    q.submit(entry("a", order))
+    q.submit(entry("b", order))  # b comes back: lifted to 2000, not left at 20
+    assert q.tenants["b"].counter == q.tenants["a"].counter == 2000.0
+
+
+def test_higher_tier_first_then_aging_lets_the_lower_tier_in():
+    q, clock = make(limit=1, aging_s=5.0)
+    order = []
+    q.submit(entry("low", order, priority=0))  # runs
+    q.submit(entry("low", order, priority=0))
+    q.submit(entry("high", order, priority=100))
+    q.charge("high", 0, 1000)  # even with a far higher counter, the tier wins
+    q.finish(order[0])
+    assert order[-1].tenant == "high"
+    # Later: low's request has waited aging_s; it now ranks as the top tier and VTC picks it.
+    clock.now += 5.0
+    q.submit(entry("high", order, priority=100))
+    q.finish(order[-1])
+    assert order[-1].tenant == "low"
+
+
+def test_without_aging_the_lower_tier_waits():
+    q, clock = make(limit=1, aging_s=100.0)
+    order = []
+    q.submit(entry("low", order, priority=0))
+    q.submit(entry("low", order, priority=0))
+    q.submit(entry("high", order, priority=100))
+    q.charge("high", 0, 1000)
+    clock.now += 5.0
+    q.finish(order[0])
+    assert order[-1].tenant == "high"
+
+
+def test_cancel_removes_a_queued_request_at_once():
+    q, _ = make(limit=1)
+    order = []
+    q.submit(entry("a", order))
+    waiting = entry("b", order)
+    q.submit(waiting)
+    assert q.queued == 1
+    q.finish(waiting)  # the client went away while queued
+    assert q.queued == 0 and waiting.state == "done"
+    q.finish(order[0])
+    assert q.running == 0 and waiting not in order
+
+
+def test_deadline_removes_a_queued_request_and_refuses_late_ones():
+    q, clock = make(limit=1, deadline_margin_s=1.0)
+    order = []
+    q.submit(entry("a", order))
+    waiting = entry("b", order, deadline=clock.now + 3.0)
+    q.submit(waiting)
+    clock.now += 2.0  # within the margin: it cannot start in time
+    q.expire()
+    assert waiting.state == "refused" and waiting.reason == "queue_deadline" and q.queued == 0
+    late = entry("c", order, deadline=clock.now + 0.5)
+    q.submit(late)  # it would have to queue: refused at once
+    assert late.state == "refused" and late.reason == "queue_deadline"
+    q.finish(order[0])
+    starts = entry("d", order, deadline=clock.now + 0.5)
+    q.submit(starts)  # a free slot: it starts now, however close its deadline
+    assert starts.state == "running"
+
+
+def test_shed_by_share_refuses_the_tenant_furthest_over():
+    q, _ = make(limit=1, max_queued=3)
+    order = []
+    q.submit(entry("w", order))
+    q.charge("w", 0, 100)
+    flood = [entry("w", order) for _ in range(3)]
+    for e in flood:
+        q.submit(e)
+    assert q.queued == 3
+    m = entry("m", order)  # a newcomer with nothing queued: never the one refused
+    q.submit(m)
+    assert m.state == "queued"
+    assert flood[-1].state == "refused" and flood[-1].reason == "fair_share"
+    more = entry("w", order)  # w is still the furthest over: its own new request is refused
+    q.submit(more)
+    assert more.state == "refused"
+    assert q.refused["fair_share"] == 2
+
+
+def test_shed_refuses_the_lowest_tier_first():
+    q, _ = make(limit=1, max_queued=2)
+    order = []
+    q.submit(entry("x", order))
+    low = entry("low", order, priority=0)
+    q.submit(low)
+    q.submit(entry("high", order, priority=100))
+    q.charge("high", 0, 1000)  # high is far over on tokens, but tiers come first
+    q.submit(entry("high", order, priority=100))
+    assert low.state == "refused"
+
+
+def test_newcomer_slot_starts_a_tenant_with_nothing_running():
+    q, _ = make(limit=2, newcomer_slots=1)
+    order = []
+    for _ in range(4):
+        q.submit(entry("w", order))
+    assert q.running == 2 and q.queued == 2
+    m = entry("m", order)
+    q.submit(m)
+    assert m.state == "running" and q.running == 3
+    m2 = entry("m", order)  # m now has one running: it queues like anyone
+    q.submit(m2)
+    assert m2.state == "queued"
+
+
+def test_newcomer_slots_never_pass_max_num_seqs():
+    q, _ = make(limit=2, max_num_seqs=2, newcomer_slots=4)
+    q.submit(entry("w"))
+    q.submit(entry("w"))
+    m = entry("m")
+    q.submit(m)
+    assert m.state == "queued"
+
+
+def test_dispatch_limit_bounds_what_runs():
+    for limit in (1, 3):
+        q, _ = make(limit=limit)
+        for _ in range(5):
+            q.submit(entry("a"))
+        assert q.running == limit and q.queued == 5 - limit
+
+
+def test_adaptive_limit_rises_while_within_the_slo_and_falls_when_not():
+    limit = AdaptiveLimit(AdaptiveLimitConfig(initial=4, window=4), max_limit=6, ttft_s=1.0, tpot_s=0.1)
+    for _ in range(4):
+        limit.observe(0.5, 0.05)
+    assert limit() == 4  # no demand for more slots: no rise
+    for _ in range(3):
+        limit.saw_full()
+        for _ in range(4):
+            limit.observe(0.5, 0.05)
+    assert limit() == 6  # +1 per window, capped at max_num_seqs
+    for _ in range(4):
+        limit.observe(0.5, 0.2)  # TPOT over its target
+    assert limit() == 4  # floor(6 * 0.75)
+    for _ in range(8):
+        limit.observe(3.0, 0.05)  # TTFT over
+    assert limit() == 2
+    for _ in range(40):
+        limit.observe(3.0, None)
+    assert limit() == 1  # never below 1
+
+
+def test_adaptive_limit_targets_override_the_slo():
+    limit = AdaptiveLimit(AdaptiveLimitConfig(initial=4, window=1, tpot_s=0.5), max_limit=8, ttft_s=1.0, tpot_s=0.1)
+    limit.observe(0.5, 0.3)  # over the slo's 0.1, within the config's 0.5
+    assert limit() == 4
+    limit.observe(0.5, 0.6)
+    assert limit() == 3
+
+
+def test_queue_dispatches_more_when_the_limit_rises():
+    limit = AdaptiveLimit(AdaptiveLimitConfig(initial=1, window=1), max_limit=4, ttft_s=1.0, tpot_s=1.0)
+    q, _ = make(limit=limit)
+    for _ in range(3):
+        q.submit(entry("a"))
+    assert q.running == 1
+    assert limit.observe(0.1, 0.1)  # saw_full was called when the others queued
+    q.pump()
+    assert q.running == 2
+
+
+def test_snapshot_lists_tenants():
+    q, _ = make(limit=1)
+    q.submit(entry("a"))
+    q.submit(entry("b"))
+    q.charge("a", 1, 1)
+    snap = q.snapshot()
+    assert snap["dispatch_limit"] == 1 and snap["dispatched"] == 1 and snap["queued"] == 1
+    assert snap["tenants"]["a"] == {"queued": 0, "running": 1, "counter": 3.0}
+    assert snap["tenants"]["b"]["queued"] == 1
