@@ -855,6 +855,9 @@ async def test_a_pinned_version_is_loaded_and_pinned_at_once_and_unpinned_when_t
     adapters, fake = replica.engine.adapters, llm(replica)
     await adapters.sync_pins([target(1)])
     assert fake.added_loras == [101] and fake.pinned_loras == {101} == adapters.pinned
+    await replica.record_routing_stats()  # samples vLLM's tiers: GET /admin/replicas shows the pin
+    status = replica.replica_status()
+    assert status["pinned_adapters"] == [target(1).lora_name] and status["adapter_cpu_bytes"] == 1000
     await adapters.sync_pins([target(1)])  # a second sync changes nothing
     assert fake.added_loras == [101]
     fake.resident_loras.discard(101)  # vLLM lost it (a restart of its worker): reloaded and pinned again
