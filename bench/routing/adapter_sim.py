@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from bench.percentile import percentile
 from bench.routing.block_cache import BlockCache
 from loraplex.routing.policy import RoutingPolicy
 from loraplex.routing.residency import ResidencyAwarePolicy
@@ -187,14 +188,14 @@ def simulate_adapters(cfg: AdapterSimConfig, policy_name: str) -> AdapterSimResu
             send()
 
     done = sorted(ttft)
-    values = np.array([ttft[n] for n in done])
+    values = [ttft[n] for n in done]
     by_adapter: dict[str, list[int]] = {}
     for n in done:
         by_adapter.setdefault(key_of[n], []).append(n)
     return AdapterSimResult(
         policy=policy_name, output_tok_s=out_tokens / now[0],
-        ttft_p50=float(np.percentile(values, 50)), ttft_p95=float(np.percentile(values, 95)),
+        ttft_p50=percentile(values, 50), ttft_p95=percentile(values, 95),
         hit_rate=sum(hits.values()) / sum(prompts.values()), **counts,
-        ttft_p50_by_adapter={k: float(np.percentile([ttft[n] for n in ns], 50)) for k, ns in sorted(by_adapter.items())},
+        ttft_p50_by_adapter={k: percentile([ttft[n] for n in ns], 50) for k, ns in sorted(by_adapter.items())},
         hit_by_adapter={k: sum(hits[n] for n in ns) / sum(prompts[n] for n in ns) for k, ns in sorted(by_adapter.items())},
     )
