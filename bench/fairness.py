@@ -106,6 +106,18 @@ async def open_loop(client, platform: Platform, target: Target, tenant: int, rat
     out.extend(await asyncio.gather(*tasks))
 
 
+async def sample_dispatch_limit(client, platform: Platform, until: float, out: list, period_s: float = 5.0) -> None:
+    """The Engine replicas' dispatch limits (GET /admin/replicas) every period until `until`."""
+    headers = {"Authorization": f"Bearer {platform.admin_token}"}
+    while time.monotonic() < until:
+        try:
+            r = await client.get("/admin/replicas", headers=headers)
+            out.extend(x["dispatch_limit"] for x in r.json()["data"] if x.get("dispatch_limit") is not None)
+        except (httpx.HTTPError, ValueError, KeyError):
+            pass
+        await asyncio.sleep(period_s)
+
+
 def http_client(base_url: str) -> httpx.AsyncClient:
     return httpx.AsyncClient(base_url=base_url, timeout=600,
                              limits=httpx.Limits(max_connections=400, max_keepalive_connections=400))

@@ -68,7 +68,7 @@ async def phase(platform, tenants: list[dict], senders, label: str) -> tuple[lis
     started = time.monotonic()
     until = started + senders[0][4]
     async with f.http_client(platform.base_url) as client:
-        tasks = []
+        tasks = [f.sample_dispatch_limit(client, platform, until, LIMITS.setdefault(label, []))]
         for kind, tenant, arg, max_tokens, _ in senders:
             if kind == "closed":
                 tasks.append(f.closed_loop(client, platform, target, tenant, arg, max_tokens, prompts, until, out))
@@ -77,7 +77,7 @@ async def phase(platform, tenants: list[dict], senders, label: str) -> tuple[lis
                                          poisson=kind == "poisson"))
         await asyncio.gather(*tasks)
     seconds = time.monotonic() - started
-    print(f"  {label}: {len(out)} requests in {seconds:.0f} s", flush=True)
+    print(f"  {label}: {len(out)} requests in {seconds:.0f} s; dispatch limit seen {LIMITS.get(label)}", flush=True)
     return out, seconds, target
 
 
@@ -114,6 +114,8 @@ async def run_variant(name: str, platform, args, capacity_rps: float | None) -> 
                  "refused": sum(f.tenant_summary(res, i, secs)["refused"] for i in range(20))}
     r.update(await goodput_phase(platform, args))
     r["capacity_rps"] = capacity_rps
+    r["limits"] = dict(LIMITS)
+    LIMITS.clear()
     return r
 
 
@@ -185,10 +187,15 @@ def tables(runs: dict, cost: dict, args) -> str:
           "24 queued behind 8 running)",
           ["µs/request without queue", "with queue", "queue's own µs/request"],
           [[f"{cost['off_us']:.1f}", f"{cost['on_us']:.1f}", f"{cost['queue_us']:.1f}"]])
+    for name in ("off", "on"):
+        limits = {k: (min(v), max(v)) for k, v in runs[name].get("limits", {}).items() if v}
+        if limits:
+            out.append(f"\n{name}: dispatch limit (min, max) per phase, from /admin/replicas: {limits}")
     return "\n".join(out)
 
 
 PROMPTS = None
+LIMITS: dict = {}  # phase -> dispatch limits /admin/replicas showed during it (this variant)
 
 
 def main() -> int:

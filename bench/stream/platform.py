@@ -34,6 +34,8 @@ def platform_args(state: Path, model_dir: Path, interval: float, streaming: dict
         # A GPU replica holds every stream in its batch: this measures streaming, not shedding
         # (the fake's streams never wait, so in-flight requests are not a queue here).
         "shedding": {"enabled": False},
+        # The fair queue stays on (its per-request path is measured), its limit the batch's size.
+        "fair_queue": {"dispatch_limit": max_streams},
         **streaming,
     }
     return {
@@ -41,7 +43,8 @@ def platform_args(state: Path, model_dir: Path, interval: float, streaming: dict
         "registry": {"store_url": str(state / "adapters"), "cache_dir": str(state / "cache")},
         "tenancy": {"admin_token": ADMIN},
         "accounting": {"spool_dir": str(state / "spool")},
-        "engine": {"model": str(model_dir), "engine_kwargs": {"benchmark_token_interval_s": interval}},
+        "engine": {"model": str(model_dir), "max_num_seqs": max_streams,
+                   "engine_kwargs": {"benchmark_token_interval_s": interval}},
         "engine_deployment": engine_deployment,
         "ingress": {"max_ongoing_requests": max_streams + 64},
     }

@@ -35,5 +35,9 @@ class LimiterConfig(BaseModel):
     on_unavailable: Literal["open", "closed"] = Field(
         "open",
         description="When the limiter actor cannot be reached: 'open' admits (unlimited until it is "
-        "back), 'closed' refuses limited tenants with 503 + Retry-After.",
+        "back), 'closed' refuses limited tenants with 503 + Retry-After. The same when the actor cannot "
+        "read a tenant's month-to-date usage (the database is down): 'open' enforces "
+        "monthly_token_budget from the last read (none: not at all), 'closed' refuses that tenant's "
+        "requests with 503 + Retry-After until a read succeeds. Either way "
+        "loraplex_budget_source_failures_total counts the failed reads (alert LoraplexBudgetSourceFailing).",
     )

@@ -164,6 +164,8 @@ class Limiter:
                 return self._unavailable(tenant, exc)
             if result is None:
                 return self._unavailable(tenant, "timed out")
+            if "unavailable" in result:  # on_unavailable: closed, and the actor cannot read the budget
+                return self._unavailable(tenant, result["unavailable"])
             if "refused" in result:
                 raise LimitExceeded(result["refused"], result["retry_after"], result["message"])
             current = self.leases.get(tenant)

@@ -28,8 +28,10 @@ def actor_name(app_name: str, shard: int) -> str:
 
 class RayBackend:
     def __init__(self, app_name: str, database_url: str | None, shards: int = 1, budget_cache_s: float = 5.0,
-                 timeout_s: float = 1.0, startup_timeout_s: float = 30.0, namespace: str = NAMESPACE):
+                 timeout_s: float = 1.0, startup_timeout_s: float = 30.0, namespace: str = NAMESPACE,
+                 on_unavailable: str = "open"):
         self.app_name, self.database_url, self.shards = app_name, database_url, shards
+        self.on_unavailable = on_unavailable  # the actor's policy when its budget source fails
         self.budget_cache_s, self.timeout_s, self.startup_timeout_s = budget_cache_s, timeout_s, startup_timeout_s
         self.namespace = namespace
         self.handles: list = [None] * shards
@@ -47,7 +49,7 @@ class RayBackend:
             self.handles[shard] = ray.remote(LimiterActor).options(
                 name=actor_name(self.app_name, shard), namespace=self.namespace, get_if_exists=True,
                 lifetime="detached", num_cpus=0, max_concurrency=1000,
-            ).remote(self.database_url, self.budget_cache_s)
+            ).remote(self.database_url, self.budget_cache_s, on_unavailable=self.on_unavailable)
         return self.handles[shard]
 
     async def acquire(self, tenant, holder, limits, need, want):

@@ -7,6 +7,14 @@ from sqlalchemy.orm import sessionmaker
 
 DEFAULT_DB_URL = "sqlite:///var/loraplex.db"
 SQLITE_BUSY_TIMEOUT_MS = 5000
+# A dead or unreachable PostgreSQL must fail a request fast (it then answers 503, or is served
+# from the ingress's key cache), never hang it: a new connection gives up after
+# CONNECT_TIMEOUT_S, a request waiting for a pooled one after POOL_TIMEOUT_S. pool_pre_ping
+# tests every pooled connection before use and replaces the ones a restart or failover broke,
+# so the pools recover on their own; nothing retries a query (the caller gets 503 + Retry-After,
+# the usage ledger's flusher backs off and retries, the key cache's refresher retries each period).
+CONNECT_TIMEOUT_S = 3
+POOL_TIMEOUT_S = 5
 
 
 def make_engine(url: str = DEFAULT_DB_URL, **kwargs) -> Engine:
@@ -16,6 +24,8 @@ def make_engine(url: str = DEFAULT_DB_URL, **kwargs) -> Engine:
         if u.drivername == "postgresql":  # psycopg2 is not a dependency; psycopg 3 is
             u = u.set(drivername="postgresql+psycopg")
         kwargs.setdefault("pool_pre_ping", True)
+        kwargs.setdefault("pool_timeout", POOL_TIMEOUT_S)
+        kwargs.setdefault("connect_args", {"connect_timeout": CONNECT_TIMEOUT_S})
         return create_engine(u, **kwargs)
     if u.get_backend_name() != "sqlite":
         raise ValueError(f"unsupported database URL {url!r}: use sqlite:/// or postgresql://")

@@ -366,19 +366,32 @@ class Engine:
     async def _free_deleted_adapters(self, period_s: float) -> None:
         # DELETE marks the catalog row; every replica notices here and frees its copy once the
         # requests still running with it finish. Polling keeps replicas free of any broadcast.
-        # A replica that starts later pins at its first poll.
+        # The database down: requests go on (they carry their AdapterTarget; blobs come from the
+        # store); the poll says so once per outage and tries again each period. Pins travel the
+        # same way; a replica that starts later pins at its first poll.
+        from loraplex.db import is_unavailable
+
+        down = False
         while True:
             await asyncio.sleep(period_s)
             try:
                 loaded = self.engine.adapters.loaded_ids()
                 deleted = await asyncio.to_thread(self.catalog.deleted_among, loaded)
+                if down:
+                    logger.warning("the database is reachable again: checking for deleted adapters")
+                down = False
                 if deleted:
                     await self.engine.adapters.retire(deleted)
                 # Pins travel the same way: the catalog's pinned versions, loaded and pinned here.
                 pinned = await asyncio.to_thread(self.catalog.pinned)
                 await self.engine.adapters.sync_pins([pinned_target(v) for v in pinned])
-            except Exception:
-                logger.exception("could not check for deleted or pinned adapters; retrying")
+            except Exception as exc:
+                if not is_unavailable(exc):
+                    logger.exception("could not check for deleted or pinned adapters; retrying")
+                elif not down:
+                    down = True
+                    logger.warning("cannot check for deleted adapters, the database is unavailable (%r); "
+                                   "retrying every %g s", exc, period_s)
 
     async def __del__(self):
         if self.publisher is not None:

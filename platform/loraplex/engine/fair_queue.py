@@ -111,6 +111,10 @@ class FairQueue:
         self.clock = clock
         self.wall = wall
         self.tenants: dict[str, _Tenant] = {}
+        # Of those, the ones with requests queued, and the active ones (queued or running): the
+        # choices scan these, never the idle tenants.
+        self.backlog: dict[str, _Tenant] = {}
+        self.active: dict[str, _Tenant] = {}
         self.running = 0
         self.queued = 0
         # No queued request has a deadline before this (wall clock): expire() skips its scan till then.
@@ -139,6 +143,7 @@ class FairQueue:
         self.limit.saw_full()
         entry.state, entry.enqueued_at = "queued", self.clock()
         t.queue.append(entry)
+        self.backlog[entry.tenant] = self.active[entry.tenant] = t
         self.queued += 1
         if entry.deadline is not None:
             self._next_deadline = min(self._next_deadline, entry.deadline)
@@ -170,9 +175,11 @@ class FairQueue:
             name = self._next()
             if name is None:
                 return
-            t = self.tenants[name]
+            t = self.backlog[name]
             entry = t.queue.popleft()
             self.queued -= 1
+            if not t.queue:
+                del self.backlog[name]
             self._dispatch(entry, t)
 
     def expire(self) -> None:
@@ -180,7 +187,7 @@ class FairQueue:
         if self.wall() < self._next_deadline - self.config.deadline_margin_s:
             return
         self._next_deadline = float("inf")
-        for t in list(self.tenants.values()):
+        for t in list(self.backlog.values()):
             for entry in list(t.queue):
                 if self._expired(entry):
                     self._remove(entry)
@@ -202,11 +209,21 @@ class FairQueue:
         return min(max(entry.priority, 0), TOP_TIER)
 
     def _next(self) -> Optional[str]:
+        limit = min(self.limit(), self.max_num_seqs)
+        if self.running < limit:
+            newcomers_only = False
+        elif self.running < min(limit + self.config.newcomer_slots, self.max_num_seqs):
+            newcomers_only = True  # only a tenant with nothing running may take a newcomer slot
+        else:
+            return None
+        now, aging = self.clock(), self.config.aging_s
         best, best_key = None, None
-        for name, t in self.tenants.items():
-            if not t.queue or not self._has_slot(t):
+        for name, t in self.backlog.items():
+            if newcomers_only and t.running:
                 continue
-            key = (-self.tier(t.queue[0]), t.counter)
+            head = t.queue[0]
+            tier = TOP_TIER if now - head.enqueued_at >= aging else min(max(head.priority, 0), TOP_TIER)
+            key = (-tier, t.counter)
             if best_key is None or key < best_key:
                 best, best_key = name, key
         return best
@@ -215,9 +232,7 @@ class FairQueue:
         """The newest request of the tenant furthest over its share; `incoming` only if its own
         tenant is that tenant and already has requests queued."""
         worst, worst_key = None, None
-        for name, t in self.tenants.items():
-            if not t.queue:
-                continue
+        for name, t in self.backlog.items():
             newest = incoming if name == incoming.tenant else t.queue[-1]
             key = (self.tier(t.queue[0]), -t.counter)
             if worst_key is None or key < worst_key:
@@ -226,7 +241,7 @@ class FairQueue:
 
     def _lift(self, tenant: str) -> None:
         """A newly active tenant starts at the lowest counter of the active ones: no idle credit."""
-        active = [t.counter for name, t in self.tenants.items() if name != tenant and (t.queue or t.running)]
+        active = [t.counter for name, t in self.active.items() if name != tenant]
         if active:
             t = self.tenants[tenant]
             t.counter = max(t.counter, min(active))
@@ -239,6 +254,7 @@ class FairQueue:
         entry.state, entry.dispatched_at = "running", self.clock()
         self.running += 1
         t.running += 1
+        self.active[entry.tenant] = t
         entry.ready(entry)
 
     def _refuse(self, entry: Entry, reason: str) -> None:
@@ -248,20 +264,27 @@ class FairQueue:
         self._forget(entry.tenant)
 
     def _remove(self, entry: Entry) -> None:
-        self.tenants[entry.tenant].queue.remove(entry)
+        t = self.tenants[entry.tenant]
+        t.queue.remove(entry)
         self.queued -= 1
+        if not t.queue:
+            self.backlog.pop(entry.tenant, None)
 
     def _forget(self, tenant: str) -> None:
-        # Idle tenants keep their counter (the lift evens it out later) but not a queue: bound
-        # the dict by dropping a tenant that is idle with the lowest possible standing.
+        """A tenant gone idle leaves the active set. Its counter is kept while it is above the
+        active tenants' lowest (back before they catch up, it must not have credit); at or below
+        it, the lift on its return restores as much, so it is dropped: the dict stays bounded."""
         t = self.tenants.get(tenant)
-        if t is not None and not t.queue and not t.running and t.counter == 0.0:
+        if t is None or t.queue or t.running:
+            return
+        self.active.pop(tenant, None)
+        if t.counter == 0.0 or (self.active and t.counter <= min(a.counter for a in self.active.values())):
             del self.tenants[tenant]
 
     def snapshot(self, max_tenants: int = 32) -> dict:
         """For routing stats, metrics and /admin/replicas: the busiest tenants first."""
         # list() of the items is one C call: safe from the metrics publisher's thread.
-        busy = sorted(((n, t) for n, t in list(self.tenants.items()) if t.queue or t.running),
+        busy = sorted(list(self.active.items()),
                       key=lambda nt: (-len(nt[1].queue), -nt[1].running, nt[0]))[:max_tenants]
         return {
             "dispatch_limit": min(self.limit(), self.max_num_seqs),

@@ -53,6 +53,7 @@ class AdapterRoutes:
             entry = await asyncio.to_thread(self.registry.upload, principal.tenant_id, name, upload.file)
         finally:
             await form.close()  # the spooled upload file
+        self.tenants.forget_adapters(principal.tenant_id)
         return JSONResponse(entry.to_response(), status_code=201)
 
     def _too_large(self) -> APIError:
@@ -63,14 +64,14 @@ class AdapterRoutes:
 
     async def list(self, request: Request) -> Response:
         principal = await self.tenants.authenticate(request)
-        by_name = group_by_name(await asyncio.to_thread(self.registry.list, principal.tenant_id))
+        by_name = group_by_name(await self.tenants.adapters(principal.tenant_id))
         data = [{"name": name, "versions": [e.to_response() for e in entries]} for name, entries in by_name.items()]
         return JSONResponse({"object": "list", "data": data})
 
     async def show(self, request: Request) -> Response:
         principal = await self.tenants.authenticate(request)
         ref = request.path_params["ref"]
-        entries = group_by_name(await asyncio.to_thread(self.registry.list, principal.tenant_id)).get(ref)
+        entries = group_by_name(await self.tenants.adapters(principal.tenant_id)).get(ref)
         if not entries:
             raise APIError(404, f"The adapter `{ref}` does not exist.", param="name")
         return JSONResponse({"name": ref, "versions": [e.to_response() for e in entries]})
@@ -79,4 +80,5 @@ class AdapterRoutes:
         principal = await self.tenants.authenticate(request)
         ref = request.path_params["ref"]
         entries = await asyncio.to_thread(self.registry.delete, principal.tenant_id, ref)
+        self.tenants.forget_adapters(principal.tenant_id)
         return JSONResponse({"deleted": [e.to_response() for e in entries]})

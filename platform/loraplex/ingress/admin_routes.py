@@ -62,6 +62,7 @@ class AdminRoutes:
         body = parse(TenantUpdate, await read_json(request, ADMIN_MAX_BODY_BYTES))
         tenant = await run_in_threadpool(self.service.update_tenant, request.path_params["tenant_id"],
                                     plan=body.plan, limits=body.limits, status=body.status)
+        self.tenancy.keys.forget_tenant(tenant.id)  # here at once; other replicas within refresh_s
         return JSONResponse(self.tenant_json(tenant))
 
     async def issue_key(self, request: Request) -> Response:
@@ -78,6 +79,7 @@ class AdminRoutes:
     async def revoke_key(self, request: Request) -> Response:
         self.check_admin(request)
         record = await run_in_threadpool(self.service.revoke_key, request.path_params["key_id"])
+        self.tenancy.keys.forget_key(record.id)  # here at once; other replicas within refresh_s
         return JSONResponse(record.to_json())
 
     def tenant_json(self, tenant) -> dict:

@@ -5,12 +5,15 @@ from __future__ import annotations
 import logging
 
 from ray.exceptions import TaskCancelledError
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 
 from loraplex.admission.limiter import Limiter, LocalBackend
 from loraplex.config import PlatformConfig
+from loraplex.db.health import StoreHealth
+from loraplex.db.unavailable import StoreUnavailable, is_unavailable
 from loraplex.ingress.adapter_routes import AdapterRoutes
 from loraplex.ingress.admin_adapter_routes import AdminAdapterRoutes
 from loraplex.ingress.admin_routes import AdminRoutes
@@ -54,12 +57,16 @@ def build_ingress_app(
     `limiter`: loraplex.admission.Limiter enforcing tenant limits; None: one in this process.
     `metrics`: the replica's loraplex.metrics.Metrics (refusals, requests billed here); None: none."""
     tenants = None
+    # What this replica's queries found of the database: /readyz and the outage mapping below.
+    health = tenancy.keys.health if tenancy is not None else StoreHealth()
     if tenancy is not None:
+        key_cache = config.tenancy.key_cache
         tenants = TenantContext(
             lambda request: authenticate(request, tenancy),
             registry,
             base_model=config.engine.model_id,
             cache_salt_per_tenant=config.registry.cache_salt_per_tenant,
+            health=health, outage_ttl_s=key_cache.ttl_s, outage_entries=key_cache.max_entries,
             plan_weight=config.tenancy.plan_weight,
         )
     routes = [
@@ -69,7 +76,8 @@ def build_ingress_app(
                       request_timeout_s=config.ingress.request_timeout_s,
                       limits=limiter or Limiter(LocalBackend(), config.tenancy.limiter),
                       metrics=metrics.requests if metrics is not None else None).routes(),
-        *HealthRoutes(engine, replica_health).routes(),
+        *HealthRoutes(engine, replica_health, store_health=health if tenancy is not None else None,
+                      cached_keys=(lambda: len(tenancy.keys)) if tenancy is not None else None).routes(),
     ]
     if tenancy is not None:
         routes += AdminRoutes(tenancy, replicas=lambda: engine_replicas(engine)).routes()
@@ -86,6 +94,15 @@ def build_ingress_app(
         return error_response(StatusError(f"{request.method} {request.url.path}: {exc.detail}",
                                           status=exc.status_code))
 
+    async def on_database_error(request: Request, exc: SQLAlchemyError):
+        # The one place a route's database error becomes an answer: the database is down (503 +
+        # Retry-After, never a 500), or it is a bug (500, logged).
+        if not is_unavailable(exc):
+            return await on_unexpected(request, exc)
+        health.failed(exc)
+        logger.warning("database unavailable on %s %s: %r", request.method, request.url.path, exc)
+        return error_response(StoreUnavailable(f"{request.method} {request.url.path} cannot be answered now", exc))
+
     async def on_unexpected(request: Request, exc: Exception):
         # Ray Serve raises TaskCancelledError from receive() when the client has gone away:
         # nobody is left to answer, so it is not worth a stack trace.
@@ -96,5 +113,6 @@ def build_ingress_app(
 
     return Starlette(
         routes=routes,
-        exception_handlers={StatusError: on_status_error, HTTPException: on_http_error, Exception: on_unexpected},
+        exception_handlers={StatusError: on_status_error, HTTPException: on_http_error,
+                            SQLAlchemyError: on_database_error, Exception: on_unexpected},
     )

@@ -15,8 +15,16 @@ from loraplex.tenancy import ADMIN_TOKEN_ENV, WWW_AUTHENTICATE, Principal, Tenan
 
 async def authenticate(request: Request, tenancy: Tenancy) -> Principal:
     """The caller's tenant from `Authorization: Bearer <key>`; InvalidAPIKey 401 (missing, invalid
-    or revoked key, with WWW-Authenticate: Bearer) or TenantSuspended 403 otherwise."""
-    return await run_in_threadpool(tenancy.service.authenticate, bearer_token(request))
+    or revoked key, with WWW-Authenticate: Bearer), TenantSuspended 403, or StoreUnavailable 503
+    (database down and the key not verified within the cache's ttl_s) otherwise.
+
+    A key verified less than `tenancy.key_cache.refresh_s` ago is a dict lookup on the event
+    loop (the revocation bound; see loraplex/tenancy/key_cache.py); else one query in a thread."""
+    token = bearer_token(request)
+    principal = tenancy.keys.cached(token)
+    if principal is None:
+        principal = await run_in_threadpool(tenancy.keys.verify, token)
+    return principal
 
 
 def bearer_token(request: Request) -> Optional[str]:

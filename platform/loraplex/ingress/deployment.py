@@ -31,6 +31,7 @@ class Ingress:
         self.app_name = context.app_name
         db = make_engine(config.database_url)
         self.tenancy = Tenancy.from_config(config.tenancy, db)
+        self.tenancy.keys.start()  # re-verifies cached keys every refresh_s / 2
         self.registry = build_registry(config, db)
         self.accounting = Accounting.start(
             config.accounting, db, f"ingress-{context.replica_id.unique_id}", plan_of=self.tenancy.service.plan_of
@@ -44,6 +45,7 @@ class Ingress:
             self.publisher = Publisher(config.metrics.publish_period_s, [
                 self.metrics.flush,
                 lambda: self.metrics.replica.ledger(ledger.last_flush_at, ledger.pending_records()),
+                lambda: self.metrics.replica.database(self.tenancy.keys.health.reachable),
             ], name=f"metrics-{context.replica_id.unique_id}").start()
 
     def __serve_build_asgi_app__(self):
@@ -57,6 +59,7 @@ class Ingress:
             self.publisher.stop()
             self.metrics.flush()  # what the last period added up
         self.limiter.close()
+        self.tenancy.keys.close()
         self.accounting.close()
 
     async def engine_replica_health(self) -> tuple[int, int, str]:
@@ -73,7 +76,8 @@ def shared_limiter(config: PlatformConfig, app_name: str, holder: str):
 
     cfg = config.tenancy.limiter
     backend = RayBackend(app_name, config.database_url, shards=cfg.shards, budget_cache_s=cfg.budget_cache_s,
-                         timeout_s=cfg.acquire_timeout_s, startup_timeout_s=cfg.startup_timeout_s)
+                         timeout_s=cfg.acquire_timeout_s, startup_timeout_s=cfg.startup_timeout_s,
+                         on_unavailable=cfg.on_unavailable)
     return Limiter(backend, cfg, holder=holder)
 
 

@@ -13,18 +13,30 @@ from typing import Any
 from starlette.requests import Request
 
 from loraplex.contract import AdapterTarget
+from loraplex.db.health import StoreHealth
+from loraplex.db.unavailable import StoreUnavailable, is_unavailable
 from loraplex.errors import StatusError
 from loraplex.ingress.errors import APIError
+from loraplex.ingress.last_known import LastKnown
 from loraplex.registry import group_by_name
 
 
 class TenantContext:
+    """`outage_ttl_s` / `outage_entries`: how long and how many adapter resolutions and adapter
+    lists are remembered for a database outage (the key cache's ttl_s and max_entries)."""
+
     def __init__(self, authenticator, registry, base_model: str, cache_salt_per_tenant: bool = True,
-                 plan_weight=lambda plan: 1.0):
+                 plan_weight=lambda plan: 1.0, health: StoreHealth | None = None,
+                 outage_ttl_s: float = 900.0, outage_entries: int = 100_000):
         self.authenticator = authenticator  # async (request) -> principal with .tenant_id
         self.registry = registry
         self.base_model = base_model
         self.cache_salt_per_tenant = cache_salt_per_tenant
+        self.health = health or StoreHealth()
+        # Read only while the database cannot be reached: while it is up, a request always sees
+        # the catalog as it is (a DELETE 404s at once); during an outage nothing can be deleted.
+        self.resolved = LastKnown(outage_ttl_s, outage_entries)  # (tenant, model) -> AdapterVersion
+        self.listed = LastKnown(outage_ttl_s, outage_entries)  # tenant -> its live AdapterVersions
         self.plan_weight = plan_weight  # (plan name) -> its fair-queue weight (TenancyConfig.plan_weight)
 
     def weight(self, principal) -> float:
@@ -41,10 +53,15 @@ class TenantContext:
                                 "adapters (GET /v1/models lists them).", param="model")
         if self.registry is None:
             raise APIError(404, f"The model `{model}` does not exist. Valid: {self.base_model}.", param="model")
+        key = (principal.tenant_id, model)
         try:
             v = await asyncio.to_thread(self.registry.resolve, principal.tenant_id, model)
         except StatusError as exc:
             raise exc.with_param("model")
+        except Exception as exc:
+            v = self._last_known(exc, self.resolved, key, f"the model `{model}` cannot be looked up")
+        else:
+            self.resolved.remember(key, v)
         return AdapterTarget(
             lora_name=v.lora_name, lora_int_id=v.id, tenant=v.tenant, name=v.name,
             sha256=v.sha256, requested_as=model, version=v.version,
@@ -55,10 +72,33 @@ class TenantContext:
         # share blocks, so one tenant cannot time another's cache hits.
         return f"tenant:{principal.tenant_id}" if self.cache_salt_per_tenant else None
 
+    async def adapters(self, tenant_id: str) -> list:
+        """The tenant's live adapter versions (the last known list during an outage)."""
+        try:
+            versions = await asyncio.to_thread(self.registry.list, tenant_id)
+        except Exception as exc:
+            return self._last_known(exc, self.listed, tenant_id, "your adapters cannot be listed")
+        self.listed.remember(tenant_id, versions)
+        return versions
+
+    def forget_adapters(self, tenant_id: str) -> None:
+        """After this replica changed a tenant's adapters: nothing older is recalled."""
+        self.resolved.forget(lambda key: key[0] == tenant_id)
+        self.listed.forget(lambda key: key == tenant_id)
+
+    def _last_known(self, exc: Exception, memory: LastKnown, key, what: str):
+        if not is_unavailable(exc):
+            raise exc
+        self.health.failed(exc)
+        value = memory.recall(key)
+        if value is None:
+            raise StoreUnavailable(what, exc) from exc
+        return value
+
     async def adapter_models(self, principal) -> list[dict[str, Any]]:
         if self.registry is None:
             return []
-        by_name = group_by_name(await asyncio.to_thread(self.registry.list, principal.tenant_id))
+        by_name = group_by_name(await self.adapters(principal.tenant_id))
         return [
             {"id": name, "object": "model", "owned_by": principal.tenant_id, "parent": self.base_model,
              "version": versions[-1].version, "sha256": versions[-1].sha256}

@@ -146,6 +146,18 @@ ROUTING_DECISIONS = MetricSpec(
     "ranked (a policy that tracks no holders), fallback (Serve's power of two: no key, or the policy failed).",
     values={DECISION: ("affinity", "new_key", "spill", "ranked", "fallback")})
 
+DATABASE_REACHABLE = MetricSpec(
+    "loraplex_database_reachable", "gauge", (),
+    "1 while the replica's last query (its key-cache refresh every tenancy.key_cache.refresh_s / 2, or a "
+    "request's) reached the database; 0 during an outage: cached keys are served, the rest answers 503.")
+
+# -- per limiter actor (tenancy.limiter; no Serve labels)
+BUDGET_SOURCE_FAILURES = MetricSpec(
+    "loraplex_budget_source_failures_total", "counter", (),
+    "Reads of a tenant's month-to-date usage for monthly_token_budget that failed (the database could not "
+    "be reached). Meanwhile tenancy.limiter.on_unavailable decides: open admits on the last read, closed "
+    "refuses budgeted tenants with 503.")
+
 # -- per replica with a usage ledger (Engine and Ingress)
 SPOOL_LAST_FLUSH = MetricSpec(
     "loraplex_usage_last_flush_timestamp_seconds", "gauge", (),
@@ -159,6 +171,7 @@ ENGINE_METRICS = (KV_USAGE, RUNNING, WAITING, LOADED_ADAPTERS, PREEMPTIONS, PREF
                   ADAPTER_LOADS, ADAPTER_LOAD_SECONDS, ADAPTER_EVICTIONS,
                   FAIR_QUEUE_LIMIT, FAIR_QUEUE_DISPATCHED, FAIR_QUEUE_LENGTH, FAIR_QUEUE_COUNTER,
                   PINNED_ADAPTERS, ADAPTER_CPU_BYTES)
-INGRESS_METRICS = (REFUSALS, ROUTING_DECISIONS)
+INGRESS_METRICS = (REFUSALS, ROUTING_DECISIONS, DATABASE_REACHABLE)
+LIMITER_METRICS = (BUDGET_SOURCE_FAILURES,)
 LEDGER_METRICS = (SPOOL_LAST_FLUSH, SPOOL_PENDING)
-ALL = REQUEST_METRICS + ENGINE_METRICS + INGRESS_METRICS + LEDGER_METRICS
+ALL = REQUEST_METRICS + ENGINE_METRICS + INGRESS_METRICS + LIMITER_METRICS + LEDGER_METRICS

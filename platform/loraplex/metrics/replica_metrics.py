@@ -27,7 +27,7 @@ _ENGINE_GAUGES = {"kv_cache_usage": c.KV_USAGE, "num_requests_running": c.RUNNIN
 class ReplicaMetrics:
     def __init__(self, sink, role: str):
         """role: "engine" or "ingress": which of the per-replica metrics this replica has."""
-        specs = (c.ENGINE_METRICS if role == "engine" else (c.ROUTING_DECISIONS,)) + c.LEDGER_METRICS
+        specs = (c.ENGINE_METRICS if role == "engine" else (c.ROUTING_DECISIONS, c.DATABASE_REACHABLE)) + c.LEDGER_METRICS
         self.metrics = {spec.name: sink.make(spec) for spec in specs}
         self._last: dict[str, float] = {}  # vLLM counter -> its value at the last publish
         self._queue_labels: set[str] = set()  # tenant label values the fair-queue gauges last set
@@ -97,6 +97,9 @@ class ReplicaMetrics:
     def routed(self, decision: str) -> None:
         self._decisions.add((decision,))
 
+    def database(self, reachable: bool) -> None:
+        self.metrics[c.DATABASE_REACHABLE.name].set(1.0 if reachable else 0.0)
+
     def flush(self) -> None:
         if self._decisions is not None:
             self._decisions.flush()
@@ -129,6 +132,9 @@ class NoReplicaMetrics:
         pass
 
     def routed(self, decision) -> None:
+        pass
+
+    def database(self, reachable) -> None:
         pass
 
     def flush(self) -> None:

@@ -41,6 +41,10 @@ SPOOL_PENDING = _m("loraplex_usage_spool_pending_records")  # records spooled, n
 
 # Per Ingress replica.
 ROUTING_DECISIONS = _m("loraplex_routing_decisions_total")  # + decision: affinity, new_key, spill, ranked, fallback
+DATABASE_REACHABLE = _m("loraplex_database_reachable")  # 1 / 0: the replica's last query reached the database
+
+# Per limiter actor.
+BUDGET_SOURCE_FAILURES = _m("loraplex_budget_source_failures_total")  # month-to-date usage reads that failed
 
 # Ray Serve's own (the controller's), always `ray_`-prefixed: healthy replicas per deployment.
 SERVE_REPLICA_HEALTHY = "ray_serve_deployment_replica_healthy"

@@ -90,6 +90,16 @@ def spool_age() -> str:
     return f"time() - {per_replica(n.SPOOL_LAST_FLUSH)}"
 
 
+def database_unreachable() -> str:
+    """Ingress replicas whose last query could not reach the database (value 0)."""
+    return f"min by ({n.REPLICA}) ({n.DATABASE_REACHABLE}) == 0"
+
+
+def budget_source_failures(window: str) -> str:
+    """Failed month-to-date usage reads of the limiter actors over the window."""
+    return f"sum (increase({n.BUDGET_SOURCE_FAILURES}[{window}])) > 0"
+
+
 def healthy_replicas(application: str, deployment: str) -> str:
     """Ray Serve's count of healthy replicas of one deployment (per-replica 0/1 series or one
     per-deployment count, depending on Serve's settings: their sum is the count either way)."""

@@ -125,6 +125,23 @@ class _Tests:
             self.check(name, stuck),  # over the limit: pending for a minute
             self.check(name, stuck + 60, self.alert(name, stuck, replica="r1"))])
 
+    def database(self) -> dict:
+        points = 8
+        series = [_series(n.DATABASE_REACHABLE, f"1 1 0x{points}", replica="r1"),   # down from t = 2 min
+                  _series(n.DATABASE_REACHABLE, f"1x{points + 2}", replica="r2"),
+                  _series(n.SPOOL_LAST_FLUSH, f"0+60x{points + 2}", replica="r1")]
+        name = "LoraplexDatabaseUnreachable"
+        return self.case("An ingress replica that cannot reach the database (for 1 min); a blip does not fire",
+                         series, [self.check(name, 120),  # down: pending for a minute
+                                  self.check(name, 180, self.alert(name, 0, replica="r1"))])
+
+    def budget_source(self) -> dict:
+        name = "LoraplexBudgetSourceFailing"
+        series = [_series(n.BUDGET_SOURCE_FAILURES, "0 0 0 0 0 0 0+3x5")]   # 3 failed reads a minute from 6 min
+        return self.case("The limiter's budget reads failing; none before", series, [
+            self.check(name, 300),
+            self.check(name, 660, self.alert(name, 15))])
+
     def cost(self) -> dict:
         pricing = self.served.config.accounting.pricing
         tenants = {"ten_default": pricing.plans[pricing.default_plan], **pricing.tenant_overrides}
@@ -147,7 +164,7 @@ def rule_tests(served: ServedPlatform) -> dict:
         t.latency("LoraplexTTFTOverSLO", n.TTFT, slo.ttft_p95_s, slow=False),
         t.latency("LoraplexTPOTOverSLO", n.TPOT, slo.tpot_p95_s, slow=True),
         t.latency("LoraplexTPOTOverSLO", n.TPOT, slo.tpot_p95_s, slow=False),
-        t.errors(), t.sheds(), t.replicas(), t.spool(), t.cost()]}
+        t.errors(), t.sheds(), t.replicas(), t.spool(), t.database(), t.budget_source(), t.cost()]}
 
 
 def render_rule_tests(served: ServedPlatform) -> str:

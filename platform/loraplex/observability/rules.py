@@ -79,6 +79,18 @@ def platform_alerts(served: ServedPlatform) -> list[dict]:
                f"Replica {{{{ $labels.{n.REPLICA} }}}} last copied its usage spool into the database "
                f"{{{{ $value | humanizeDuration }}}} ago (limit {slo.spool_flush_max_age_s:g} s); "
                "usage and billing lag behind until it does."),
+        # for 1 min: a blip (one failed query, a failover of seconds) is not worth a page.
+        _alert("LoraplexDatabaseUnreachable", q.database_unreachable(), 60, "critical",
+               "An ingress replica cannot reach the database",
+               f"Ingress replica {{{{ $labels.{n.REPLICA} }}}} has not reached the database for over a minute: "
+               "it serves the API keys it verified (for tenancy.key_cache.ttl_s), answers unknown keys, "
+               "uploads, deletes, usage and admin with 503, and usage records wait in the spools; "
+               "/readyz says degraded."),
+        _alert("LoraplexBudgetSourceFailing", q.budget_source_failures("5m"), 0, "warning",
+               "The limiter cannot read tenants' month-to-date usage",
+               "{{ $value }} reads of the usage ledger for monthly_token_budget failed in 5 min (database "
+               "unavailable): with tenancy.limiter.on_unavailable=open budgets are enforced from the last "
+               "read (or not at all), with closed budgeted tenants get 503."),
     ]
 
 

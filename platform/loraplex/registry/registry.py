@@ -36,9 +36,16 @@ class AdapterRegistry:
                 save_upload(upload, Path(tmp) / "upload", self.config)
             adapter = self.validator.validate(extract_archive(archive, Path(tmp) / "extracted", self.config))
             blob = self.store.put(tenant, adapter)
-            version = self.catalog.add(tenant, name, blob.sha256, rank=adapter.rank,
-                                       target_modules=adapter.target_modules, base_model=adapter.base_model,
-                                       size_bytes=blob.size_bytes)
+            try:
+                version = self.catalog.add(tenant, name, blob.sha256, rank=adapter.rank,
+                                           target_modules=adapter.target_modules, base_model=adapter.base_model,
+                                           size_bytes=blob.size_bytes)
+            except BaseException:
+                # No version row (the database is down, or refused it): no blob of ours left
+                # behind either. One that was there before belongs to other versions.
+                if blob.created:
+                    self.store.delete(tenant, blob.sha256)
+                raise
             # A concurrent delete of the same weights under another name may have removed the blob
             # between put and add; it is content-addressed, so putting it again is safe.
             if not self.store.exists(tenant, blob.sha256):

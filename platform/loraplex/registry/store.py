@@ -57,6 +57,7 @@ def check_name(value: str, what: str = "adapter name") -> str:
 class Blob(NamedTuple):
     sha256: str
     size_bytes: int  # of the canonical files
+    created: bool = False  # put() wrote it (it was not in the store before)
 
 
 def canonical_config_bytes(config: dict) -> bytes:
@@ -104,6 +105,7 @@ class AdapterStore:
                 for file in CANONICAL_FILES:
                     self.fs.put_file(str(Path(tmp) / file), f"{target}/{file}")
                 self.fs.pipe_file(f"{target}/{COMPLETE_FILE}", blob.sha256.encode())
+                blob = blob._replace(created=True)
         return blob
 
     def exists(self, tenant: str, sha256: str) -> bool:

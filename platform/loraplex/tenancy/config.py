@@ -28,6 +28,29 @@ class PlanConfig(BaseModel):
     )
 
 
+class KeyCacheConfig(BaseModel):
+    """The ingress's cache of verified API keys (tenancy/key_cache.py)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    refresh_s: float = Field(
+        5.0, gt=0,
+        description="Revocation bound: while the database is up, a cached key is used only while it "
+        "was verified less than this long ago; a background thread re-verifies every cached key each "
+        "refresh_s / 2. A revoked key or suspended tenant stops working on every ingress replica within "
+        "refresh_s (at once on the replica that served the revocation); so does a limit change.",
+    )
+    ttl_s: float = Field(
+        900.0, gt=0,
+        description="Outage grace: while the database cannot be reached, a key verified less than this "
+        "long ago keeps working with its last known tenant and limits; others get 503 + Retry-After. "
+        "Also: a key unused this long is forgotten.",
+    )
+    max_entries: int = Field(
+        100_000, gt=0, description="Keys cached per ingress replica at most; the least recently used is forgotten first.",
+    )
+
+
 class TenancyConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -43,6 +66,10 @@ class TenancyConfig(BaseModel):
         f"listed gets the '{DEFAULT_PLAN}' plan's.",
     )
     limiter: LimiterConfig = Field(default_factory=LimiterConfig, description="How limits are enforced.")
+    key_cache: KeyCacheConfig = Field(
+        default_factory=KeyCacheConfig,
+        description="How long each ingress replica trusts a key it verified (revocation bound, outage grace).",
+    )
 
     def plan_limits(self) -> dict[str, TenantLimits]:
         return {name: plan.limits for name, plan in self.plans.items()}

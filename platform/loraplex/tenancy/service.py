@@ -1,15 +1,16 @@
 """TenantService: tenants and their API keys in the database; authenticates bearer keys.
 
-Synchronous (SQLAlchemy); async callers run it in a thread. Nothing is cached: every
-authentication reads the key and tenant rows (one indexed join), so a revocation or a
-suspension holds from the very next request on every replica.
+Synchronous (SQLAlchemy); async callers run it in a thread. Nothing is cached here: every
+`authenticate` reads the key and tenant rows (one indexed join). The ingress asks it through its
+KeyCache (key_cache.py), which bounds how long a revocation or suspension takes to reach every
+replica and keeps verified keys working through a database outage.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from pydantic import ValidationError
 from sqlalchemy import Engine, Row, select
@@ -22,6 +23,9 @@ from loraplex.tenancy.keys import KEY_SCHEME, MAX_KEY_CHARS, generate_key, hash_
 from loraplex.tenancy.models import (
     DEFAULT_PLAN, MIGRATIONS, ApiKey, Principal, Tenant, TenantCreate, TenantLimits, TenantUpdate, api_keys, tenants,
 )
+
+if TYPE_CHECKING:
+    from loraplex.tenancy.key_cache import KeyCache
 
 WWW_AUTHENTICATE = {"WWW-Authenticate": "Bearer"}
 
@@ -53,8 +57,21 @@ class TenantSuspended(StatusError):
     status = 403
 
 
+_KEY_QUERY = (select(api_keys.c.id, api_keys.c.key_hash, api_keys.c.prefix, api_keys.c.revoked_at,
+                     tenants.c.id.label("tenant_id"), tenants.c.name, tenants.c.plan, tenants.c.limits,
+                     tenants.c.status)
+              .join(tenants, tenants.c.id == api_keys.c.tenant_id))
+
 MISSING_KEY = "Missing API key: send the header `Authorization: Bearer <your LoRAPlex API key>`."
 INVALID_KEY = "Invalid API key: check that you copied the whole key, or ask your administrator for a new one."
+
+
+def check_key_format(bearer_key: Optional[str]) -> None:
+    """InvalidAPIKey (401) for a missing key or one that cannot be ours: no database needed."""
+    if not bearer_key:
+        raise InvalidAPIKey(MISSING_KEY)
+    if len(bearer_key) > MAX_KEY_CHARS or not bearer_key.startswith(KEY_SCHEME):
+        raise InvalidAPIKey(INVALID_KEY)
 
 
 class TenantService:
@@ -156,21 +173,35 @@ class TenantService:
     # -- authentication -----------------------------------------------------------------------
     def authenticate(self, bearer_key: Optional[str]) -> Principal:
         """The caller's principal; InvalidAPIKey (401) or TenantSuspended (403) otherwise."""
-        if not bearer_key:
-            raise InvalidAPIKey(MISSING_KEY)
-        if len(bearer_key) > MAX_KEY_CHARS or not bearer_key.startswith(KEY_SCHEME):
-            raise InvalidAPIKey(INVALID_KEY)
-        query = (select(api_keys.c.id, api_keys.c.key_hash, api_keys.c.prefix, api_keys.c.revoked_at,
-                        tenants.c.id.label("tenant_id"), tenants.c.name, tenants.c.plan, tenants.c.limits,
-                        tenants.c.status)
-                 .join(tenants, tenants.c.id == api_keys.c.tenant_id)
-                 .where(api_keys.c.key_hash == hash_key(bearer_key)))
+        check_key_format(bearer_key)
         with self.engine.connect() as conn:
-            row = conn.execute(query).first()
+            row = conn.execute(_KEY_QUERY.where(api_keys.c.key_hash == hash_key(bearer_key))).first()
         # The lookup is by digest, so its timing reveals nothing about the key; the constant-time
         # compare is a second guard in case a future lookup matches on less than the full digest.
         if row is None or not key_matches(bearer_key, row.key_hash):
             raise InvalidAPIKey(INVALID_KEY)
+        return self._principal(row)
+
+    def principals_by_hash(self, key_hashes: list[str]) -> dict[str, Principal | StatusError]:
+        """For the key cache's refresh: each known digest's principal, or the error authenticating
+        it would raise now (revoked: InvalidAPIKey, suspended: TenantSuspended). Unknown digests
+        are absent. One query per 500 digests."""
+        out: dict[str, Principal | StatusError] = {}
+        with self.engine.connect() as conn:
+            for i in range(0, len(key_hashes), 500):
+                for row in conn.execute(_KEY_QUERY.where(api_keys.c.key_hash.in_(key_hashes[i:i + 500]))):
+                    try:
+                        out[row.key_hash] = self._principal(row)
+                    except StatusError as e:
+                        out[row.key_hash] = e
+        return out
+
+    def ping(self) -> None:
+        """One round trip to the database (raises what the driver raises when it is down)."""
+        with self.engine.connect() as conn:
+            conn.execute(select(1))
+
+    def _principal(self, row) -> Principal:
         if row.revoked_at is not None:
             raise InvalidAPIKey(f"API key {row.prefix}... was revoked; ask your administrator for a new key.")
         if row.status != "active":
@@ -203,11 +234,21 @@ class Tenancy:
 
     service: TenantService
     admin_token: Optional[str]  # None: the /admin routes answer 503 (never open by default)
+    keys: Optional["KeyCache"] = None  # verified keys (tenancy/key_cache.py); None: one with the defaults
+
+    def __post_init__(self):
+        if self.keys is None:
+            from loraplex.tenancy.key_cache import KeyCache
+
+            self.keys = KeyCache(self.service)
 
     @classmethod
     def from_config(cls, cfg: TenancyConfig, engine: Engine) -> "Tenancy":
         """`engine`: make_engine(PlatformConfig.database_url), shared with registry and accounting."""
-        return cls(service=TenantService(engine, plans=cfg.plan_limits()), admin_token=cfg.resolved_admin_token())
+        from loraplex.tenancy.key_cache import KeyCache
+
+        service = TenantService(engine, plans=cfg.plan_limits())
+        return cls(service=service, admin_token=cfg.resolved_admin_token(), keys=KeyCache(service, cfg.key_cache))
 
 
 def _now() -> datetime:

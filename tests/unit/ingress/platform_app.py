@@ -38,6 +38,7 @@ class PlatformApp:
     keys: dict[str, str] = field(default_factory=dict)  # tenant name -> Authorization header value
     tenant_ids: dict[str, str] = field(default_factory=dict)
     key_ids: dict[str, str] = field(default_factory=dict)
+    tenancy: Tenancy | None = None
 
     def add_tenant(self, name: str) -> None:
         tenant = self.service.create_tenant(name)
@@ -71,4 +72,4 @@ def build_platform_app(tmp: Path, script: Callable[..., Any], registry: dict | N
     accounting = Accounting.start(config.accounting.model_copy(update={"spool_dir": str(tmp / "spool")}),
                                   db, "ingress-test", plan_of=service.plan_of)
     app = build_ingress_app(engine, config, tenancy=tenancy, registry=build_registry(config, db), accounting=accounting)
-    return PlatformApp(app, engine, service, accounting, config, tmp)
+    return PlatformApp(app, engine, service, accounting, config, tmp, tenancy=tenancy)

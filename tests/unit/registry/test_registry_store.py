@@ -32,9 +32,9 @@ def s3_store(s3_options, tmp_path) -> AdapterStore:
 
 def round_trip(store: AdapterStore, validator, good_adapter, spec, tmp_path):
     blob = store.put("acme", validator.validate(good_adapter))
-    assert len(blob.sha256) == 64 and blob.size_bytes > 0
+    assert len(blob.sha256) == 64 and blob.size_bytes > 0 and blob.created
     assert store.exists("acme", blob.sha256) and not store.exists("globex", blob.sha256)
-    assert store.put("acme", validator.validate(good_adapter)) == blob  # same content: a no-op
+    assert store.put("acme", validator.validate(good_adapter)) == blob._replace(created=False)  # same content: a no-op
 
     # An engine on another node: fetch into its own cache, byte-identical and verified.
     local = store.fetch_to_local_cache("acme", blob.sha256)

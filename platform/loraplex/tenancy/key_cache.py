@@ -1,0 +1,208 @@
+"""KeyCache: the API keys (by sha256) and tenants this ingress replica has verified, so that
+authenticating a request is a dict lookup, and verified keys keep working while the database is
+down.
+
+The bounds (KeyCacheConfig):
+- **Revocation, suspension, a limit change: within `refresh_s`** on every replica while the
+  database is up. An entry is used only while it was verified less than `refresh_s` ago (its
+  `verified_at` is when the verifying query started, so a change committed before that query is
+  seen by it); a background thread re-verifies every entry each `refresh_s / 2` in one query per
+  500 keys, so in steady state no request waits for the database; an entry the refresher could
+  not re-verify in time is verified on the request path (one query, in a thread). The replica
+  that serves a revocation, suspension or PATCH forgets the entries it touches at once.
+- **Outage: `ttl_s`.** While the database cannot be reached, an entry verified less than `ttl_s`
+  ago keeps working with its last known tenant and limits; any other key gets 503 + Retry-After
+  (StoreUnavailable: we cannot tell a valid key from a wrong one, so never 401). No revocation
+  can be made during an outage (the admin API needs the database); one committed less than
+  `refresh_s` before the outage began takes effect at the first refresh after it ends.
+- **Size: `max_entries`**, the least recently used forgotten first; a key unused for `ttl_s` is
+  forgotten by the refresher.
+
+During an outage the cache does not ask the database per request: the refresher probes it each
+period (`ping` when it holds nothing) and the request path tries again at most every
+`refresh_s / 2`, so requests never queue behind connection attempts to a dead database.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Optional
+
+from loraplex.db.health import StoreHealth
+from loraplex.db.unavailable import StoreUnavailable, is_unavailable
+from loraplex.errors import StatusError
+from loraplex.tenancy.config import KeyCacheConfig
+from loraplex.tenancy.keys import hash_key
+from loraplex.tenancy.models import Principal
+from loraplex.tenancy.service import TenantService, check_key_format
+
+logger = logging.getLogger(__name__)
+
+UNKNOWN_DURING_OUTAGE = ("this API key cannot be checked (this server has not verified it within "
+                         "tenancy.key_cache.ttl_s)")
+
+
+@dataclass
+class _Entry:
+    principal: Principal
+    verified_at: float  # clock time the verifying query started
+    used_at: float
+
+
+class KeyCache:
+    def __init__(self, service: TenantService, config: KeyCacheConfig | None = None,
+                 health: StoreHealth | None = None, clock=time.monotonic):
+        self.service = service
+        self.config = config or KeyCacheConfig()
+        self.health = health or StoreHealth()
+        self.clock = clock
+        self._entries: OrderedDict[str, _Entry] = OrderedDict()  # key digest -> entry, least recently used first
+        self._lock = threading.Lock()  # the refresher thread and the request path both change it
+        self._down_at: Optional[float] = None  # clock time of the last failed query; None: reachable
+        self.served_in_outage = 0  # authentications answered from an entry because the database was down
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+
+    # -- the request path --------------------------------------------------------------------------
+    def cached(self, bearer_key: Optional[str]) -> Optional[Principal]:
+        """The principal of a fresh entry (no I/O), else None: then call `verify` (in a thread).
+        InvalidAPIKey (401) at once for a missing or malformed key."""
+        check_key_format(bearer_key)
+        digest = hash_key(bearer_key)
+        now = self.clock()
+        with self._lock:
+            entry = self._entries.get(digest)
+            if entry is None:
+                return None
+            age = now - entry.verified_at
+            if age >= self.config.refresh_s:
+                down_at = self._down_at
+                if down_at is None or age >= self.config.ttl_s or now - down_at >= self.config.refresh_s / 2:
+                    return None  # verify it (or, down for a while, probe the database again)
+                self.served_in_outage += 1  # the database is down: its last known state stands
+            entry.used_at = now
+            self._entries.move_to_end(digest)
+            return entry.principal
+
+    def verify(self, bearer_key: Optional[str]) -> Principal:
+        """Authenticate against the database (blocking) and cache the result. InvalidAPIKey 401,
+        TenantSuspended 403 (the entry is forgotten), or StoreUnavailable 503 when the database
+        cannot be reached and the key has no entry verified within ttl_s."""
+        check_key_format(bearer_key)
+        digest = hash_key(bearer_key)
+        started = self.clock()
+        if self._down_at is not None and started - self._down_at < self.config.refresh_s / 2:
+            return self._outage_answer(digest, started, None)  # tried moments ago: do not queue on it
+        try:
+            principal = self.service.authenticate(bearer_key)
+        except StatusError:
+            self._up()
+            self.forget_digest(digest)
+            raise
+        except Exception as exc:
+            if not is_unavailable(exc):
+                raise
+            self._down(exc)
+            return self._outage_answer(digest, self.clock(), exc)
+        self._up()
+        self._put(digest, principal, started)
+        return principal
+
+    def _outage_answer(self, digest: str, now: float, exc: BaseException | None) -> Principal:
+        with self._lock:
+            entry = self._entries.get(digest)
+            if entry is not None and now - entry.verified_at < self.config.ttl_s:
+                entry.used_at = now
+                self.served_in_outage += 1
+                return entry.principal
+        raise StoreUnavailable(UNKNOWN_DURING_OUTAGE, exc)
+
+    # -- the replica's own changes ----------------------------------------------------------------
+    def forget_digest(self, digest: str) -> None:
+        with self._lock:
+            self._entries.pop(digest, None)
+
+    def forget_key(self, key_id: str) -> None:
+        """A key this replica revoked: refused from its next request here."""
+        self._forget(lambda e: e.principal.key_id == key_id)
+
+    def forget_tenant(self, tenant_id: str) -> None:
+        """A tenant this replica suspended or changed: its keys are verified again on next use."""
+        self._forget(lambda e: e.principal.tenant_id == tenant_id)
+
+    def _forget(self, match) -> None:
+        with self._lock:
+            for digest in [d for d, e in self._entries.items() if match(e)]:
+                del self._entries[digest]
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    # -- refresh ---------------------------------------------------------------------------------
+    def refresh(self) -> bool:
+        """Re-verify every entry (forget the unused, revoked, suspended and vanished ones); with
+        none, ping. False when the database could not be reached (entries stay as they were)."""
+        started = self.clock()
+        with self._lock:
+            for digest in [d for d, e in self._entries.items() if started - e.used_at >= self.config.ttl_s]:
+                del self._entries[digest]
+            digests = list(self._entries)
+        try:
+            found = self.service.principals_by_hash(digests) if digests else self.service.ping()
+        except Exception as exc:
+            if not is_unavailable(exc):
+                logger.exception("key cache: refresh failed")
+            self._down(exc)
+            return False
+        self._up()
+        with self._lock:
+            for digest in digests:
+                entry, fresh = self._entries.get(digest), found.get(digest) if found else None
+                if entry is None:
+                    continue
+                if isinstance(fresh, Principal):
+                    entry.principal, entry.verified_at = fresh, max(entry.verified_at, started)
+                elif entry.verified_at <= started:  # revoked, suspended or gone (not re-added since)
+                    del self._entries[digest]
+        return True
+
+    def start(self) -> "KeyCache":
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._refresh_loop, name="key-cache-refresh", daemon=True)
+            self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._stop.set()
+
+    def _refresh_loop(self) -> None:
+        while not self._stop.wait(self.config.refresh_s / 2):
+            try:
+                self.refresh()
+            except Exception:  # never let the refresher die: entries would all fall to the request path
+                logger.exception("key cache: refresh failed")
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def _put(self, digest: str, principal: Principal, verified_at: float) -> None:
+        with self._lock:
+            self._entries[digest] = _Entry(principal, verified_at, self.clock())
+            self._entries.move_to_end(digest)
+            while len(self._entries) > self.config.max_entries:
+                self._entries.popitem(last=False)
+
+    def _down(self, exc: BaseException) -> None:
+        if self._down_at is None:
+            logger.warning("key cache: the database cannot be reached (%r); serving keys verified within "
+                           "%g s, refusing others with 503", exc, self.config.ttl_s)
+        self._down_at = self.clock()
+        self.health.failed(exc)
+
+    def _up(self) -> None:
+        if self._down_at is not None:
+            logger.warning("key cache: the database is reachable again")
+        self._down_at = None
+        self.health.ok()

@@ -1,0 +1,194 @@
+"""KeyCache: a fresh key is a dict lookup; revocation, suspension and limit changes reach a
+replica within refresh_s (the refresher, or the request path once an entry is older); during an
+outage a key verified within ttl_s keeps working with its last known limits, an unknown one gets
+503 + Retry-After (not 401); the size bound holds. Real TenantService on SQLite and PostgreSQL;
+the outage is every new connection failing with OperationalError (tests/db_outage.py)."""
+
+import pytest
+
+from db_outage import outage
+from loraplex.db import StoreUnavailable
+from loraplex.tenancy import InvalidAPIKey, TenantSuspended
+from loraplex.tenancy.config import KeyCacheConfig
+from loraplex.tenancy.key_cache import KeyCache
+
+
+class Clock:
+    def __init__(self):
+        self.t = 1000.0
+
+    def __call__(self):
+        return self.t
+
+
+@pytest.fixture
+def clock():
+    return Clock()
+
+
+def make_cache(service, clock, **cfg):
+    return KeyCache(service, KeyCacheConfig(**{"refresh_s": 10, "ttl_s": 100, **cfg}), clock=clock)
+
+
+def authenticate(cache, key):
+    """What ingress/auth.py does: the dict lookup, else the database."""
+    return cache.cached(key) or cache.verify(key)
+
+
+def tenant_with_key(service, name="acme", **limits):
+    tenant = service.create_tenant(name, limits=limits or None)
+    record, key = service.issue_key(tenant.id)
+    return tenant, record, key
+
+
+def test_fresh_key_is_served_without_the_database(service, clock):
+    cache = make_cache(service, clock)
+    tenant, _, key = tenant_with_key(service)
+    assert cache.cached(key) is None  # never seen: the caller must verify
+    assert cache.verify(key).tenant_id == tenant.id
+    with outage(service.engine):  # any query now would fail
+        clock.t += 9.9
+        assert cache.cached(key).tenant_id == tenant.id
+
+
+def test_an_entry_past_refresh_s_is_verified_again(service, clock):
+    cache = make_cache(service, clock)
+    _, record, key = tenant_with_key(service)
+    cache.verify(key)
+    service.revoke_key(record.id)  # on another replica: this cache is not told
+    clock.t += 9.9
+    assert cache.cached(key) is not None  # within the bound
+    clock.t += 0.1
+    assert cache.cached(key) is None  # past it: back to the database, which says revoked
+    with pytest.raises(InvalidAPIKey, match="revoked"):
+        cache.verify(key)
+    assert len(cache) == 0
+
+
+def test_refresher_applies_revocation_suspension_and_limits_within_the_bound(service, clock):
+    cache = make_cache(service, clock)
+    a, a_key_rec, a_key = tenant_with_key(service, "a")
+    b, _, b_key = tenant_with_key(service, "b")
+    c, _, c_key = tenant_with_key(service, "c", requests_per_minute=10)
+    for key in (a_key, b_key, c_key):
+        cache.verify(key)
+    service.revoke_key(a_key_rec.id)
+    service.update_tenant(b.id, status="suspended")
+    service.update_tenant(c.id, limits={"requests_per_minute": 99})
+    clock.t += 5  # the refresher's period (refresh_s / 2)
+    assert cache.refresh() is True
+    assert cache.cached(a_key) is None and cache.cached(b_key) is None
+    with pytest.raises(InvalidAPIKey):
+        cache.verify(a_key)
+    with pytest.raises(TenantSuspended):
+        cache.verify(b_key)
+    assert cache.cached(c_key).limits.requests_per_minute == 99
+    clock.t += 9.9  # refreshed at +5: still fresh at +14.9 with no further query
+    with outage(service.engine):
+        assert cache.cached(c_key) is not None
+
+
+def test_refresh_keeps_entries_fresh_so_requests_never_wait(service, clock):
+    cache = make_cache(service, clock)
+    _, _, key = tenant_with_key(service)
+    cache.verify(key)
+    for _ in range(10):
+        clock.t += 5
+        cache.refresh()
+        assert cache.cached(key) is not None
+
+
+def test_outage_serves_keys_verified_within_ttl_with_their_limits(service, clock):
+    cache = make_cache(service, clock)
+    tenant, _, key = tenant_with_key(service, tokens_per_minute=500)
+    cache.verify(key)
+    with outage(service.engine):
+        clock.t += 50  # past refresh_s: the database would be asked, and cannot answer
+        assert cache.refresh() is False
+        assert not cache.health.reachable
+        principal = authenticate(cache, key)
+        assert principal.tenant_id == tenant.id and principal.limits.tokens_per_minute == 500
+        assert cache.served_in_outage >= 1
+        clock.t += 49.9
+        assert authenticate(cache, key).tenant_id == tenant.id
+        clock.t += 0.1  # ttl_s since the last verification: no longer trusted
+        with pytest.raises(StoreUnavailable) as err:
+            authenticate(cache, key)
+    assert err.value.status == 503 and err.value.headers["Retry-After"]
+    # Back: the next probe (at most refresh_s / 2 after the last failed one) verifies it again.
+    clock.t += 5
+    assert authenticate(cache, key).tenant_id == tenant.id
+    assert cache.health.reachable
+
+
+def test_unknown_key_during_outage_is_503_not_401(service, clock):
+    cache = make_cache(service, clock)
+    tenant_with_key(service)
+    with outage(service.engine):
+        with pytest.raises(StoreUnavailable) as err:
+            authenticate(cache, "lpx-" + "x" * 43)
+    assert err.value.status == 503 and err.value.code == "store_unavailable"
+    assert "Retry-After" in err.value.headers
+    # A key that cannot be ours needs no database: 401 even now.
+    with outage(service.engine):
+        with pytest.raises(InvalidAPIKey):
+            authenticate(cache, "sk-not-ours")
+
+
+def test_outage_does_not_query_per_request(service, clock):
+    """While down, requests do not each wait for a connection attempt: one per refresh_s / 2."""
+    cache = make_cache(service, clock)
+    _, _, key = tenant_with_key(service)
+    cache.verify(key)
+    attempts = []
+    real = service.authenticate
+    service.authenticate = lambda k: attempts.append(1) or real(k)
+    with outage(service.engine):
+        clock.t += 20
+        for _ in range(50):
+            authenticate(cache, key)
+        assert len(attempts) == 1
+        clock.t += 5
+        authenticate(cache, key)
+        assert len(attempts) == 2  # probed again after refresh_s / 2
+
+
+def test_revocation_on_this_replica_holds_at_once(service, clock):
+    cache = make_cache(service, clock)
+    tenant, record, key = tenant_with_key(service)
+    other_tenant, _, other = tenant_with_key(service, "other")
+    cache.verify(key), cache.verify(other)
+    cache.forget_key(record.id)
+    assert cache.cached(key) is None and cache.cached(other) is not None
+    cache.verify(key)
+    cache.forget_tenant(tenant.id)
+    assert cache.cached(key) is None and cache.cached(other) is not None
+
+
+def test_size_bound_forgets_the_least_recently_used(service, clock):
+    cache = make_cache(service, clock, max_entries=2)
+    keys = [tenant_with_key(service, f"t{i}")[2] for i in range(3)]
+    cache.verify(keys[0]), cache.verify(keys[1])
+    cache.cached(keys[0])  # used: keys[1] is now the least recently used
+    cache.verify(keys[2])
+    assert len(cache) == 2
+    assert cache.cached(keys[1]) is None
+    assert cache.cached(keys[0]) is not None and cache.cached(keys[2]) is not None
+
+
+def test_unused_keys_are_forgotten_after_ttl(service, clock):
+    cache = make_cache(service, clock)
+    _, _, key = tenant_with_key(service)
+    cache.verify(key)
+    clock.t += 100
+    cache.refresh()
+    assert len(cache) == 0
+
+
+def test_refresh_s_setting_is_the_bound(service, clock):
+    """The knob takes effect: a longer refresh_s keeps an entry longer without a query."""
+    _, _, key = tenant_with_key(service)
+    short, long = make_cache(service, clock, refresh_s=2), make_cache(service, clock, refresh_s=30)
+    short.verify(key), long.verify(key)
+    clock.t += 5
+    assert short.cached(key) is None and long.cached(key) is not None
