@@ -157,7 +157,8 @@ def tenant_id(admin, name: str) -> str:
     return next(t["id"] for t in admin.get("/admin/tenants").json()["data"] if t["name"] == name)
 
 
-def test_a_pinned_adapter_survives_an_eviction_storm(acme, admin, pirate_archive, banana_archive, engine_handle):
+def test_a_pinned_adapter_survives_an_eviction_storm(acme, admin, pirate_archive, banana_archive, engine_handle,
+                                                    model_name):
     """The session's engine keeps 4 adapters in its CPU tier and ~6 MB of them (about three):
     `keeper` is pinned, then eight other adapters go through. vLLM's LRU and the byte budget evict
     them in turn; keeper stays in the CPU tier, pinned, and answers with its own weights; the
@@ -184,6 +185,8 @@ def test_a_pinned_adapter_survives_an_eviction_storm(acme, admin, pirate_archive
             evicted |= {n for n in storm[:storm.index(name)] if not any(f"/{n}@" in c for c in tier["cpu"])}
         assert len(evicted) >= 4, f"no storm: only {sorted(evicted)} left the CPU tier"
         assert is_pirate(answer(acme, "keeper"))
+        # The base model is untouched by the storm (every slot and the tier were full of adapters).
+        assert "Paris" in answer(acme, model_name)
         stats = engine_handle.record_routing_stats.remote().result()["adapters"]
         assert f"{acme_id}/keeper" in stats["cpu"] and stats["max_loras"] == 4
     finally:
