@@ -19,6 +19,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from loraplex.engine import cpu_lora_fix
+
+cpu_lora_fix.install()  # in vLLM's worker, which imports this module as its extension
+
 EXTENSION = "loraplex.engine.lora_residency.LoRAResidencyExtension"  # vLLM resolves a dotted qualname
 RPC = "loraplex_lora_residency"
 PIN_RPC, UNPIN_RPC = "loraplex_pin_lora_cpu", "loraplex_unpin_lora_cpu"
