@@ -79,13 +79,25 @@ class Platform:
         return Spec(next(self._index), tenant, max_tokens, prompts.next())
 
 
+GRACE_S = 45.0  # after a phase's end, how long its requests may still run before they are cut
+
+
+async def send_until(client, target: Target, spec: Spec, cut_at: float) -> dict:
+    """send(), cut (client gone, status "cut": neither served nor refused) at `cut_at`."""
+    try:
+        return await asyncio.wait_for(send(client, target, spec, None), max(cut_at - time.monotonic(), 0.1))
+    except asyncio.TimeoutError:
+        return {"index": spec.index, "tenant": spec.tenant, "status": "cut", "http_status": None, "e2e": None,
+                "ttft": None, "tpot": None, "completion_tokens": None, "prompt_tokens": None, "error": None}
+
+
 async def closed_loop(client, platform: Platform, target: Target, tenant: int, concurrency: int,
                       max_tokens: int, prompts: Prompts, until: float, out: list, retry_after_s: float = 2.0) -> None:
     """`concurrency` workers sending back to back until `until` (monotonic); a refused request's
     worker waits `retry_after_s` (the shipped Retry-After) before its next one."""
     async def worker():
         while time.monotonic() < until:
-            r = await send(client, target, platform.spec(tenant, max_tokens, prompts), None)
+            r = await send_until(client, target, platform.spec(tenant, max_tokens, prompts), until + GRACE_S)
             out.append(r)
             if r["status"] != "ok":
                 await asyncio.sleep(retry_after_s)
@@ -102,7 +114,8 @@ async def open_loop(client, platform: Platform, target: Target, tenant: int, rat
         if time.monotonic() + gap >= until:
             break
         await asyncio.sleep(gap)
-        tasks.append(asyncio.create_task(send(client, target, platform.spec(tenant, max_tokens, prompts), None)))
+        tasks.append(asyncio.create_task(
+            send_until(client, target, platform.spec(tenant, max_tokens, prompts), until + GRACE_S)))
     out.extend(await asyncio.gather(*tasks))
 
 
@@ -133,6 +146,7 @@ def tenant_summary(results: list[dict], tenant: int, window_s: float) -> dict:
         reasons[refusal_reason(r)] += 1
     return {
         "sent": len(mine), "ok": len(ok), "refused": len(refused), "reasons": dict(reasons),
+        "cut": sum(r["status"] == "cut" for r in mine),
         "failed": len(mine) - len(ok) - len(refused),
         "p50": percentile([r["e2e"] for r in ok], 50), "p95": percentile([r["e2e"] for r in ok], 95),
         "ttft_p95": percentile([r["ttft"] for r in ok], 95),

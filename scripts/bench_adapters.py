@@ -100,7 +100,7 @@ def ms(values: list[float]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--adapters", type=int, default=1000)
     parser.add_argument("--sample", type=int, default=100)
     parser.add_argument("--cold", type=int, default=10)

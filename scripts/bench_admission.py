@@ -22,7 +22,7 @@ from types import SimpleNamespace
 from loraplex.admission.config import LimiterConfig
 from loraplex.admission.limiter import Limiter, LocalBackend
 from loraplex.contract import EngineCall, EngineChunk
-from loraplex.tenancy import TenantLimits
+from loraplex.tenancy.models import TenantLimits
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/ sits at the repository root
 from bench.percentile import percentile  # noqa: E402
@@ -86,7 +86,7 @@ async def main(args):
 
 
 if __name__ == "__main__":
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--requests", type=int, default=5000)
     p.add_argument("--local", action="store_true")
     asyncio.run(main(p.parse_args()))

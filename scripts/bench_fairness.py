@@ -23,6 +23,8 @@ Scenarios (--duration s each loaded phase, --short s for the light ones alone):
 - goodput: one tenant, 16 in flight: output tok/s of requests within the `slo:` TTFT and TPOT
   targets, and raw output tok/s, for off / on@max_num_seqs / on (SLO-sized);
 - the queue's own cost: µs per request of the Engine's queue glue with an instant fake engine.
+Requests still running GRACE_S (45 s) after a phase's end are cut (the client goes away) and
+count as neither served nor refused; rates divide by the phase's seconds including that grace.
 Run it alone on the machine (HEAVY_EXCLUSIVE=1 /work/coord/heavy ...): ~25 min.
 """
 
@@ -82,33 +84,33 @@ async def phase(platform, tenants: list[dict], senders, label: str) -> tuple[lis
 
 
 async def run_variant(name: str, platform, args, capacity_rps: float | None) -> dict:
-    D, S = args.duration, args.short
+    D, S, T = args.duration, args.short, args.tokens
     r: dict = {}
     # noisy neighbour
-    res, secs, _ = await phase(platform, [{"name": "w"}], [("closed", 0, 48, 96, D)], "W alone")
+    res, secs, _ = await phase(platform, [{"name": "w"}], [("closed", 0, 48, T, D)], "W alone")
     r["w_alone"] = f.tenant_summary(res, 0, secs)
-    capacity_rps = capacity_rps or r["w_alone"]["ok"] / secs
+    capacity_rps = capacity_rps or max(r["w_alone"]["ok"], 1) / secs
     res, secs, _ = await phase(platform, [{"name": "m"}], [("even", 0, 0.5, 16, S)], "M alone")
     r["m_alone"] = f.tenant_summary(res, 0, secs)
     res, secs, _ = await phase(platform, [{"name": "w"}, {"name": "m"}],
-                               [("closed", 0, 48, 96, D), ("even", 1, 0.5, 16, D)], "W + M")
+                               [("closed", 0, 48, T, D), ("even", 1, 0.5, 16, D)], "W + M")
     r["w_noisy"], r["m_noisy"] = f.tenant_summary(res, 0, secs), f.tenant_summary(res, 1, secs)
     # priority flood
     res, secs, _ = await phase(platform, [{"name": "hi", "priority": 100}], [("even", 0, 0.5, 16, S)], "P100 alone")
     r["hi_alone"] = f.tenant_summary(res, 0, secs)
     res, secs, _ = await phase(platform, [{"name": "lo"}, {"name": "hi", "priority": 100}],
-                               [("poisson", 0, 3 * capacity_rps, 96, D), ("even", 1, 0.5, 16, D)], "flood")
+                               [("poisson", 0, 3 * capacity_rps, T, D), ("even", 1, 0.5, 16, D)], "flood")
     r["lo_flood"], r["hi_flood"] = f.tenant_summary(res, 0, secs), f.tenant_summary(res, 1, secs)
     # weights 2:1
     res, secs, _ = await phase(platform, [{"name": "heavy", "plan": "heavy"}, {"name": "light"}],
-                               [("closed", 0, 24, 64, D), ("closed", 1, 24, 64, D)], "weights")
+                               [("closed", 0, 24, T, D), ("closed", 1, 24, T, D)], "weights")
     r["heavy"], r["light"] = f.tenant_summary(res, 0, secs), f.tenant_summary(res, 1, secs)
     # 20 Zipf tenants at 2x capacity
     rates = f.zipf_rates(20, 2 * capacity_rps)
     res, secs, _ = await phase(platform, [{"name": f"z{i}"} for i in range(20)],
-                               [("poisson", i, rate, 96, D) for i, rate in enumerate(rates)], "zipf")
+                               [("poisson", i, rate, T, D) for i, rate in enumerate(rates)], "zipf")
     served = [f.tenant_summary(res, i, secs)["out_tokens"] for i in range(20)]
-    demand = [rate * secs * 96 for rate in rates]
+    demand = [rate * secs * T for rate in rates]
     fair = f.max_min_fair(demand, sum(served))
     r["zipf"] = {"jain": f.jain(served, fair), "served": served, "fair": fair,
                  "refused": sum(f.tenant_summary(res, i, secs)["refused"] for i in range(20))}
@@ -120,7 +122,7 @@ async def run_variant(name: str, platform, args, capacity_rps: float | None) -> 
 
 
 async def goodput_phase(platform, args) -> dict:
-    res, secs, _ = await phase(platform, [{"name": "solo"}], [("closed", 0, 16, 96, args.duration)], "goodput")
+    res, secs, _ = await phase(platform, [{"name": "solo"}], [("closed", 0, 16, args.tokens, args.duration)], "goodput")
     good, raw = f.goodput(res, secs, args.slo_ttft, args.slo_tpot)
     return {"goodput": good, "throughput": raw, "solo": f.tenant_summary(res, 0, secs)}
 
@@ -147,7 +149,7 @@ def tables(runs: dict, cost: dict, args) -> str:
         rows.append([name, f"{m['ok']}/{m['sent']}", m["refused"], fmt(m["p50"]), fmt(m["p95"]), fmt(ma["p95"]),
                      ratio(m["p95"], ma["p95"]), fmt(w["out_tok_s"], ".1f"), fmt(wa["out_tok_s"], ".1f"),
                      ratio(w["out_tok_s"], wa["out_tok_s"]), w["refused"]])
-    table("Noisy neighbour (W: 48 in flight x 96 tokens; M: one 16-token request every 2 s; same plan)",
+    table(f"Noisy neighbour (W: 48 in flight x {args.tokens} tokens; M: one 16-token request every 2 s; same plan)",
           ["queue", "M served", "M refused", "M p50 s", "M p95 s", "M alone p95 s", "M p95 / alone",
            "W out tok/s", "W alone tok/s", "W / alone", "W refused"], rows)
     rows = []
@@ -156,7 +158,7 @@ def tables(runs: dict, cost: dict, args) -> str:
         rows.append([name, f"{h['ok']}/{h['sent']}", h["refused"], fmt(h["p95"]), fmt(ha["p95"]),
                      ratio(h["p95"], ha["p95"]), f"{lo['ok']}/{lo['sent']}", lo["refused"],
                      ",".join(f"{k}:{v}" for k, v in sorted(lo["reasons"].items())) or "-"])
-    table(f"Priority flood (priority 0 open loop at 3x capacity = {3 * off['capacity_rps']:.2f} req/s x 96 tokens; "
+    table(f"Priority flood (priority 0 open loop at 3x capacity = {3 * off['capacity_rps']:.2f} req/s x {args.tokens} tokens; "
           "priority 100: one 16-token request every 2 s)",
           ["queue", "P100 served", "P100 refused", "P100 p95 s", "P100 alone p95 s", "p95 / alone",
            "P0 served", "P0 refused", "P0 refusal reasons"], rows)
@@ -165,13 +167,13 @@ def tables(runs: dict, cost: dict, args) -> str:
         h, l = r["heavy"], r["light"]
         rows.append([name, h["service"], l["service"], ratio(h["service"], l["service"]), h["out_tokens"],
                      l["out_tokens"], h["refused"], l["refused"]])
-    table("Weights 2:1 (two tenants, 24 in flight each x 64 tokens; served = prompt + 2 x completion tokens)",
+    table(f"Weights 2:1 (two tenants, 24 in flight each x {args.tokens} tokens; served = prompt + 2 x completion tokens)",
           ["queue", "heavy (w=2) served", "light (w=1) served", "ratio (target 2.00 ±10%)", "heavy out tok",
            "light out tok", "heavy refused", "light refused"], rows)
     rows = [[name, f"{r['zipf']['jain']:.3f}", r["zipf"]["refused"],
              " ".join(str(s) for s in r["zipf"]["served"][:5]), " ".join(f"{x:.0f}" for x in r["zipf"]["fair"][:5])]
             for name, r in (("off", off), ("on", on))]
-    table("Many tenants (20, Zipf(1) Poisson demand = 2x capacity, 96 tokens each)",
+    table(f"Many tenants (20, Zipf(1) Poisson demand = 2x capacity, {args.tokens} tokens each)",
           ["queue", "Jain's index vs max-min (target >= 0.95)", "refused", "served out tok, top 5 tenants",
            "max-min share, top 5"], rows)
     rows = []
@@ -180,7 +182,7 @@ def tables(runs: dict, cost: dict, args) -> str:
         rows.append([name, fmt(r["throughput"], ".1f"), ratio(r["throughput"], off["throughput"]),
                      fmt(r["goodput"], ".1f"), ratio(r["goodput"], off["goodput"]),
                      fmt(r["solo"]["ttft_p95"]), r["solo"]["refused"]])
-    table(f"One tenant alone (16 in flight x 96 tokens; goodput: requests with TTFT <= {args.slo_ttft} s and "
+    table(f"One tenant alone (16 in flight x {args.tokens} tokens; goodput: requests with TTFT <= {args.slo_ttft} s and "
           f"TPOT <= {args.slo_tpot} s)",
           ["queue", "throughput out tok/s", "vs off", "goodput out tok/s", "vs off", "TTFT p95 s", "refused"], rows)
     table(f"The queue's own cost (fake instant engine, {cost['requests']} requests, {cost['tenants']} tenants, "
@@ -204,6 +206,7 @@ def main() -> int:
     p.add_argument("--duration", type=float, default=45.0, help="seconds of each loaded phase")
     p.add_argument("--short", type=float, default=20.0, help="seconds of each light tenant's phase alone")
     p.add_argument("--port", type=int, default=8011)
+    p.add_argument("--tokens", type=int, default=96, help="max_tokens of the loaded tenants' requests (M's: 16)")
     p.add_argument("--out", type=Path, help="also write the tables here")
     p.add_argument("--variants", default="off,on,on@max_num_seqs")
     args = p.parse_args()

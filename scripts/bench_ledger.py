@@ -16,7 +16,8 @@ import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from loraplex.accounting import UsageLedger, UsageRecord
+from loraplex.accounting.ledger import UsageLedger
+from loraplex.accounting.record import UsageRecord
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from postgres import PostgresUnavailable, throwaway_postgres  # noqa: E402  (test helper: may start the cluster)

@@ -251,7 +251,7 @@ def report(replica_rows: list[dict], platform_rows: list[dict]) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--requests", type=int, default=3000, help="requests per variant, replica path")
     ap.add_argument("--tokens", default="1,64", help="tokens per request, replica path")
     ap.add_argument("--tenants", type=int, default=50)

@@ -90,7 +90,7 @@ def interrupted(signum, frame):
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--duration", type=float, default=90, help="seconds of open-loop arrivals")
     ap.add_argument("--alone-duration", type=float, default=60,
                     help="seconds of gold's own arrivals alone (its latency without the other tenants)")

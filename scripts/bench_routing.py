@@ -154,7 +154,7 @@ def replica_of(db_url: str, request_ids: list[str], timeout_s: float = 30) -> di
     from sqlalchemy import select
 
     from loraplex.accounting.tables import usage_records
-    from loraplex.db import make_engine
+    from loraplex.db.engine import make_engine
 
     db = make_engine(db_url)
     deadline = time.time() + timeout_s
@@ -212,7 +212,7 @@ def bench_policy(policy: str, port: int, model_dir: Path, systems, plan, args) -
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--policies", default="tenant_affinity,power_of_two,round_robin,least_pending_tokens,"
                                           "prefix_tree,cache_aware")
     ap.add_argument("--replicas", type=int, default=2)

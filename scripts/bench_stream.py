@@ -52,7 +52,7 @@ from bench.stream.report import print_table, print_targets, summarize  # noqa: E
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--modes", default="paced,instant")
     ap.add_argument("--streams", default="64,128,256,512")
     ap.add_argument("--variants", default="direct,bare,before,after",

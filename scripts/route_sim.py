@@ -96,7 +96,7 @@ def run_adapters(seed: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--replicas", type=int, nargs="+", default=[8, 64])
     parser.add_argument("--zipf", type=float, nargs="+", default=[0.6, 1.1])
     parser.add_argument("--policies", nargs="+", default=list(POLICIES), choices=list(POLICIES))

@@ -18,7 +18,9 @@ from peft import PeftModel
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from loraplex.config import EngineConfig
-from loraplex.registry import AdapterValidator, BaseModelSpec, extract_archive
+from loraplex.registry.archive import extract_archive
+from loraplex.registry.model_spec import BaseModelSpec
+from loraplex.registry.validator import AdapterValidator
 # scripts/ is on sys.path when this file runs as a script.
 from train_adapter import greedy
 

@@ -33,7 +33,7 @@ def _floats(text: str) -> list[float]:
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="scripts/loadtest", description=__doc__.split("\n")[0],
+    ap = argparse.ArgumentParser(prog="scripts/loadtest", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     g = ap.add_argument_group("target (one of --url, --start-platform, --bare-only; plus --compare-bare)")
     g.add_argument("--url", help="a running endpoint, e.g. http://127.0.0.1:8000 (LoRAPlex or bare vLLM)")
@@ -107,6 +107,35 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--out", type=Path, help="results dir (default var/loadtest/<UTC time>)")
     g.add_argument("--no-progress", action="store_true")
     return ap
+
+
+SECRET_FLAGS = ("--admin-token", "--api-key")
+REDACTED = "<redacted>"
+
+
+def redacted_argv(argv: list[str]) -> list[str]:
+    """argv with the values of --admin-token and --api-key replaced: no secret belongs in a
+    benchmark artifact (results.json and summary.md are pasted into docs and tickets)."""
+    out, hide_next = [], False
+    for arg in argv:
+        if hide_next:
+            out.append(REDACTED)
+            hide_next = False
+        elif arg in SECRET_FLAGS:
+            out.append(arg)
+            hide_next = True
+        elif arg.startswith(tuple(f + "=" for f in SECRET_FLAGS)):
+            out.append(arg.split("=", 1)[0] + "=" + REDACTED)
+        else:
+            out.append(arg)
+    return out
+
+
+def scrub(text: str, secrets: list[Optional[str]]) -> str:
+    """text with every known secret value (admin token, tenant keys) replaced, wherever it ended up."""
+    for secret in sorted({x for x in secrets if x}, key=len, reverse=True):
+        text = text.replace(secret, REDACTED)
+    return text
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -194,12 +223,14 @@ def main(argv: Optional[list[str]] = None) -> int:
     api_keys = [k for x in a.api_key for k in x.split(",") if k]
     adapter_names = a.adapter_names.split(",") if a.adapter_names else None
     plan = []
+    secrets: list[Optional[str]] = [a.admin_token, *api_keys]  # + each target's keys and tokens, as made
     other_work: list[dict] = []  # --bare-with-load: what the other processes took
     if a.url:
         plan.append((a.target_name, lambda: _external(a.url.rstrip("/"), model, setup_wl, a.admin_token, api_keys,
                                                       archives, adapter_names, a.target_name)))
     if a.start_platform:
-        plan.append(("loraplex", lambda: _started_platform(config, a.port, out, model, setup_wl, archives)))
+        plan.append(("loraplex", lambda: _started_platform(config, a.port, out, model, setup_wl, archives,
+                                                                     secrets)))
     if a.compare_bare or a.bare_only:
         omp = max(1, int((app_args.get("engine_deployment") or {}).get("num_cpus", 1)))
         plan.append(("vllm", lambda: targets.start_bare_vllm(eng, a.port, out, setup_wl, archives, omp_threads=omp)))
@@ -216,6 +247,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     for name, ctx in plan:
         t0 = time.time()
         with ctx() as target:
+            secrets.extend(target.keys)  # tenant keys made or given: never in an artifact
             print(f"loadtest: {target.name} at {target.base_url} ready in {time.time() - t0:.0f} s", file=sys.stderr)
             _warmup(target, setup_wl, a)
             per = results.setdefault(target.name, {})
@@ -263,7 +295,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     curves = {t: per[first_sc]["levels"] for t, per in results.items()}
     plot_path = report.plot(curves, slo, out / "curve.png", level_name) if len(levels) > 1 or open_loop else None
     doc_out = {
-        "command": "scripts/loadtest " + shlex.join(argv), "started": datetime.fromtimestamp(t_start, timezone.utc).isoformat(),
+        "command": "scripts/loadtest " + shlex.join(redacted_argv(argv)), "started": datetime.fromtimestamp(t_start, timezone.utc).isoformat(),
         "seconds": round(time.time() - t_start, 1), "config": str(config), "engine_args": eng.engine_args(),
         "mode": "open" if open_loop else "closed", "level_name": level_name, "levels": levels,
         "burstiness": a.burstiness if open_loop else None,
@@ -275,13 +307,14 @@ def main(argv: Optional[list[str]] = None) -> int:
         "vllm_bench": {t: vb for t, (_, vb) in cross.items()},
         "other_work": other_work,
     }
-    (out / "results.json").write_text(json.dumps(doc_out, indent=1, default=str))
-    (out / "requests.json").write_text(json.dumps({t: {sc: v["requests"] for sc, v in per.items()}
-                                                   for t, per in results.items()}, default=str))
+    (out / "results.json").write_text(scrub(json.dumps(doc_out, indent=1, default=str), secrets))
+    (out / "requests.json").write_text(scrub(json.dumps({t: {sc: v["requests"] for sc, v in per.items()}
+                                                   for t, per in results.items()}, default=str), secrets))
     md = markdown(doc_out, results, slo, level_name, first_sc, plans, plot_path, warnings)
     if cross:
         md += ("\n## cross-check: `vllm bench serve` on the same requests, same concurrency\n\n"
                + vllm_bench.table(cross) + "\n")
+    md = scrub(md, secrets)
     (out / "summary.md").write_text(md)
     print(md)
     print(f"loadtest: results in {out}/ (results.json, requests.json, summary.md"
@@ -313,8 +346,9 @@ def _bare_with_load(cores, eng, port, log_dir, setup_wl, archives, omp, other_wo
 
 
 @contextlib.contextmanager
-def _started_platform(config, port, out, model, setup_wl, archives):
+def _started_platform(config, port, out, model, setup_wl, archives, secrets: list):
     with targets.start_platform(config, port, out) as (base, token):
+        secrets.append(token)
         yield targets.platform_target(base, model, setup_wl, admin_token=token, adapter_archives=archives)
 
 

@@ -60,9 +60,9 @@ def _when(text: Optional[str]) -> Optional[datetime]:
 
 
 def main(argv=None) -> int:
-    from loraplex.db import DEFAULT_DB_URL, make_engine
+    from loraplex.db.engine import DEFAULT_DB_URL, make_engine
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--database-url", default=DEFAULT_DB_URL)
     ap.add_argument("--start", help="ISO date/time (UTC unless it says): requests that arrived from then")
     ap.add_argument("--end", help="ISO date/time: requests that arrived before then")

@@ -26,4 +26,6 @@ def build_app(args: Optional[dict[str, Any]] = None) -> Application:
     # reaches every node's replicas.
     replica_config = pin_admin_token(config.for_replicas(), config.tenancy.resolved_admin_token())
     engine = engine_deployment(config.engine_deployment).bind(replica_config, home_node_id=home_node_id)
-    return ingress_deployment(config.ingress).bind(engine, replica_config, home_node_id=home_node_id)
+    # The Ingress answers GET /admin/latency against the SLO; Engine replicas never read it.
+    ingress_config = replica_config.model_copy(update={"slo": config.slo})
+    return ingress_deployment(config.ingress).bind(engine, ingress_config, home_node_id=home_node_id)

@@ -5,6 +5,7 @@
     LORAPLEX_API_KEY=lpx-... loraplex adapters upload support-bot adapter.tar.gz
     LORAPLEX_API_KEY=lpx-... loraplex usage --group-by adapter --start 2026-11-01
     loraplex billing export --period 2026-11 > events.jsonl
+    loraplex latency                                  # TTFT / TPOT P95 of the last hour vs the SLO
 
 Admin commands send --admin-token (LORAPLEX_ADMIN_TOKEN); tenant commands send --api-key
 (LORAPLEX_API_KEY). Lists print as tables, or as the server's JSON with --json.
@@ -192,7 +193,8 @@ def usage(s: Session) -> None:
         s.show(body)
         return
     key = body.get("group_by") or _first_key(rows)
-    columns = (key, *USAGE_COLUMNS) if body.get("group_by") else ()
+    named = key == "tenant" and any("tenant_name" in row for row in rows)  # tenants by name next to their id
+    columns = (key, *(("tenant_name",) if named else ()), *USAGE_COLUMNS) if body.get("group_by") else ()
     if isinstance(body.get("total"), dict):
         rows = rows + [{**body["total"], key: "TOTAL"}]
     print(_table(rows, columns))
@@ -200,7 +202,8 @@ def usage(s: Session) -> None:
         print(f"\ncost in {body['currency']}; finished {body.get('start')} to {body.get('end')} (end exclusive)")
     if body.get("rejections"):
         print("\nrefused before the engine (not billed):")
-        print(_table(body["rejections"], ("tenant", "reason", "count")))
+        named = any("tenant_name" in r for r in body["rejections"])
+        print(_table(body["rejections"], ("tenant", *(("tenant_name",) if named else ()), "reason", "count")))
 
 
 def billing_export(s: Session) -> None:
@@ -248,6 +251,18 @@ def billing_cost_model(s: Session) -> None:
     s.show(body, [{"metric": k, "value": v} for k, v in body.items()], ("metric", "value"))
 
 
+def latency(s: Session) -> None:
+    body = s.admin("GET", "/admin/latency", params={"window_s": s.args.window_s}).json()
+    rows = [{"metric": m.upper(), "p95_s": body[f"{m}_p95_s"], "slo_p95_s": body["slo"][f"{m}_p95_s"],
+             "within_slo": body["within_slo"][m]} for m in ("ttft", "tpot")]
+    s.show(body, rows, ("metric", "p95_s", "slo_p95_s", "within_slo"))
+    if not s.args.json:
+        source = "Prometheus" if body["source"] == "prometheus" else f"the usage ledger ({body['requests']} requests)"
+        print(f"\nover the last {body['window_s']} s, from {source}")
+        if body.get("prometheus_error"):
+            print(f"Prometheus was not used: {body['prometheus_error']}")
+
+
 # -- argument parsing --------------------------------------------------------------------------
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
@@ -261,7 +276,7 @@ def _parser() -> argparse.ArgumentParser:
 
     root = argparse.ArgumentParser(prog="loraplex", description=__doc__.split("\n")[0], parents=[common],
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
-    groups = root.add_subparsers(dest="group", required=True, metavar="{tenants,keys,adapters,usage,billing}")
+    groups = root.add_subparsers(dest="group", required=True, metavar="{tenants,keys,adapters,usage,latency,billing}")
 
     def command(sub, name: str, run, help: str) -> argparse.ArgumentParser:
         p = sub.add_parser(name, parents=[common], help=help, description=help)
@@ -306,6 +321,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=["json", "csv"])
     p.add_argument("--admin", action="store_true", help="use /admin/usage with the admin token")
     p.add_argument("--tenant", help="with --admin: one tenant's id (default: all)")
+
+    p = command(groups, "latency", latency, "TTFT / TPOT P95 against the SLO (admin; the console's latency panel)")
+    p.add_argument("--window-s", type=int, default=3600, help="the last this many seconds (default 3600)")
 
     billing = groups.add_parser("billing", help="billing export, monthly statements, cost model (admin)")
     sub = billing.add_subparsers(dest="command", required=True)

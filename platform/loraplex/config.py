@@ -8,6 +8,7 @@ from typing import Any, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from loraplex.accounting.config import AccountingConfig
+from loraplex.console.config import ConsoleConfig
 from loraplex.engine.fair_queue import FairQueueConfig
 from loraplex.engine.shedding import SheddingConfig
 from loraplex.metrics.config import MetricsConfig
@@ -280,7 +281,9 @@ class PlatformConfig(BaseModel):
     slo: SloConfig = Field(
         default_factory=SloConfig,
         description="Service-level objectives and alert thresholds: read by the alert-rule and "
-        "dashboard generators (`python -m loraplex.observability`), not by the replicas.",
+        "dashboard generators (`python -m loraplex.observability`) and, for TTFT/TPOT, by GET "
+        "/admin/latency (the console's latency panel); Engine replicas get only the TTFT/TPOT targets, "
+        "copied into the fair queue's adaptive dispatch limit (for_replicas).",
     )
 
     engine: EngineConfig = Field(default_factory=EngineConfig)
@@ -290,6 +293,10 @@ class PlatformConfig(BaseModel):
         default_factory=MetricsConfig,
         description="Per-tenant Prometheus metrics from every replica, exported through Ray's metrics "
         "agent (docs/metrics.md): on/off, the tenant/adapter label bounds, the publish period.",
+    )
+    console: ConsoleConfig = Field(
+        default_factory=ConsoleConfig,
+        description="The web console at /console: where its latency panel (GET /admin/latency) reads TTFT/TPOT.",
     )
 
     @field_validator("engine", mode="before")
@@ -304,7 +311,8 @@ class PlatformConfig(BaseModel):
     def for_replicas(self) -> "PlatformConfig":
         """What replicas are built with: without the replica counts and the SLOs (but for the
         TTFT/TPOT targets of the fair queue's adaptive limit, copied into it), so their init
-        args do not differ by them. (A `serve deploy` of changed
+        args do not differ by them (the Ingress gets the SLO back, for GET /admin/latency:
+        loraplex/app.py). (A `serve deploy` of changed
         `args` replaces every replica anyway, since Serve hashes `args` into the app's version:
         scale through `deployments:`, and after an `slo:` change only regenerate the rules.)"""
         deployment = self.engine_deployment

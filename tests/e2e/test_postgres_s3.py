@@ -19,7 +19,7 @@ import yaml
 from sqlalchemy import func, select
 
 from loraplex.accounting.tables import usage_records
-from loraplex.db import make_engine
+from loraplex.db.engine import make_engine
 from loraplex.registry.catalog import adapter_versions
 from loraplex.tenancy.models import api_keys, tenants
 

@@ -16,9 +16,9 @@ import pytest
 import yaml
 from sqlalchemy import select
 
-from loraplex.accounting import UsageLedger
+from loraplex.accounting.ledger import UsageLedger
 from loraplex.accounting.tables import usage_records
-from loraplex.db import make_engine
+from loraplex.db.engine import make_engine
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from serve_process import BASE_URL, BIN, ROOT, serve_run  # noqa: E402

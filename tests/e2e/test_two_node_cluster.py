@@ -33,7 +33,7 @@ import pytest
 from sqlalchemy import func, select
 
 from loraplex.accounting.tables import usage_records
-from loraplex.db import make_engine
+from loraplex.db.engine import make_engine
 from loraplex.contract import affinity_key
 from loraplex.routing.rendezvous import rendezvous_order
 

@@ -17,9 +17,9 @@ import pytest
 import yaml
 from sqlalchemy import func, select
 
-from loraplex.accounting import UsageLedger
+from loraplex.accounting.ledger import UsageLedger
 from loraplex.accounting.tables import usage_records
-from loraplex.db import make_engine
+from loraplex.db.engine import make_engine
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from serve_process import BASE_URL, ROOT, RUN_MARK, StreamingChat, has_mark, new_tenant_key, serve_run  # noqa: E402

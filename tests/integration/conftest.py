@@ -94,7 +94,7 @@ def base_url(serve_app) -> str:
 @pytest.fixture(scope="session")
 def usage_db(serve_app):
     """The deployment's database, where the engine replicas' usage records land."""
-    from loraplex.db import make_engine
+    from loraplex.db.engine import make_engine
 
     return make_engine(serve_app[1])
 

@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import select
 
 from loraplex.accounting.tables import usage_records
-from loraplex.db import make_engine
+from loraplex.db.engine import make_engine
 from loraplex.routing.rendezvous import rendezvous_order
 from model_dir import default_model_dir
 from readiness import wait_ready

@@ -2,8 +2,9 @@
 
 from loraplex.errors import StatusError
 from loraplex.ingress.errors import APIError
-from loraplex.registry import AdapterNotFound, UploadTooLarge
-from loraplex.tenancy import InvalidAPIKey, UnknownTenant
+from loraplex.registry.archive import UploadTooLarge
+from loraplex.registry.store import AdapterNotFound
+from loraplex.tenancy.service import InvalidAPIKey, UnknownTenant
 
 
 def test_body_is_openai_shaped_with_the_status_as_code():

@@ -14,12 +14,12 @@ from sqlalchemy import Engine
 
 from loraplex.accounting import render
 from loraplex.accounting.period import period_bounds
+from loraplex.accounting.pricing import METERS, meter_quantities
 from loraplex.accounting.usage_query import usage_totals
 
 # Fixed forever: changing it changes every event id.
 EVENT_NAMESPACE = uuid.UUID("6f1c8c1e-3d0b-5b7a-9a57-4c6f5241504c")
 EVENT_TYPE = "io.loraplex.usage.tokens"
-METERS = ("input_tokens", "cached_input_tokens", "output_tokens")
 CSV_COLUMNS = ["id", "time", "tenant", "meter", "quantity", "period", "day"]
 
 
@@ -56,8 +56,7 @@ def billing_export(engine: Engine, period: str, *, source: str = "loraplex", now
     with engine.connect() as conn:
         totals = usage_totals(conn, start, closed_end, "day", tenant_id)
     for t in sorted(totals, key=lambda t: (t.tenant_id, t.key)):
-        quantities = {"input_tokens": t.prompt_tokens - t.cached_prompt_tokens,
-                      "cached_input_tokens": t.cached_prompt_tokens, "output_tokens": t.completion_tokens}
+        quantities = meter_quantities(t.prompt_tokens, t.cached_prompt_tokens, t.completion_tokens)
         day_start = datetime.fromisoformat(t.key).replace(tzinfo=timezone.utc)
         for meter in METERS:
             if quantities[meter] == 0:

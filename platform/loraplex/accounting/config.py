@@ -2,7 +2,9 @@ from decimal import Decimal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from loraplex.tenancy.models import DEFAULT_PLAN  # the plan new tenants get: it must have prices
+
+
+DEFAULT_PLAN = "default"  # the plan new tenants get (tenancy.models): it must have prices
 
 
 class TokenPrice(BaseModel):

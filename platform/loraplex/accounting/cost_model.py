@@ -50,8 +50,19 @@ class CostModelReport:
                 "gpu_cost": str(self.gpu_cost), "capacity_cost_per_1m": money(self.capacity_cost_per_1m),
                 "real_cost_per_1m": money(self.real_cost_per_1m), "revenue": money(self.revenue)}
 
+    @property
+    def margin(self) -> Decimal | None:
+        """What tenants were billed minus what the GPUs cost over the same range (None without
+        prices)."""
+        return margin(self.revenue, self.gpu_cost)
+
     def to_table(self) -> str:
         return render.text_table(["metric", "value"], [[k, "" if v is None else v] for k, v in self.to_dict().items()])
+
+
+def margin(revenue: Decimal | None, gpu_cost: Decimal) -> Decimal | None:
+    """Revenue minus GPU cost: the one margin (None when there is no revenue to compare)."""
+    return None if revenue is None else revenue - gpu_cost
 
 
 def per_million(gpu_hour_price: Decimal, gpus: int, tokens_per_s: float, utilization: float) -> Decimal | None:

@@ -19,10 +19,11 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from loraplex.accounting.record import UsageRecord
-from loraplex.accounting.rejection_counter import RejectionCounter
+from loraplex.accounting.rejections import RejectionCounter
 from loraplex.accounting.spool import Segment, SpoolLocked, UsageSpool
 from loraplex.accounting.tables import MIGRATIONS, usage_records, usage_rejections
-from loraplex.db import DEFAULT_DB_URL, make_engine, migrate
+from loraplex.db.engine import DEFAULT_DB_URL, make_engine
+from loraplex.db.migrations import migrate
 
 log = logging.getLogger(__name__)
 _PG_CHUNK = 5000  # rows per unnest INSERT

@@ -5,6 +5,14 @@ from typing import Callable
 from loraplex.accounting.config import PricingConfig
 
 MILLION = Decimal(1_000_000)
+METERS = ("input_tokens", "cached_input_tokens", "output_tokens")  # what a tenant is billed for
+
+
+def meter_quantities(prompt_tokens: int, cached_prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    """Token counts as the billed meters: uncached prompt tokens (the one place the cached ones
+    are taken off the prompt), cached prompt tokens, completion tokens."""
+    return {"input_tokens": prompt_tokens - cached_prompt_tokens, "cached_input_tokens": cached_prompt_tokens,
+            "output_tokens": completion_tokens}
 
 
 @dataclass(frozen=True)
@@ -15,12 +23,18 @@ class Price:
     cached_input: Decimal
     output: Decimal
 
+    def unit_price(self, meter: str) -> Decimal:
+        """Per 1M tokens of a meter (METERS)."""
+        return {"input_tokens": self.input, "cached_input_tokens": self.cached_input, "output_tokens": self.output}[meter]
+
+    def amount(self, meter: str, quantity: int) -> Decimal:
+        """What `quantity` tokens of `meter` cost, exact (integer tokens times a Decimal price,
+        one division by 1e6: never rounds at 28 digits)."""
+        return Decimal(quantity) * self.unit_price(meter) / MILLION
+
     def cost(self, prompt_tokens: int, cached_prompt_tokens: int, completion_tokens: int) -> Decimal:
-        # Exact: integer tokens times Decimal prices, one division by 1e6 (never rounds at 28 digits).
-        units = (Decimal(prompt_tokens - cached_prompt_tokens) * self.input
-                 + Decimal(cached_prompt_tokens) * self.cached_input
-                 + Decimal(completion_tokens) * self.output)
-        return units / MILLION
+        quantities = meter_quantities(prompt_tokens, cached_prompt_tokens, completion_tokens)
+        return sum((Decimal(q) * self.unit_price(m) for m, q in quantities.items()), Decimal(0)) / MILLION
 
 
 @dataclass

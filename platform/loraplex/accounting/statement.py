@@ -5,7 +5,7 @@ from sqlalchemy import Engine
 
 from loraplex.accounting import render
 from loraplex.accounting.period import period_bounds
-from loraplex.accounting.pricing import MILLION, PriceBook
+from loraplex.accounting.pricing import PriceBook, meter_quantities
 from loraplex.accounting.usage_query import usage_totals
 
 CENT = Decimal("0.01")
@@ -69,8 +69,6 @@ def monthly_statement(engine: Engine, prices: PriceBook, tenant_id: str, period:
     completion = sum(t.completion_tokens for t in totals)
     price = prices.price_for(tenant_id)
     st = Statement(tenant_id, period, prices.plan_for(tenant_id), prices.currency, sum(t.requests for t in totals))
-    for meter, qty, unit in (("input_tokens", prompt - cached, price.input),
-                             ("cached_input_tokens", cached, price.cached_input),
-                             ("output_tokens", completion, price.output)):
-        st.lines.append(StatementLine(meter, qty, unit, Decimal(qty) * unit / MILLION))
+    for meter, qty in meter_quantities(prompt, cached, completion).items():
+        st.lines.append(StatementLine(meter, qty, price.unit_price(meter), price.amount(meter, qty)))
     return st

@@ -1,6 +1,8 @@
 from sqlalchemy import BigInteger, Column, Float, Index, Integer, PrimaryKeyConstraint, String, Table
 
-from loraplex.db import Base, Migration, UTCDateTime
+from loraplex.db.base import Base
+from loraplex.db.migrations import Migration
+from loraplex.db.types import UTCDateTime
 
 usage_records = Table(
     "usage_records", Base.metadata,

@@ -78,7 +78,7 @@ class LimiterActor:
             self.core.set_settled(tenant, month_start(time.time()), 0, set(), time.monotonic(), limit)
             return
         if self._db is None:
-            from loraplex.db import make_engine
+            from loraplex.db.engine import make_engine
             self._db = make_engine(self.database_url)
         month = month_start(time.time())
         ids = self.core.unsettled_ids(tenant)

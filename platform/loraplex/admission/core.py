@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Optional
 
+from loraplex.accounting.period import month_bounds
+
 WINDOW_S = 60.0  # requests_per_minute / tokens_per_minute: buckets that refill over one minute
 
 # resource -> (TenantLimits field, the 429's error code)
@@ -39,14 +41,13 @@ def retry_after_s(deficit: float, rate_per_s: float) -> int:
 
 
 def next_month_start(now: float) -> float:
-    t = datetime.fromtimestamp(now, timezone.utc)
-    y, m = (t.year + 1, 1) if t.month == 12 else (t.year, t.month + 1)
-    return datetime(y, m, 1, tzinfo=timezone.utc).timestamp()
+    """Epoch seconds of the next UTC month (a monthly budget refills then)."""
+    return month_bounds(datetime.fromtimestamp(now, timezone.utc))[1].timestamp()
 
 
 def month_start(now: float) -> datetime:
-    t = datetime.fromtimestamp(now, timezone.utc)
-    return datetime(t.year, t.month, 1, tzinfo=timezone.utc)
+    """The UTC month `now` (epoch seconds) falls in: the monthly budget's key."""
+    return month_bounds(datetime.fromtimestamp(now, timezone.utc))[0]
 
 
 def too_big(n: float, field_name: str, limit: int) -> str:

@@ -19,7 +19,7 @@ from loraplex.contract import SSE_DONE, AdapterTarget, EngineCall, EngineChunk, 
 from loraplex.engine.shedding import LoadShedder
 from loraplex.engine.stream_batcher import DeadlineExceeded, StreamBatcher
 from loraplex.engine.vllm_engine import VLLMEngine
-from loraplex.metrics import Metrics
+from loraplex.metrics.recorder import Metrics
 from loraplex.metrics.publisher import Publisher
 from loraplex.routing.served_keys import KeyDemand, ServedKeys, adapter_stats, routing_stats
 
@@ -32,10 +32,10 @@ class Engine:
 
     async def __init__(self, config: PlatformConfig, engine_cls: type = VLLMEngine, metrics_sink=None,
                        home_node_id: str | None = None):
-        from loraplex.accounting import UsageLedger
+        from loraplex.accounting.ledger import UsageLedger
         from loraplex.cluster import check_model_on_this_node, check_on_replica, for_this_node
-        from loraplex.db import make_engine
-        from loraplex.registry import AdapterStore
+        from loraplex.db.engine import make_engine
+        from loraplex.registry.store import AdapterStore
         from loraplex.registry.catalog import AdapterCatalog
 
         try:
@@ -369,7 +369,7 @@ class Engine:
         # The database down: requests go on (they carry their AdapterTarget; blobs come from the
         # store); the poll says so once per outage and tries again each period. Pins travel the
         # same way; a replica that starts later pins at its first poll.
-        from loraplex.db import is_unavailable
+        from loraplex.db.unavailable import is_unavailable
 
         down = False
         while True:

@@ -13,7 +13,7 @@ from loraplex.errors import StatusError
 from loraplex.ingress.body_limit import limited
 from loraplex.ingress.errors import APIError
 from loraplex.ingress.tenant_context import TenantContext
-from loraplex.registry import group_by_name
+from loraplex.registry.catalog import group_by_name
 
 
 class AdapterRoutes:

@@ -12,7 +12,8 @@ from starlette.routing import Route
 
 from loraplex.ingress.auth import check_admin
 from loraplex.ingress.openai_routes import parse, read_json
-from loraplex.tenancy import Tenancy, TenantCreate, TenantUpdate
+from loraplex.tenancy.models import TenantCreate, TenantUpdate
+from loraplex.tenancy.service import Tenancy
 
 ADMIN_MAX_BODY_BYTES = 64 * 1024  # tenant bodies are a name and a few numbers
 

@@ -18,13 +18,15 @@ from loraplex.ingress.adapter_routes import AdapterRoutes
 from loraplex.ingress.admin_adapter_routes import AdminAdapterRoutes
 from loraplex.ingress.admin_routes import AdminRoutes
 from loraplex.ingress.auth import authenticate
+from loraplex.ingress.console_routes import console_routes
 from loraplex.errors import StatusError
 from loraplex.ingress.errors import error_response
 from loraplex.ingress.health_routes import HealthRoutes, ReplicaHealth
+from loraplex.ingress.latency_routes import LatencyRoutes
 from loraplex.ingress.openai_routes import OpenAIRoutes
 from loraplex.ingress.tenant_context import TenantContext
 from loraplex.ingress.usage_routes import UsageRoutes
-from loraplex.tenancy import Tenancy
+from loraplex.tenancy.service import Tenancy
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +88,8 @@ def build_ingress_app(
         routes += AdminAdapterRoutes(tenancy, registry, config.engine).routes()
     if accounting is not None and tenancy is not None:
         routes += UsageRoutes(accounting, tenants, tenancy).routes()
+        routes += LatencyRoutes(tenancy, accounting.db, config.slo, config.console).routes()
+    routes += console_routes()
 
     async def on_status_error(request: Request, exc: StatusError):
         return error_response(exc)

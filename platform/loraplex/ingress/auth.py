@@ -10,7 +10,9 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
 from loraplex.ingress.errors import APIError
-from loraplex.tenancy import ADMIN_TOKEN_ENV, WWW_AUTHENTICATE, Principal, Tenancy
+from loraplex.tenancy.config import ADMIN_TOKEN_ENV
+from loraplex.tenancy.models import Principal
+from loraplex.tenancy.service import WWW_AUTHENTICATE, Tenancy
 
 
 async def authenticate(request: Request, tenancy: Tenancy) -> Principal:

@@ -9,18 +9,18 @@ from ray import serve
 from loraplex.config import IngressDeploymentConfig, PlatformConfig
 from loraplex.ingress.app import build_ingress_app
 from loraplex.ingress.engine_client import ServeEngineClient
-from loraplex.metrics import Metrics
-from loraplex.metrics import process as process_metrics
+from loraplex.metrics.recorder import Metrics
+from loraplex.metrics import recorder as process_metrics
 from loraplex.metrics.publisher import Publisher
 
 
 class Ingress:
     def __init__(self, engine_handle, config: PlatformConfig, home_node_id: str | None = None):
-        from loraplex.accounting import Accounting
+        from loraplex.accounting.accounting import Accounting
         from loraplex.cluster import check_on_replica, for_this_node
-        from loraplex.db import make_engine
+        from loraplex.db.engine import make_engine
         from loraplex.registry.registry import build_registry
-        from loraplex.tenancy import Tenancy
+        from loraplex.tenancy.service import Tenancy
 
         # Node-local state away from the node the app was deployed on: refuse (loraplex/cluster.py).
         check_on_replica(config, home_node_id, "Ingress")

@@ -18,7 +18,7 @@ from loraplex.db.unavailable import StoreUnavailable, is_unavailable
 from loraplex.errors import StatusError
 from loraplex.ingress.errors import APIError
 from loraplex.ingress.last_known import LastKnown
-from loraplex.registry import group_by_name
+from loraplex.registry.catalog import group_by_name
 
 
 class TenantContext:

@@ -15,12 +15,17 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from loraplex.accounting import (Accounting, billing_export, cost_model_report, monthly_statement, parse_time,
-                                 period_bounds, rejection_counts, usage_report)
+from loraplex.accounting.accounting import Accounting
+from loraplex.accounting.billing_export import billing_export
+from loraplex.accounting.cost_model import cost_model_report
+from loraplex.accounting.period import month_bounds, parse_time, period_bounds
+from loraplex.accounting.rejections import rejection_counts
+from loraplex.accounting.report import usage_report
+from loraplex.accounting.statement import monthly_statement
 from loraplex.ingress.auth import check_admin
 from loraplex.ingress.errors import APIError
 from loraplex.ingress.tenant_context import TenantContext
-from loraplex.tenancy import Tenancy
+from loraplex.tenancy.service import Tenancy
 
 TENANT_GROUP_BY = ("day", "hour", "adapter", "model")
 ADMIN_GROUP_BY = (*TENANT_GROUP_BY, "tenant")
@@ -77,16 +82,19 @@ class UsageRoutes:
         acc = self.accounting
 
         def query():
-            report = usage_report(acc.db, acc.prices, start, end, group_by, tenant_id)
-            return report, (rejection_counts(acc.db, start, end, tenant_id) if fmt == "json" else [])
+            # Tenants by name next to their id: the rows grouped by tenant, and the refusals.
+            names = {t.id: t.name for t in self.tenancy.service.list_tenants()}
+            report = usage_report(acc.db, acc.prices, start, end, group_by, tenant_id, tenant_names=names)
+            return report, names, (rejection_counts(acc.db, start, end, tenant_id) if fmt == "json" else [])
 
-        report, rejections = await run_in_threadpool(query)
+        report, names, rejections = await run_in_threadpool(query)
         if fmt == "csv":
             return _csv(report.to_csv(), f"usage-{tenant_id or 'all'}-{start.date()}-{end.date()}.csv")
         # Requests refused before the engine (401/404/429/503...): diagnostics, never billed.
         # Counted per UTC hour: the hours starting in [start, end).
         return JSONResponse({**report.to_dict(), "rejections": [
-            {"tenant": r.tenant_id, "reason": r.reason, "count": r.count} for r in rejections]})
+            {"tenant": r.tenant_id, "tenant_name": names.get(r.tenant_id), "reason": r.reason, "count": r.count}
+            for r in rejections]})
 
     async def billing_export(self, request: Request) -> Response:
         check_admin(request, self.tenancy)
@@ -127,8 +135,7 @@ class UsageRoutes:
         report = await run_in_threadpool(cost_model_report, acc.db, start, end, gpu_hour_price=cm.gpu_hour_price,
                                          gpus=cm.gpus, window_s=cm.window_s, prices=acc.prices)
         body = {**report.to_dict(), "currency": acc.prices.currency,
-                # What tenants were billed minus what the GPUs cost over the same range.
-                "margin": str(report.revenue - report.gpu_cost) if report.revenue is not None else None}
+                "margin": None if report.margin is None else str(report.margin)}
         return JSONResponse(body)
 
     async def _known_tenant(self, tenant_id: str | None) -> str | None:
@@ -177,7 +184,7 @@ def _time_range(q: dict[str, str]) -> tuple[datetime, datetime]:
         end = _now()
     if start is None:
         try:
-            start = _month_start(end - timedelta(microseconds=1))
+            start, _ = month_bounds(end - timedelta(microseconds=1))
         except OverflowError:  # end=0001-01-01
             start = end
     if not start < end:
@@ -185,10 +192,6 @@ def _time_range(q: dict[str, str]) -> tuple[datetime, datetime]:
         raise APIError(400, f"`start` ({start.isoformat()}) must be before {what} ({end.isoformat()}); the range "
                             "is [start, end).", param="start")
     return start, end
-
-
-def _month_start(t: datetime) -> datetime:
-    return t.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
 
 
 def _period(q: dict[str, str]) -> str:

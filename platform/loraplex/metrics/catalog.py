@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from loraplex.metrics import buckets
-
 RAY_PREFIX = "ray_"  # what Ray's metrics agent puts in front of every name it exports
 
 # Label names.
@@ -21,6 +19,32 @@ TENANT, ADAPTER, STATUS, REASON, TIER, DECISION = "tenant", "adapter", "status",
 OTHER = "other"  # a tenant / adapter past the cardinality guard
 BASE = "base"  # adapter of a base-model request
 UNKNOWN = "-"  # tenant of a request refused before it had one (no or bad key); adapter before it was resolved
+
+# -- Histogram bucket boundaries (seconds), after the OpenTelemetry GenAI semantic conventions.
+# OpenTelemetry advises explicit boundaries for `gen_ai.server.time_to_first_token`,
+# `gen_ai.server.time_per_output_token` and `gen_ai.server.request.duration`. We keep its
+# boundaries from 10 ms up (nothing this platform measures from the ingress is faster), and extend
+# them where a loaded CPU replica or a long generation goes past them, so P50/P95/P99 stay inside
+# a finite bucket from 10 ms to 60 s (TPOT to 10 s): a quantile that falls in +Inf is only "above
+# the last bound".
+#
+# OpenTelemetry's advice, as published in the GenAI metrics conventions.
+OTEL_TIME_TO_FIRST_TOKEN = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
+                            5.0, 7.5, 10.0)
+OTEL_TIME_PER_OUTPUT_TOKEN = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
+OTEL_REQUEST_DURATION = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96,
+                         81.92)
+
+# TTFT: OTel's from 10 ms, then on to 60 s (a queued request on a busy replica).
+TIME_TO_FIRST_TOKEN = tuple(b for b in OTEL_TIME_TO_FIRST_TOKEN if b >= 0.01) + (15.0, 20.0, 30.0, 45.0, 60.0)
+# TPOT: OTel's, then 5 and 10 s (an overloaded CPU replica).
+TIME_PER_OUTPUT_TOKEN = OTEL_TIME_PER_OUTPUT_TOKEN + (5.0, 10.0)
+# End-to-end and queue time: OTel's request-duration doubling, two more steps to cover the
+# ingress's default 300 s deadline.
+REQUEST_DURATION = OTEL_REQUEST_DURATION + (163.84, 327.68)
+QUEUE_TIME = REQUEST_DURATION
+# Adapter loads: a local cache hit (ms) to a download from object storage (a minute).
+ADAPTER_LOAD = OTEL_REQUEST_DURATION
 
 
 @dataclass(frozen=True)
@@ -49,20 +73,20 @@ TENANT_LABELS = (TENANT, ADAPTER)
 TTFT = MetricSpec(
     "loraplex_time_to_first_token_seconds", "histogram", TENANT_LABELS,
     "Seconds from the request's arrival at the ingress to its first generated token (the usage record's ttft).",
-    buckets.TIME_TO_FIRST_TOKEN)
+    TIME_TO_FIRST_TOKEN)
 TPOT = MetricSpec(
     "loraplex_time_per_output_token_seconds", "histogram", TENANT_LABELS,
     "Seconds per output token after the first: (finish - first token) / (tokens of the longest choice - 1).",
-    buckets.TIME_PER_OUTPUT_TOKEN)
+    TIME_PER_OUTPUT_TOKEN)
 E2E = MetricSpec(
     "loraplex_e2e_request_latency_seconds", "histogram", TENANT_LABELS,
     "Seconds from the request's arrival at the ingress until the engine finished it, however it ended.",
-    buckets.REQUEST_DURATION)
+    REQUEST_DURATION)
 QUEUE = MetricSpec(
     "loraplex_queue_time_seconds", "histogram", TENANT_LABELS,
     "Seconds from the request's arrival at the ingress until vLLM first scheduled it (admission, routing, "
     "Serve's queue, vLLM's waiting queue).",
-    buckets.QUEUE_TIME)
+    QUEUE_TIME)
 PROMPT_TOKENS = MetricSpec(
     "loraplex_prompt_tokens_total", "counter", TENANT_LABELS,
     "Prompt tokens the engine processed, as billed (the usage records' prompt_tokens).")
@@ -112,7 +136,7 @@ ADAPTER_LOADS = MetricSpec(
 ADAPTER_LOAD_SECONDS = MetricSpec(
     "loraplex_adapter_load_seconds", "histogram", (),
     "Seconds one adapter load took (fetch + vLLM add_lora); the request waiting for it waits as long.",
-    buckets.ADAPTER_LOAD)
+    ADAPTER_LOAD)
 ADAPTER_EVICTIONS = MetricSpec(
     "loraplex_adapter_evictions_total", "counter", (REASON,),
     "Adapters that left the replica: reason=lru, evicted from vLLM's host cache to make room "

@@ -150,6 +150,7 @@ class _Tests:
             series += [_series(n.PROMPT_TOKENS, self.ramp(600, 12), tenant=tenant, adapter=""),   # to 12 min:
                        _series(n.CACHED_PROMPT_TOKENS, self.ramp(60, 12), tenant=tenant, adapter=""),  # the rule's
                        _series(n.COMPLETION_TOKENS, self.ramp(120, 12), tenant=tenant, adapter="")]    # 5m at 10m
+            # The recording rule's float arithmetic (promtool compares floats), not the ledger's money.
             cost = (9 * float(price.input) + float(price.cached_input) + 2 * float(price.output)) / 1e6
             samples.append({"labels": _sel(COST_RECORD, currency=pricing.currency, tenant=tenant), "value": cost})
         return self.case("Cost per second at list prices (overrides win)", series, [],

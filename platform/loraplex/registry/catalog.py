@@ -19,7 +19,10 @@ from sqlalchemy import (JSON, BigInteger, Column, Connection, Engine, Index, Int
                         UniqueConstraint, func, select, text, update)
 from sqlalchemy.exc import IntegrityError
 
-from loraplex.db import Base, Migration, UTCDateTime, migrate, write_transaction
+from loraplex.db.base import Base
+from loraplex.db.engine import write_transaction
+from loraplex.db.migrations import Migration, migrate
+from loraplex.db.types import UTCDateTime
 from loraplex.registry.store import NAME, AdapterNotFound
 
 adapter_versions = Table(

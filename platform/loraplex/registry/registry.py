@@ -38,7 +38,11 @@ class AdapterRegistry:
             blob = self.store.put(tenant, adapter)
             try:
                 version = self.catalog.add(tenant, name, blob.sha256, rank=adapter.rank,
-                                           target_modules=adapter.target_modules, base_model=adapter.base_model,
+                                           target_modules=adapter.target_modules,
+                                           # the served model it was validated against, by the name clients
+                                           # call it: the adapter's own base_model_name_or_path is a free-text
+                                           # hint (often a path on the trainer's disk)
+                                           base_model=self.validator.base.model_id,
                                            size_bytes=blob.size_bytes)
             except BaseException:
                 # No version row (the database is down, or refused it): no blob of ours left

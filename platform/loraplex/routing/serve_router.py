@@ -33,7 +33,7 @@ from ray.serve.request_router import (LocalityMixin, MultiplexMixin, PendingRequ
                                       RequestRouter, RunningReplica)
 
 from loraplex.contract import EngineCall
-from loraplex.metrics import process as process_metrics
+from loraplex.metrics import recorder as process_metrics
 from loraplex.routing.config import RoutingConfig
 from loraplex.routing.decision import FALLBACK, routing_decision
 from loraplex.routing.policy import RoutingPolicy

@@ -11,7 +11,10 @@ from typing import Any, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from sqlalchemy import JSON, CheckConstraint, Column, ForeignKey, Index, String, Table
 
-from loraplex.db import Base, Migration, UTCDateTime
+from loraplex.accounting.config import DEFAULT_PLAN  # noqa: F401  (a tenant's plan unless set)
+from loraplex.db.base import Base
+from loraplex.db.migrations import Migration
+from loraplex.db.types import UTCDateTime
 
 class TenantLimits(BaseModel):
     """A missing or null limit means unlimited; suspend the tenant to block it entirely."""
@@ -47,7 +50,6 @@ class TenantLimits(BaseModel):
 
 # Names end up in URLs, logs, CSV exports and metric labels: keep them plain.
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
-DEFAULT_PLAN = "default"
 
 
 class TenantCreate(BaseModel):

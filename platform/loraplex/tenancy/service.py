@@ -16,7 +16,8 @@ from pydantic import ValidationError
 from sqlalchemy import Engine, Row, select
 from sqlalchemy.exc import IntegrityError
 
-from loraplex.db import make_engine, migrate, write_transaction
+from loraplex.db.engine import make_engine, write_transaction
+from loraplex.db.migrations import migrate
 from loraplex.errors import StatusError
 from loraplex.tenancy.config import TenancyConfig
 from loraplex.tenancy.keys import KEY_SCHEME, MAX_KEY_CHARS, generate_key, hash_key, key_matches, key_prefix, new_id

@@ -1,7 +1,10 @@
 from datetime import timedelta
 from decimal import Decimal
 
-from loraplex.accounting import PriceBook, PricingConfig, UsageLedger, cost_model_report
+from loraplex.accounting.config import PricingConfig
+from loraplex.accounting.cost_model import cost_model_report
+from loraplex.accounting.ledger import UsageLedger
+from loraplex.accounting.pricing import PriceBook
 from loraplex.accounting.cost_model import per_million
 from usage_builders import T0, make_record
 

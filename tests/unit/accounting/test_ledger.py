@@ -11,7 +11,9 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from sqlalchemy import func, select
 
-from loraplex.accounting import SpoolLocked, UsageLedger, rejection_counts
+from loraplex.accounting.ledger import UsageLedger
+from loraplex.accounting.rejections import rejection_counts
+from loraplex.accounting.spool import SpoolLocked
 from loraplex.accounting.tables import usage_records, usage_rejections
 from usage_builders import make_record
 
@@ -54,7 +56,8 @@ def test_record_round_trips_through_the_database(db_url, tmp_path):
 CHILD = textwrap.dedent("""
     import os, signal, sys, time
     from datetime import datetime, timezone
-    from loraplex.accounting import UsageLedger, UsageRecord
+    from loraplex.accounting.ledger import UsageLedger
+    from loraplex.accounting.record import UsageRecord
     url, spool, mode, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     t = datetime(2026, 11, 3, 10, tzinfo=timezone.utc)
     rec = lambda i: UsageRecord(request_id=f"req-{i}", tenant_id="t1", base_model="m", prompt_tokens=10,
@@ -182,7 +185,7 @@ def test_dead_replicas_spool_is_adopted_by_a_sibling(db_url, tmp_path):
 
 def test_from_config_gives_each_replica_its_own_spool_with_the_configured_timings(tmp_path):
     from loraplex.accounting.config import AccountingConfig
-    from loraplex.db import make_engine
+    from loraplex.db.engine import make_engine
     cfg = AccountingConfig(spool_dir=str(tmp_path), sync_mode="always", fsync_interval_s=0.2,
                            flush_interval_s=3.0, flush_batch=7)
     ledger = UsageLedger.from_config(cfg, "Engine#a1:B-2.x_y", make_engine(f"sqlite:///{tmp_path}/x.db"))

@@ -3,7 +3,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from loraplex.accounting import UsageRecord
+from loraplex.accounting.record import UsageRecord
 from usage_builders import T0, make_record
 
 
@@ -37,7 +37,7 @@ def test_non_utc_times_are_normalised():
 
 
 def test_parse_time_and_period_bounds():
-    from loraplex.accounting import parse_time, period_bounds
+    from loraplex.accounting.period import parse_time, period_bounds
     assert parse_time("2026-11-03") == datetime(2026, 11, 3, tzinfo=timezone.utc)
     assert parse_time("2026-11-03T10:00:00Z") == T0
     assert parse_time("2026-11-03T11:00:00 01:00") == T0  # '+' decoded to ' ' by a query string

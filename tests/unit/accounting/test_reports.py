@@ -6,8 +6,12 @@ from decimal import Decimal
 
 import pytest
 
-from loraplex.accounting import (PriceBook, PricingConfig, Statement, TokenPrice, UsageLedger, billing_export,
-                                 event_id, monthly_statement, usage_report)
+from loraplex.accounting.billing_export import billing_export, event_id
+from loraplex.accounting.config import PricingConfig, TokenPrice
+from loraplex.accounting.ledger import UsageLedger
+from loraplex.accounting.pricing import PriceBook
+from loraplex.accounting.report import usage_report
+from loraplex.accounting.statement import Statement, monthly_statement
 from loraplex.accounting.statement import StatementLine
 from usage_builders import T0, make_record
 

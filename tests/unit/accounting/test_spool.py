@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from loraplex.accounting import SpoolLocked, UsageSpool
+from loraplex.accounting.spool import SpoolLocked, UsageSpool
 
 
 def test_append_rotate_read_discard(tmp_path):

@@ -1,7 +1,7 @@
 """Shared builders for accounting tests (a plain module: conftest.py is not importable by name)."""
 from datetime import datetime, timedelta, timezone
 
-from loraplex.accounting import UsageRecord
+from loraplex.accounting.record import UsageRecord
 
 T0 = datetime(2026, 11, 3, 10, 0, tzinfo=timezone.utc)
 

@@ -5,10 +5,10 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-from loraplex.accounting import UsageLedger
+from loraplex.accounting.ledger import UsageLedger
 from loraplex.admission.actor import LimiterActor
 from loraplex.admission.budget_source import month_to_date
-from loraplex.db import make_engine
+from loraplex.db.engine import make_engine
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "accounting"))
 from usage_builders import make_record  # noqa: E402

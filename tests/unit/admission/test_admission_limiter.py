@@ -10,7 +10,7 @@ from loraplex.admission.config import LimiterConfig
 from loraplex.admission.core import LimiterCore
 from loraplex.admission.limiter import OPEN, LimitExceeded, Limiter, LimiterUnavailable, LocalBackend
 from loraplex.contract import EngineCall, EngineChunk, EngineError
-from loraplex.tenancy import TenantLimits
+from loraplex.tenancy.models import TenantLimits
 
 
 class Clock:

@@ -13,12 +13,12 @@ from types import SimpleNamespace
 import pytest
 
 from db_outage import outage
-from loraplex.accounting import UsageLedger
+from loraplex.accounting.ledger import UsageLedger
 from loraplex.admission.actor import LimiterActor
 from loraplex.admission.config import LimiterConfig
 from loraplex.admission.limiter import Limiter, LimiterUnavailable
-from loraplex.db import make_engine
-from loraplex.tenancy import TenantLimits
+from loraplex.db.engine import make_engine
+from loraplex.tenancy.models import TenantLimits
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "accounting"))
 from usage_builders import make_record  # noqa: E402

@@ -4,7 +4,9 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from sqlalchemy import Column, Integer, MetaData, Table, inspect, select, text
 
-from loraplex.db import UTCDateTime, applied_versions, make_engine, migrate
+from loraplex.db.engine import make_engine
+from loraplex.db.migrations import applied_versions, migrate
+from loraplex.db.types import UTCDateTime
 from loraplex.db.migrations import Migration
 
 

@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import Column, Integer, MetaData, Table, select, update
 from sqlalchemy.exc import OperationalError
 
-from loraplex.db import make_engine, write_transaction
+from loraplex.db.engine import make_engine, write_transaction
 
 meta = MetaData()
 counter = Table("counter", meta, Column("id", Integer, primary_key=True), Column("value", Integer))

@@ -12,13 +12,13 @@ from typing import Any, Callable
 from starlette.applications import Starlette
 
 from fake_engine import FakeEngineClient
-from loraplex.accounting import Accounting
+from loraplex.accounting.accounting import Accounting
 from loraplex.config import PlatformConfig
-from loraplex.db import make_engine
+from loraplex.db.engine import make_engine
 from loraplex.ingress.app import build_ingress_app
-from loraplex.registry import BaseModelSpec
+from loraplex.registry.model_spec import BaseModelSpec
 from loraplex.registry.registry import build_registry
-from loraplex.tenancy import Tenancy, TenantService
+from loraplex.tenancy.service import Tenancy, TenantService
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "registry"))
 from registry_builders import SMOLLM2_CONFIG, lora_config, lora_tensors, tar_dir, write_adapter  # noqa: E402

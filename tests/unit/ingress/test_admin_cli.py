@@ -13,9 +13,9 @@ from fake_engine import FakeEngineClient
 from live_server import serving
 from loraplex.cli import main
 from loraplex.config import PlatformConfig
-from loraplex.db import make_engine
+from loraplex.db.engine import make_engine
 from loraplex.ingress.app import build_ingress_app
-from loraplex.tenancy import Tenancy, TenantService
+from loraplex.tenancy.service import Tenancy, TenantService
 
 ADMIN = "cli-admin-token"
 

@@ -6,10 +6,10 @@ from starlette.testclient import TestClient
 
 from fake_engine import FakeEngineClient
 from loraplex.config import PlatformConfig
-from loraplex.db import make_engine
+from loraplex.db.engine import make_engine
 from loraplex.ingress.app import build_ingress_app
 from loraplex.ingress.auth import authenticate
-from loraplex.tenancy import Tenancy, TenantService
+from loraplex.tenancy.service import Tenancy, TenantService
 
 ADMIN = "admin-secret-token"
 AUTH = {"Authorization": f"Bearer {ADMIN}"}

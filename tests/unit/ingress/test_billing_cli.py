@@ -12,13 +12,15 @@ import pytest
 
 from fake_engine import FakeEngineClient
 from live_server import serving
-from loraplex.accounting import Accounting, AccountingConfig, UsageRecord
+from loraplex.accounting.accounting import Accounting
+from loraplex.accounting.config import AccountingConfig
+from loraplex.accounting.record import UsageRecord
 from loraplex.cli import main
 from loraplex.config import PlatformConfig
-from loraplex.db import make_engine
+from loraplex.db.engine import make_engine
 from loraplex.ingress import usage_routes
 from loraplex.ingress.app import build_ingress_app
-from loraplex.tenancy import Tenancy, TenantService
+from loraplex.tenancy.service import Tenancy, TenantService
 
 ADMIN = "billing-cli-admin"
 UTC = timezone.utc
@@ -97,8 +99,13 @@ def test_usage_table_has_a_total_row_and_csv_is_the_servers(server, capsys):
 
     code, out, _ = run(capsys, "--url", server.url, "--admin-token", ADMIN, "usage", "--admin", "--group-by",
                        "tenant", "--start", "2026-10-01", "--end", "2026-11-01")
-    assert code == 0 and "TOTAL" in out and server.acme in out
-    assert "refused before the engine" in out and "rate_limited" in out
+    assert code == 0 and "TOTAL" in out
+    lines = out.splitlines()
+    assert lines[0].split()[:2] == ["TENANT", "TENANT_NAME"]
+    # Each tenant's name next to its id, in the usage rows and in the refusals.
+    assert [server.acme, "acme"] in [ln.split()[:2] for ln in lines]
+    assert "refused before the engine" in out and [server.acme, "acme", "rate_limited", "2"] in [
+        ln.split() for ln in lines]
 
     code, _, err = run(capsys, *tenant, "usage", "--start", "yesterday")
     assert code == 1 and "400" in err and "`start`" in err

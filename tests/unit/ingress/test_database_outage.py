@@ -152,7 +152,7 @@ def test_a_refused_request_during_outage_is_counted_as_store_unavailable(env):
         chat(client, "Bearer lpx-" + "u" * 43)
     platform.accounting.ledger.flush()
     report = client.get("/admin/usage", headers=ADMIN).json()
-    assert {"tenant": "-", "reason": "503:store_unavailable", "count": 1} in report["rejections"]
+    assert {"tenant": "-", "tenant_name": None, "reason": "503:store_unavailable", "count": 1} in report["rejections"]
 
 
 def test_readyz_degraded_while_cached_tenants_are_served(env):

@@ -563,7 +563,7 @@ def archive_of(target: Target) -> bytes:
         from registry_builders import SMOLLM2_CONFIG, lora_config, lora_tensors, tar_dir, write_adapter  # noqa
         import tempfile
 
-        from loraplex.registry import BaseModelSpec
+        from loraplex.registry.model_spec import BaseModelSpec
 
         spec = BaseModelSpec.from_config(SMOLLM2_CONFIG, BASE)
         with tempfile.TemporaryDirectory() as tmp:

@@ -11,15 +11,16 @@ from ray.serve.exceptions import BackPressureError
 from sqlalchemy import select
 from starlette.testclient import TestClient
 
-from loraplex.accounting import Accounting, rejection_counts
+from loraplex.accounting.accounting import Accounting
+from loraplex.accounting.rejections import rejection_counts
 from loraplex.accounting.tables import usage_records
 from loraplex.config import PlatformConfig
-from loraplex.db import make_engine
+from loraplex.db.engine import make_engine
 from loraplex.contract import EngineChunk, EngineError
 from loraplex.ingress.app import build_ingress_app
-from loraplex.metrics import Metrics
+from loraplex.metrics.recorder import Metrics
 from loraplex.metrics import catalog as c
-from loraplex.tenancy import Tenancy
+from loraplex.tenancy.service import Tenancy
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "metrics"))
 from fake_sink import FakeSink  # noqa: E402

@@ -8,12 +8,13 @@ import time
 import pytest
 from starlette.testclient import TestClient
 
-from loraplex.accounting import Accounting, rejection_counts
+from loraplex.accounting.accounting import Accounting
+from loraplex.accounting.rejections import rejection_counts
 from loraplex.config import PlatformConfig
-from loraplex.db import make_engine
+from loraplex.db.engine import make_engine
 from loraplex.contract import EngineChunk, EngineError
 from loraplex.ingress.app import build_ingress_app
-from loraplex.tenancy import Tenancy
+from loraplex.tenancy.service import Tenancy
 
 BASE = "SmolLM2-135M-Instruct"
 ADMIN = {"Authorization": "Bearer admin"}

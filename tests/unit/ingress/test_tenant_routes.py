@@ -9,18 +9,19 @@ import pytest
 from starlette.testclient import TestClient
 
 from fake_engine import FakeEngineClient
-from loraplex.accounting import Accounting, rejection_counts
+from loraplex.accounting.accounting import Accounting
+from loraplex.accounting.rejections import rejection_counts
 from loraplex.config import PlatformConfig
-from loraplex.db import make_engine
+from loraplex.db.engine import make_engine
 from loraplex.contract import AdapterTarget
 from loraplex.ingress.app import build_ingress_app
 from loraplex.registry.registry import build_registry
-from loraplex.tenancy import Tenancy, TenantService
+from loraplex.tenancy.service import Tenancy, TenantService
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "registry"))
 from registry_builders import SMOLLM2_CONFIG, lora_config, lora_tensors, tar_dir, write_adapter  # noqa: E402
 
-from loraplex.registry import BaseModelSpec  # noqa: E402
+from loraplex.registry.model_spec import BaseModelSpec  # noqa: E402
 
 BASE = "SmolLM2-135M-Instruct"
 
@@ -87,6 +88,9 @@ def test_upload_resolve_and_isolation(setup):
     first = upload(client, keys["acme"], "style", archives[4])
     assert first.status_code == 201, first.text
     assert first.json()["version"] == 1 and first.json()["rank"] == 4
+    # The served model's name, not what adapter_config.json claims (a hub id or the trainer's path).
+    assert first.json()["base_model"] == BASE
+    assert client.get("/v1/adapters", headers=keys["acme"]).json()["data"][0]["versions"][0]["base_model"] == BASE
     assert upload(client, keys["acme"], "style", archives[8]).json()["version"] == 2
     assert upload(client, keys["acme"], "style", archives[4]).json()["version"] == 1  # same weights
 

@@ -12,13 +12,15 @@ import pytest
 from starlette.testclient import TestClient
 
 from fake_engine import FakeEngineClient
-from loraplex.accounting import Accounting, AccountingConfig, UsageRecord
+from loraplex.accounting.accounting import Accounting
+from loraplex.accounting.config import AccountingConfig
+from loraplex.accounting.record import UsageRecord
 from loraplex.accounting.billing_export import EVENT_TYPE, METERS, event_id
 from loraplex.config import PlatformConfig
-from loraplex.db import make_engine
+from loraplex.db.engine import make_engine
 from loraplex.ingress import usage_routes
 from loraplex.ingress.app import build_ingress_app
-from loraplex.tenancy import Tenancy, TenantService
+from loraplex.tenancy.service import Tenancy, TenantService
 
 ADMIN = "usage-admin-token"
 AUTH = {"Authorization": f"Bearer {ADMIN}"}
@@ -199,21 +201,26 @@ def test_admin_usage_all_tenants_one_tenant_and_rejections(env):
     assert Decimal(body["total"]["cost"]) == expected_cost(env, "acme") + expected_cost(env, "globex")
     by_tenant = {r["tenant"]: r for r in body["rows"]}
     assert set(by_tenant) == {env.ids["acme"], env.ids["globex"]}
+    # Tenants by name next to their id.
+    assert {r["tenant_name"] for r in body["rows"]} == {"acme", "globex"}
+    assert all(env.ids[r["tenant_name"]] == r["tenant"] for r in body["rows"])
     assert Decimal(by_tenant[env.ids["globex"]]["cost"]) == expected_cost(env, "globex")
     assert sorted(body["rejections"], key=lambda r: r["tenant"]) == sorted(
-        [{"tenant": env.ids["acme"], "reason": "rate_limited", "count": 3},
-         {"tenant": "-", "reason": "invalid_api_key", "count": 1}], key=lambda r: r["tenant"])
+        [{"tenant": env.ids["acme"], "tenant_name": "acme", "reason": "rate_limited", "count": 3},
+         {"tenant": "-", "tenant_name": None, "reason": "invalid_api_key", "count": 1}], key=lambda r: r["tenant"])
 
     one = ok(env.client.get("/admin/usage", params={**OCT, "tenant": env.ids["acme"]}, headers=AUTH)).json()
     tenant_view = env.client.get("/v1/usage", params=OCT, headers=env.keys["acme"]).json()
     assert one["tenant"] == env.ids["acme"] and one["rows"] == tenant_view["rows"]
     assert one["total"] == tenant_view["total"]
-    assert one["rejections"] == [{"tenant": env.ids["acme"], "reason": "rate_limited", "count": 3}]
+    assert one["rejections"] == [{"tenant": env.ids["acme"], "tenant_name": "acme", "reason": "rate_limited",
+                                  "count": 3}]
 
     text = ok(env.client.get("/admin/usage", params={**OCT, "group_by": "tenant", "format": "csv"}, headers=AUTH),
               "text/csv").text
-    assert text.splitlines()[0] == "tenant,prompt_tokens,cached_prompt_tokens,completion_tokens,requests,cost"
-    assert len(text.splitlines()) == 3
+    assert text.splitlines()[0] == "tenant,tenant_name,prompt_tokens,cached_prompt_tokens,completion_tokens,requests,cost"
+    assert {r["tenant_name"]: r["tenant"] for r in csv.DictReader(io.StringIO(text))} == {
+        "acme": env.ids["acme"], "globex": env.ids["globex"]}
     error_of(env.client.get("/admin/usage", params={"tenant": "ten_nobody"}, headers=AUTH), 404)
 
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from loraplex.metrics import buckets as b
+from loraplex.metrics import catalog as b
 from loraplex.metrics import catalog as c
 
 

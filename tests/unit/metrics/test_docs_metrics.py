@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from loraplex.metrics import catalog as c
-from loraplex.metrics.outcomes import OUTCOMES
+from loraplex.metrics.request_metrics import OUTCOMES
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "metrics.md"
 ROW = re.compile(r"^\| `(ray_loraplex_[a-z0-9_]+)` \| (counter|gauge|histogram) \|([a-z, ]*)\|")

@@ -8,10 +8,10 @@ from fake_sink import FakeSink
 from loraplex.accounting.record import STATUSES
 from loraplex.engine.metering import Meter
 from loraplex.contract import AdapterTarget, EngineCall, RequestUsage
-from loraplex.metrics import DISABLED, Metrics
+from loraplex.metrics.recorder import DISABLED, Metrics
 from loraplex.metrics import catalog as c
 from loraplex.metrics.config import MetricsConfig
-from loraplex.metrics.outcomes import OUTCOMES, outcome
+from loraplex.metrics.request_metrics import OUTCOMES, outcome
 from loraplex.metrics.replica_metrics import NoReplicaMetrics
 from loraplex.metrics.request_metrics import NoRequestMetrics, RequestMetrics
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from registry_builders import REPO, SMOLLM2_CONFIG, lora_config, lora_tensors, write_adapter
 
-from loraplex.registry import AdapterValidator, BaseModelSpec
+from loraplex.registry.model_spec import BaseModelSpec
+from loraplex.registry.validator import AdapterValidator
 
 DEFAULT_MODEL = REPO / "models" / "SmolLM2-135M-Instruct"
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 from safetensors.numpy import save_file
 
-from loraplex.registry import BaseModelSpec
+from loraplex.registry.model_spec import BaseModelSpec
 
 REPO = Path(__file__).resolve().parents[3]
 

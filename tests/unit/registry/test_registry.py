@@ -6,9 +6,11 @@ import pytest
 from registry_builders import lora_config, lora_tensors, tar_dir, write_adapter, zip_dir
 
 from loraplex.config import RegistryConfig
-from loraplex.db import make_engine
-from loraplex.registry import (AdapterCatalog, AdapterNotFound, AdapterRegistry, AdapterStore, InvalidName,
-                               UploadTooLarge)
+from loraplex.db.engine import make_engine
+from loraplex.registry.archive import UploadTooLarge
+from loraplex.registry.catalog import AdapterCatalog
+from loraplex.registry.registry import AdapterRegistry
+from loraplex.registry.store import AdapterNotFound, AdapterStore, InvalidName
 
 
 def make_registry(tmp_path, validator, **limits) -> AdapterRegistry:

@@ -12,7 +12,7 @@ import pytest
 from registry_builders import tar_dir, tar_entries, zip_dir
 
 from loraplex.config import RegistryConfig
-from loraplex.registry import BadArchive, UploadTooLarge, extract_archive, save_upload
+from loraplex.registry.archive import BadArchive, UploadTooLarge, extract_archive, save_upload
 
 CONFIG = ("adapter_config.json", b"{}")
 

@@ -7,8 +7,9 @@ import threading
 
 import pytest
 
-from loraplex.db import make_engine
-from loraplex.registry import AdapterCatalog, AdapterNotFound, group_by_name
+from loraplex.db.engine import make_engine
+from loraplex.registry.catalog import AdapterCatalog, group_by_name
+from loraplex.registry.store import AdapterNotFound
 
 FACTS = {"rank": 8, "target_modules": ["q_proj", "v_proj"], "base_model": "SmolLM2-135M-Instruct",
          "size_bytes": 1234}

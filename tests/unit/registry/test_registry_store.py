@@ -9,7 +9,8 @@ import pytest
 from registry_builders import lora_config, lora_tensors, tar_dir, write_adapter, zip_dir
 
 from loraplex.config import RegistryConfig
-from loraplex.registry import AdapterNotFound, AdapterStore, InvalidName, extract_archive
+from loraplex.registry.archive import extract_archive
+from loraplex.registry.store import AdapterNotFound, AdapterStore, InvalidName
 from loraplex.registry.store import write_canonical
 
 

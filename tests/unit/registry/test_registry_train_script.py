@@ -8,8 +8,12 @@ import sys
 from registry_builders import REPO
 
 from loraplex.config import RegistryConfig
-from loraplex.db import make_engine
-from loraplex.registry import AdapterCatalog, AdapterRegistry, AdapterStore, AdapterValidator, BaseModelSpec
+from loraplex.db.engine import make_engine
+from loraplex.registry.catalog import AdapterCatalog
+from loraplex.registry.model_spec import BaseModelSpec
+from loraplex.registry.registry import AdapterRegistry
+from loraplex.registry.store import AdapterStore
+from loraplex.registry.validator import AdapterValidator
 
 
 def test_trained_archive_is_accepted(real_model_dir, tmp_path):

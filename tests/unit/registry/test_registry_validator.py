@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from registry_builders import lora_config, lora_tensors, write_adapter
 
-from loraplex.registry import AdapterValidator, BaseModelSpec, InvalidAdapter
+from loraplex.registry.model_spec import BaseModelSpec
+from loraplex.registry.validator import AdapterValidator, InvalidAdapter
 
 ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 

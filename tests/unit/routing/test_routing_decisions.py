@@ -6,10 +6,11 @@ from pathlib import Path
 import pytest
 
 from loraplex.contract import EngineCall
-from loraplex.metrics import Metrics, process
+from loraplex.metrics import recorder as process
+from loraplex.metrics.recorder import Metrics
 from loraplex.metrics import catalog as c
 from loraplex.metrics.config import MetricsConfig
-from loraplex.routing import rendezvous_order
+from loraplex.routing.rendezvous import rendezvous_order
 from loraplex.routing.decision import AFFINITY, FALLBACK, NEW_KEY, RANKED, SPILL, routing_decision
 from test_routing_serve_router import Broken, Chat, fleet, logged, make_router, route, tenant_call  # noqa: F401
 

@@ -1,8 +1,12 @@
 import pytest
 
 from loraplex.contract import EngineCall
-from loraplex.routing import (ReplicaSnapshot, RouteRequest, RoutingConfig, RoutingPolicy,
-                              TenantAffinityPolicy, policy_class, rendezvous_order)
+from loraplex.routing.config import RoutingConfig
+from loraplex.routing.policies import policy_class
+from loraplex.routing.policy import RoutingPolicy
+from loraplex.routing.rendezvous import rendezvous_order
+from loraplex.routing.snapshot import ReplicaSnapshot, RouteRequest
+from loraplex.routing.tenant_affinity import TenantAffinityPolicy
 
 
 def snaps(*loads, waiting=None):

@@ -1,7 +1,7 @@
 """A replica joining moves only the keys it wins (README, Routing): the real TenantAffinityRouter,
 driven as Serve drives it, with fake replicas at its edge (see test_routing_serve_router)."""
 
-from loraplex.routing import rendezvous_order
+from loraplex.routing.rendezvous import rendezvous_order
 
 from test_routing_serve_router import FakeReplica, fleet, make_router, route, tenant_call
 

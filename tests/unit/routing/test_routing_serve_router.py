@@ -13,7 +13,7 @@ from ray.serve.request_router import PendingRequest, RunningReplica
 
 from bench.routing.policies import POLICIES, serve_policy
 from loraplex.contract import AdapterTarget, EngineCall, affinity_key
-from loraplex.routing import rendezvous_order
+from loraplex.routing.rendezvous import rendezvous_order
 from loraplex.routing.bounded_load import load_bound
 from loraplex.routing.config import RoutingConfig
 from loraplex.routing.policy import RoutingPolicy

@@ -1,7 +1,7 @@
 import pytest
 
-from loraplex.db import make_engine
-from loraplex.tenancy import TenantService
+from loraplex.db.engine import make_engine
+from loraplex.tenancy.service import TenantService
 
 
 

@@ -7,8 +7,8 @@ the outage is every new connection failing with OperationalError (tests/db_outag
 import pytest
 
 from db_outage import outage
-from loraplex.db import StoreUnavailable
-from loraplex.tenancy import InvalidAPIKey, TenantSuspended
+from loraplex.db.unavailable import StoreUnavailable
+from loraplex.tenancy.service import InvalidAPIKey, TenantSuspended
 from loraplex.tenancy.config import KeyCacheConfig
 from loraplex.tenancy.key_cache import KeyCache
 

@@ -5,11 +5,11 @@ from unittest import mock
 import pytest
 from sqlalchemy import select
 
-from loraplex.db import applied_versions, make_engine
-from loraplex.tenancy import (
-    DuplicateTenantName, InvalidAPIKey, InvalidTenantField, TenancyConfig, TenantLimits, TenantService,
-    TenantSuspended, UnknownKey, UnknownTenant,
-)
+from loraplex.db.engine import make_engine
+from loraplex.db.migrations import applied_versions
+from loraplex.tenancy.config import TenancyConfig
+from loraplex.tenancy.models import TenantLimits
+from loraplex.tenancy.service import DuplicateTenantName, InvalidAPIKey, InvalidTenantField, TenantService, TenantSuspended, UnknownKey, UnknownTenant
 from loraplex.tenancy import keys as key_material
 from loraplex.tenancy.models import api_keys
 

@@ -10,7 +10,7 @@ from usage_builders import T0, make_record  # noqa: E402
 
 from bench.loadtest import trace_export  # noqa: E402
 from bench.loadtest import workload as wl  # noqa: E402
-from loraplex.accounting import UsageLedger  # noqa: E402
+from loraplex.accounting.ledger import UsageLedger  # noqa: E402
 
 
 def test_export_reads_usage_records_through_the_db_helpers(tmp_path):

@@ -8,7 +8,9 @@ from bench.routing.policies import POLICIES, make_policy, serve_policy
 from bench.routing.prefix_index import PrefixIndex, PrefixRequest
 from bench.routing.prefix_tree import PrefixTreePolicy
 from bench.routing.prompt_hashes import chain_hashes
-from loraplex.routing import ReplicaSnapshot, RouteRequest, RoutingConfig, rendezvous_order
+from loraplex.routing.config import RoutingConfig
+from loraplex.routing.rendezvous import rendezvous_order
+from loraplex.routing.snapshot import ReplicaSnapshot, RouteRequest
 
 
 def snaps(*loads, tokens=None):

@@ -6,7 +6,7 @@ from bench.routing.cache_aware import CacheAwarePolicy
 from bench.routing.prefix_tree import PrefixTreePolicy
 from bench.routing.prompt_hashes import chain_hashes, prompt_hashes, prompt_of
 from loraplex.contract import AdapterTarget, EngineCall
-from loraplex.routing import RoutingConfig
+from loraplex.routing.config import RoutingConfig
 
 
 @dataclass

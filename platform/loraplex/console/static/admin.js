@@ -1,0 +1,397 @@
+// The admin view: tenants (limits, status, keys, month-to-date usage), latency against the SLO,
+// Engine replicas, billing export status. Every action is an /admin route the CLI uses too.
+import { Session, download } from "./api.js";
+import { $, confirmAction, fillRows, h, number, say, signInForm, when } from "./ui.js";
+
+const session = new Session("loraplex.admin_token");
+const LIMITS = [
+  ["requests_per_minute", "Requests / minute"],
+  ["tokens_per_minute", "Tokens / minute"],
+  ["max_concurrent_requests", "Concurrent requests"],
+  ["monthly_token_budget", "Monthly token budget"],
+  ["priority", "Priority (0-100)"],
+];
+let tenants = [];
+let editing = null; // the tenant in the edit dialog
+let keysOf = null; // the tenant in the keys dialog
+
+// -- tenants ------------------------------------------------------------------------------------
+function limitInputs(fieldset, prefix) {
+  for (const [key, label] of LIMITS) {
+    fieldset.append(h("label", {}, label, h("input", {
+      id: `${prefix}-${key}`, type: "number", min: key === "priority" ? 0 : 1, max: key === "priority" ? 100 : null,
+      step: 1, inputmode: "numeric",
+    })));
+  }
+}
+
+function readLimits(prefix, { clearEmpty }) {
+  const limits = {};
+  for (const [key] of LIMITS) {
+    const raw = $(`#${prefix}-${key}`).value.trim();
+    if (raw !== "") limits[key] = Number(raw);
+    else if (clearEmpty) limits[key] = key === "priority" ? 0 : null; // null clears the limit
+  }
+  return limits;
+}
+
+function limitsText(limits) {
+  const short = { requests_per_minute: "rpm", tokens_per_minute: "tpm", max_concurrent_requests: "concurrent",
+    monthly_token_budget: "budget", priority: "priority" };
+  const parts = Object.entries(limits).filter(([k, v]) => v !== null && !(k === "priority" && v === 0))
+    .map(([k, v]) => `${short[k] || k} ${number(v)}`);
+  return parts.length ? parts.join(", ") : "unlimited";
+}
+
+async function loadTenants() {
+  const message = $("#tenants-message");
+  try {
+    const [list, usage] = await Promise.all([
+      session.json("/admin/tenants"),
+      session.json("/admin/usage?group_by=tenant"), // default range: this UTC month so far
+    ]);
+    tenants = list.data;
+    $("#mtd-currency").textContent = usage.currency;
+    const mtd = new Map(usage.rows.map((r) => [r.tenant, r]));
+    const rows = tenants.map((t) => {
+      const u = mtd.get(t.id);
+      const suspended = t.status === "suspended";
+      return h("tr", { "data-tenant": t.id, "data-name": t.name },
+        h("th", { scope: "row" }, t.name),
+        h("td", {}, h("code", {}, t.id)),
+        h("td", {}, t.plan),
+        h("td", {}, h("span", { class: `badge ${suspended ? "bad" : "good"}` }, t.status)),
+        h("td", { class: "limits-cell" }, limitsText(t.effective_limits)),
+        h("td", { class: "num" }, number(u ? u.prompt_tokens + u.completion_tokens : 0)),
+        h("td", { class: "num" }, u ? u.cost : "0"),
+        h("td", { class: "actions" },
+          h("button", { type: "button", class: "small secondary", "aria-label": `Edit ${t.name}`,
+            onclick: () => openEdit(t) }, "Edit"),
+          h("button", { type: "button", class: `small ${suspended ? "secondary" : "danger"}`,
+            "aria-label": `${suspended ? "Reactivate" : "Suspend"} ${t.name}`,
+            onclick: () => setStatus(t, suspended ? "active" : "suspended") }, suspended ? "Reactivate" : "Suspend"),
+          h("button", { type: "button", class: "small secondary", "aria-label": `Keys of ${t.name}`,
+            onclick: () => openKeys(t) }, "Keys")));
+    });
+    fillRows($("#tenants-table tbody"), rows, "No tenants yet: create one below.", 8);
+  } catch (err) {
+    say(message, err.message, "error");
+  }
+}
+
+async function createTenant(event) {
+  event.preventDefault();
+  const message = $("#tenants-message");
+  const body = { name: $("#create-name").value.trim(), plan: $("#create-plan").value.trim() || "default",
+    limits: readLimits("create", { clearEmpty: false }) };
+  try {
+    const tenant = await session.send("POST", "/admin/tenants", body);
+    say(message, `Created ${tenant.name} (${tenant.id}).`, "ok");
+    $("#create-form").reset();
+    await loadTenants();
+  } catch (err) {
+    say(message, err.message, "error");
+  }
+}
+
+async function setStatus(tenant, status) {
+  const message = $("#tenants-message");
+  if (status === "suspended" && !(await confirmAction(
+    `Suspend ${tenant.name}? Its keys get 403 from the next request on.`, "Suspend"))) return;
+  try {
+    await session.send("PATCH", `/admin/tenants/${encodeURIComponent(tenant.id)}`, { status });
+    say(message, `${tenant.name} is ${status}.`, "ok");
+    await loadTenants();
+  } catch (err) {
+    say(message, err.message, "error");
+  }
+}
+
+function openEdit(tenant) {
+  editing = tenant;
+  $("#edit-h").textContent = `Edit ${tenant.name}`;
+  $("#edit-plan").value = tenant.plan;
+  for (const [key] of LIMITS) {
+    const v = tenant.limits[key];
+    $(`#edit-${key}`).value = v === null || v === undefined || (key === "priority" && v === 0) ? "" : v;
+  }
+  say($("#edit-message"), "");
+  $("#edit").showModal();
+  $("#edit-plan").focus();
+}
+
+async function saveEdit(event) {
+  event.preventDefault();
+  try {
+    await session.send("PATCH", `/admin/tenants/${encodeURIComponent(editing.id)}`, {
+      plan: $("#edit-plan").value.trim(), limits: readLimits("edit", { clearEmpty: true }),
+    });
+    $("#edit").close();
+    say($("#tenants-message"), `Saved ${editing.name}.`, "ok");
+    await loadTenants();
+  } catch (err) {
+    say($("#edit-message"), err.message, "error");
+  }
+}
+
+// -- keys ---------------------------------------------------------------------------------------
+async function openKeys(tenant) {
+  keysOf = tenant;
+  $("#keys-h").textContent = `API keys of ${tenant.name}`;
+  $("#new-key-box").hidden = true;
+  $("#new-key").value = "";
+  say($("#keys-message"), "");
+  fillRows($("#keys-table tbody"), [], "Loading...", 5);
+  $("#keys").showModal();
+  $("#issue-key").focus();
+  await loadKeys();
+}
+
+async function loadKeys() {
+  try {
+    const body = await session.json(`/admin/tenants/${encodeURIComponent(keysOf.id)}/keys`);
+    const rows = body.data.map((k) => h("tr", { "data-key": k.id },
+      h("th", { scope: "row" }, h("code", {}, k.id)),
+      h("td", {}, h("code", {}, `${k.prefix}...`)),
+      h("td", {}, when(k.created_at)),
+      h("td", {}, h("span", { class: `badge ${k.revoked ? "bad" : "good"}` }, k.revoked ? "revoked" : "active")),
+      h("td", {}, k.revoked ? "" : h("button", { type: "button", class: "small danger", "aria-label": `Revoke ${k.id}`,
+        onclick: () => revokeKey(k) }, "Revoke"))));
+    fillRows($("#keys-table tbody"), rows, "No keys.", 5);
+  } catch (err) {
+    say($("#keys-message"), err.message, "error");
+  }
+}
+
+async function issueKey() {
+  try {
+    const key = await session.send("POST", `/admin/tenants/${encodeURIComponent(keysOf.id)}/keys`);
+    $("#new-key-box").hidden = false;
+    $("#new-key").value = key.key; // the only time it is ever shown: the server keeps its sha256
+    $("#new-key").select();
+    say($("#keys-message"), `Issued ${key.id}. Copy the key now: it is not shown again.`, "ok");
+    await loadKeys();
+  } catch (err) {
+    say($("#keys-message"), err.message, "error");
+  }
+}
+
+async function revokeKey(key) {
+  // The confirmation opens over the keys dialog (both modal, stacked).
+  if (!(await confirmAction(`Revoke ${key.id} (${key.prefix}...)? Requests with it get 401 from the next one on.`,
+    "Revoke"))) return;
+  try {
+    await session.send("DELETE", `/admin/keys/${encodeURIComponent(key.id)}`);
+    say($("#keys-message"), `Revoked ${key.id}.`, "ok");
+    await loadKeys();
+  } catch (err) {
+    say($("#keys-message"), err.message, "error");
+  }
+}
+
+// -- latency ------------------------------------------------------------------------------------
+function seconds(v) {
+  if (v === null || v === undefined) return "no requests";
+  return v >= 1 ? `${v.toFixed(2)} s` : `${(v * 1000).toFixed(v < 0.01 ? 2 : 0)} ms`;
+}
+
+async function loadLatency() {
+  const message = $("#latency-message");
+  try {
+    const body = await session.json("/admin/latency");
+    const source = body.source === "prometheus" ? "Prometheus" :
+      `the usage ledger's timestamps (${number(body.requests)} requests)`;
+    $("#latency-caption").textContent = `P95 over the last ${Math.round(body.window_s / 60)} minutes, from ${source}`;
+    const rows = [["ttft", "Time to first token"], ["tpot", "Time per output token"]].map(([k, label]) => {
+      const ok = body.within_slo[k];
+      return h("tr", { "data-metric": k },
+        h("th", { scope: "row" }, label),
+        h("td", { class: "num" }, seconds(body[`${k}_p95_s`])),
+        h("td", { class: "num" }, `${seconds(body.slo[`${k}_p95_s`])}`),
+        h("td", {}, ok === null ? "-" : h("span", { class: `badge ${ok ? "good" : "bad"}` }, ok ? "within SLO" : "over SLO")));
+    });
+    fillRows($("#latency-table tbody"), rows, "", 4);
+    say(message, body.prometheus_error ? `Prometheus did not answer, so these are from the ledger: ${body.prometheus_error}` : "",
+      body.prometheus_error ? "warn" : "info");
+  } catch (err) {
+    say(message, err.message, "error");
+  }
+}
+
+// -- replicas (GET /admin/replicas, where the server has it) ----------------------------------
+function cell(value) {
+  if (value === null || value === undefined) return "-";
+  if (Array.isArray(value)) {
+    if (value.length && typeof value[0] === "object") return objectsTable(value);
+    return value.length ? value.join(", ") : "none";
+  }
+  if (typeof value === "object") {
+    const entries = Object.entries(value);
+    if (entries.length && entries.every(([, v]) => v && typeof v === "object" && !Array.isArray(v))) {
+      return objectsTable(entries.map(([k, v]) => ({ "": k, ...v })));
+    }
+    return entries.length ? entries.map(([k, v]) => `${k}: ${typeof v === "object" ? JSON.stringify(v) : v}`).join(", ") : "none";
+  }
+  if (typeof value === "number" && !Number.isInteger(value)) return value.toFixed(3);
+  return String(value);
+}
+
+function objectsTable(items) {
+  const columns = [...new Set(items.flatMap((o) => Object.keys(o)))];
+  return h("table", { class: "inner" },
+    h("thead", {}, h("tr", {}, columns.map((c) => h("th", { scope: "col" }, c.replaceAll("_", " "))))),
+    h("tbody", {}, items.map((o) => h("tr", {}, columns.map((c) => h("td", {}, cell(o[c])))))));
+}
+
+function tenantLabel(id) {
+  const t = tenants.find((x) => x.id === id);
+  return t ? `${t.name} (${id})` : id;
+}
+
+// "ten_abc/pirate@<sha256>" (vLLM's adapter name) -> "acme/pirate@1a2b3c4d5e6f"
+function adapterLabel(name) {
+  const m = /^([^/]+)\/([^@]+)@([0-9a-f]+)$/.exec(name);
+  if (!m) return name;
+  const t = tenants.find((x) => x.id === m[1]);
+  return `${t ? t.name : m[1]}/${m[2]}@${m[3].slice(0, 12)}`;
+}
+
+const REPLICA_FIELDS = {
+  running: ["Running", number], waiting: ["Waiting (vLLM)", number], queued: ["Queued (fair queue)", number],
+  in_flight: ["In flight", number], dispatched: ["Dispatched", number],
+  dispatch_limit: ["Dispatch limit", (v) => (v === null ? "no fair queue" : number(v))],
+  kv_usage: ["KV cache used", (v) => `${(v * 100).toFixed(1)} %`],
+  reported_at: ["Reported", (v) => `${Math.max(0, Math.round(Date.now() / 1000 - v))} s ago`],
+};
+
+function replicaCard(replica, i) {
+  const id = replica.replica_id || replica.replica || replica.id || `replica ${i + 1}`;
+  const facts = [];
+  for (const [key, value] of Object.entries(replica)) {
+    if (["replica_id", "replica", "id", "tenants", "loaded_adapters"].includes(key)) continue;
+    const [label, format] = REPLICA_FIELDS[key] || [key.replaceAll("_", " "), cell];
+    facts.push(h("dt", {}, label), h("dd", {}, value === null || value === undefined ? "-" : format(value)));
+  }
+  const queues = Object.entries(replica.tenants || {});
+  const adapters = replica.loaded_adapters || [];
+  return h("article", { class: "card", "data-replica": id, "aria-label": `Replica ${id}` },
+    h("h3", {}, `Replica ${id}`),
+    h("dl", {}, facts),
+    h("h4", {}, "Tenants on it (fair-share queue per tenant)"),
+    queues.length ? h("table", { class: "inner" },
+      h("thead", {}, h("tr", {}, ["Tenant", "Queued", "Running", "Virtual token counter"].map((c, i) => h("th", { scope: "col", class: i ? "num" : null }, c)))),
+      h("tbody", {}, queues.map(([tenant, q]) => h("tr", { "data-queue-tenant": tenant },
+        h("th", { scope: "row" }, tenantLabel(tenant)), h("td", { class: "num" }, number(q.queued)),
+        h("td", { class: "num" }, number(q.running)), h("td", { class: "num" }, number(q.counter))))))
+      : h("p", { class: "help" }, "No tenant has requests on it now."),
+    h("h4", {}, "Loaded adapters"),
+    adapters.length ? h("ul", { class: "adapters" }, adapters.map((a) => h("li", {}, h("code", { title: a }, adapterLabel(a)))))
+      : h("p", { class: "help" }, "None."));
+}
+
+async function loadReplicas() {
+  const message = $("#replicas-message");
+  const list = $("#replicas-list");
+  list.replaceChildren();
+  const response = await fetch("/admin/replicas", { headers: session.headers() });
+  if (response.status === 404) {
+    say(message, "Not available: this server has no GET /admin/replicas (it answered 404).", "warn");
+    list.dataset.state = "unavailable";
+    return;
+  }
+  let body = null;
+  try {
+    body = await response.json();
+  } catch (e) {
+    body = null;
+  }
+  if (!response.ok) {
+    say(message, `Not available: ${response.status} ${(body && body.error && body.error.message) || response.statusText}`,
+      "warn");
+    list.dataset.state = "unavailable";
+    return;
+  }
+  const replicas = Array.isArray(body) ? body : body.data || body.replicas || [];
+  const extra = Array.isArray(body) ? {} : Object.fromEntries(Object.entries(body)
+    .filter(([k]) => !["data", "replicas", "object"].includes(k)));
+  say(message, replicas.length ? "" : "No Engine replica reported.");
+  if (Object.keys(extra).length) list.append(h("dl", { class: "summary" },
+    Object.entries(extra).flatMap(([k, v]) => [h("dt", {}, k.replaceAll("_", " ")), h("dd", {}, cell(v))])));
+  list.append(...replicas.map(replicaCard));
+  list.dataset.state = "shown";
+}
+
+// -- billing export -----------------------------------------------------------------------------
+function recentMonths(n) {
+  const now = new Date();
+  const months = [];
+  for (let i = 0; i < n; i += 1) {
+    const d = new Date(Date.UTC(now.getUTCFullYear(), now.getUTCMonth() - i, 1));
+    months.push(d.toISOString().slice(0, 7));
+  }
+  return months;
+}
+
+async function loadBilling() {
+  const rows = await Promise.all(recentMonths(3).map(async (period) => {
+    const path = `/admin/billing/export?period=${period}`;
+    try {
+      const response = await session.fetch(path);
+      const complete = response.headers.get("X-LoRAPlex-Export-Complete") === "true";
+      return h("tr", { "data-period": period },
+        h("th", { scope: "row" }, period),
+        h("td", {}, h("span", { class: `badge ${complete ? "good" : "warn"}` }, complete ? "complete" : "open")),
+        h("td", {}, response.headers.get("X-LoRAPlex-Export-Through") || "no final day yet"),
+        h("td", { class: "num" }, number(response.headers.get("X-LoRAPlex-Export-Events"))),
+        h("td", {}, h("button", { type: "button", class: "small secondary", "aria-label": `Download ${period} export`,
+          onclick: () => download(session, path, `loraplex-billing-${period}.jsonl`) }, "Download JSONL")));
+    } catch (err) {
+      return h("tr", {}, h("th", { scope: "row" }, period), h("td", { colspan: 4 }, err.message));
+    }
+  }));
+  fillRows($("#billing-table tbody"), rows, "", 5);
+}
+
+// -- page ---------------------------------------------------------------------------------------
+function showApp(signedIn) {
+  $("#signin").hidden = signedIn;
+  $("#app").hidden = !signedIn;
+  $("#sign-out").hidden = !signedIn;
+  $("#who").hidden = !signedIn;
+  if (!signedIn) $("#token").focus();
+}
+
+function init() {
+  limitInputs($("#create-limits"), "create");
+  limitInputs($("#edit-limits"), "edit");
+  $("#create-form").addEventListener("submit", createTenant);
+  $("#edit-form").addEventListener("submit", saveEdit);
+  $("#edit-cancel").addEventListener("click", () => $("#edit").close());
+  $("#issue-key").addEventListener("click", issueKey);
+  $("#keys-close").addEventListener("click", () => {
+    $("#new-key").value = ""; // the key leaves the page with the dialog
+    $("#keys").close();
+    loadTenants();
+  });
+  $("#copy-key").addEventListener("click", () => navigator.clipboard && navigator.clipboard.writeText($("#new-key").value));
+  signInForm({
+    session,
+    form: $("#signin-form"),
+    input: $("#token"),
+    message: $("#signin-message"),
+    signOutButton: $("#sign-out"),
+    verify: () => session.json("/admin/tenants"),
+    onSignedIn: async () => {
+      showApp(true);
+      const named = loadTenants(); // the replicas' tenants and adapters are shown by name
+      await Promise.all([named, loadLatency(), named.then(loadReplicas), loadBilling()]);
+      document.body.dataset.ready = "admin";
+    },
+    onSignedOut: () => {
+      showApp(false);
+      delete document.body.dataset.ready;
+    },
+  });
+}
+
+init();

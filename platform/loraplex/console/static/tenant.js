@@ -1,0 +1,249 @@
+// The tenant view: usage chart, adapters, playground. Every figure is from the tenant routes
+// (/v1/usage, /v1/adapters, /v1/models, /v1/chat/completions) with the tenant's own key.
+import { Session, download, streamChat } from "./api.js";
+import { $, addDays, bytes, confirmAction, fillRows, h, number, say, signInForm, utcDate, when } from "./ui.js";
+import { renderUsageChart } from "./usage_chart.js";
+
+const session = new Session("loraplex.tenant_key");
+let models = { base: null, adapters: [] };
+
+// -- usage --------------------------------------------------------------------------------------
+function usageQuery(format) {
+  const start = $("#usage-start").value;
+  const end = addDays($("#usage-end").value, 1); // the API's end is exclusive
+  return `/v1/usage?group_by=day&start=${start}&end=${end}${format ? `&format=${format}` : ""}`;
+}
+
+async function loadUsage() {
+  const message = $("#usage-message");
+  if ($("#usage-start").value > $("#usage-end").value) {
+    say(message, "The start date is after the end date.", "error");
+    return;
+  }
+  try {
+    const report = await session.json(usageQuery());
+    say(message, report.rows.length ? "" : "No requests finished in this range.");
+    renderUsage(report);
+  } catch (err) {
+    say(message, err.message, "error");
+  }
+}
+
+function renderUsage(report) {
+  $("#usage-currency").textContent = report.currency;
+  const rows = report.rows.map((r) => h("tr", {},
+    h("th", { scope: "row" }, r.day),
+    h("td", { class: "num" }, number(r.prompt_tokens)),
+    h("td", { class: "num" }, number(r.cached_prompt_tokens)),
+    h("td", { class: "num" }, number(r.completion_tokens)),
+    h("td", { class: "num" }, number(r.requests)),
+    h("td", { class: "num" }, r.cost)));
+  fillRows($("#usage-table tbody"), rows, "No usage in this range.", 6);
+  const t = report.total;
+  $("#total-prompt").textContent = number(t.prompt_tokens);
+  $("#total-cached").textContent = number(t.cached_prompt_tokens);
+  $("#total-completion").textContent = number(t.completion_tokens);
+  $("#total-requests").textContent = number(t.requests);
+  $("#total-cost").textContent = t.cost;
+  renderUsageChart($("#usage-chart"), report, $("#usage-start").value, $("#usage-end").value);
+}
+
+// -- adapters -----------------------------------------------------------------------------------
+async function loadAdapters() {
+  const body = await session.json("/v1/adapters");
+  const rows = [];
+  models.adapters = [];
+  for (const adapter of body.data) {
+    models.adapters.push(adapter.name);
+    for (const v of adapter.versions) {
+      const ref = `${v.name}@${v.version}`;
+      models.adapters.push(ref);
+      rows.push(h("tr", { "data-ref": ref },
+        h("th", { scope: "row" }, v.name),
+        h("td", { class: "num" }, v.version),
+        h("td", {}, h("code", { title: v.sha256 }, v.sha256.slice(0, 12))),
+        h("td", { class: "num" }, v.rank),
+        h("td", {}, v.base_model || "-"),
+        h("td", { class: "num" }, bytes(v.size_bytes)),
+        h("td", {}, when(v.created_at)),
+        h("td", {}, h("button", { type: "button", class: "danger small", "aria-label": `Delete ${ref}`,
+          onclick: () => deleteAdapter(ref) }, "Delete"))));
+    }
+  }
+  fillRows($("#adapters-table tbody"), rows, "No adapters yet: drop an archive above.", 8);
+  fillModelSelects();
+}
+
+async function deleteAdapter(ref) {
+  const message = $("#upload-message");
+  if (!(await confirmAction(`Delete ${ref}? New requests for it get 404 at once; running ones finish.`))) return;
+  try {
+    await session.send("DELETE", `/v1/adapters/${encodeURIComponent(ref)}`);
+    say(message, `Deleted ${ref}.`);
+    await loadAdapters();
+  } catch (err) {
+    say(message, err.message, "error");
+  }
+}
+
+function nameFromFile(file) {
+  const stem = file.name.replace(/\.(tar\.gz|tgz|zip)$/i, "");
+  return stem.replace(/[^A-Za-z0-9._-]+/g, "-").replace(/^[^A-Za-z0-9]+/, "").slice(0, 64) || "adapter";
+}
+
+async function upload(file) {
+  const message = $("#upload-message");
+  const name = $("#adapter-name").value.trim() || nameFromFile(file);
+  const form = new FormData();
+  form.append("name", name);
+  form.append("file", file, file.name);
+  say(message, `Uploading ${file.name} as ${name}...`);
+  try {
+    const version = await session.json("/v1/adapters", { method: "POST", body: form });
+    say(message, `Uploaded ${version.name}@${version.version} (sha256 ${version.sha256.slice(0, 12)}).`, "ok");
+    await loadAdapters();
+  } catch (err) {
+    // The validator's message as it is: it names the problem and the fix.
+    say(message, err.message, "error");
+    message.dataset.status = err.status;
+  }
+}
+
+function wireDropzone() {
+  const zone = $("#dropzone");
+  const input = $("#adapter-file");
+  zone.addEventListener("click", () => input.click());
+  zone.addEventListener("keydown", (event) => {
+    if (event.key === "Enter" || event.key === " ") {
+      event.preventDefault();
+      input.click();
+    }
+  });
+  for (const type of ["dragenter", "dragover"]) {
+    zone.addEventListener(type, (event) => {
+      event.preventDefault();
+      zone.classList.add("over");
+    });
+  }
+  zone.addEventListener("dragleave", () => zone.classList.remove("over"));
+  zone.addEventListener("drop", (event) => {
+    event.preventDefault();
+    zone.classList.remove("over");
+    const [file] = event.dataTransfer.files;
+    if (file) upload(file);
+  });
+  input.addEventListener("change", () => {
+    const [file] = input.files;
+    if (file) upload(file);
+    input.value = "";
+  });
+}
+
+// -- playground ---------------------------------------------------------------------------------
+async function loadModels() {
+  const body = await session.json("/v1/models");
+  const base = body.data.find((m) => !m.parent) || body.data[0];
+  models.base = base ? base.id : null;
+}
+
+// Left: the base model; right: the first adapter, until the user picks another.
+function fillModelSelects() {
+  const choices = [models.base, ...models.adapters].filter(Boolean);
+  for (const [id, fallback] of [["#model-a", models.base], ["#model-b", models.adapters[0] || models.base]]) {
+    const select = $(id);
+    const keep = select.dataset.chosen && choices.includes(select.value) ? select.value : fallback;
+    select.replaceChildren(...choices.map((c) => h("option", { value: c }, c === models.base ? `${c} (base model)` : c)));
+    select.value = keep;
+  }
+}
+
+let running = null;
+
+async function play(event) {
+  event.preventDefault();
+  const messages = [{ role: "user", content: $("#prompt").value }];
+  const maxTokens = Number($("#max-tokens").value) || 48;
+  running = new AbortController();
+  $("#send").disabled = true;
+  $("#stop").disabled = false;
+  await Promise.all(["a", "b"].map((pane) => runPane(pane, messages, maxTokens, running.signal)));
+  $("#send").disabled = false;
+  $("#stop").disabled = true;
+}
+
+async function runPane(pane, messages, maxTokens, signal) {
+  const out = $(`#reply-${pane}`);
+  const meta = $(`#meta-${pane}`);
+  const model = $(`#model-${pane}`).value;
+  out.textContent = "";
+  out.dataset.state = "streaming";
+  meta.textContent = `${model}: waiting for the first token...`;
+  const started = performance.now();
+  let first = null;
+  try {
+    const usage = await streamChat(session, {
+      model, messages, maxTokens, signal,
+      onDelta: (text) => {
+        if (first === null) first = performance.now();
+        out.textContent += text;
+      },
+    });
+    const ttft = first === null ? "-" : `${((first - started) / 1000).toFixed(2)} s`;
+    meta.textContent = `${model}: first token after ${ttft}` +
+      (usage ? `, ${usage.prompt_tokens} prompt + ${usage.completion_tokens} completion tokens` : "");
+    out.dataset.state = "done";
+  } catch (err) {
+    out.dataset.state = "error";
+    meta.textContent = signal.aborted ? `${model}: stopped` : `${model}: ${err.status || ""} ${err.message}`;
+  }
+}
+
+// -- page ---------------------------------------------------------------------------------------
+function showApp(signedIn) {
+  $("#signin").hidden = signedIn;
+  $("#app").hidden = !signedIn;
+  $("#sign-out").hidden = !signedIn;
+  $("#who").hidden = !signedIn;
+  if (!signedIn) $("#token").focus();
+}
+
+function init() {
+  const today = utcDate(new Date());
+  $("#usage-start").value = `${today.slice(0, 8)}01`;
+  $("#usage-end").value = today;
+  $("#usage-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    loadUsage();
+  });
+  $("#usage-csv").addEventListener("click", async () => {
+    try {
+      await download(session, usageQuery("csv"), "usage.csv");
+    } catch (err) {
+      say($("#usage-message"), err.message, "error");
+    }
+  });
+  wireDropzone();
+  $("#play-form").addEventListener("submit", play);
+  for (const id of ["#model-a", "#model-b"]) $(id).addEventListener("change", (e) => { e.target.dataset.chosen = "1"; });
+  $("#stop").addEventListener("click", () => running && running.abort());
+  signInForm({
+    session,
+    form: $("#signin-form"),
+    input: $("#token"),
+    message: $("#signin-message"),
+    signOutButton: $("#sign-out"),
+    verify: loadModels,
+    onSignedIn: async () => {
+      $("#who").textContent = "Signed in with a tenant API key";
+      showApp(true);
+      await Promise.all([loadUsage(), loadAdapters()]);
+      document.body.dataset.ready = "tenant";
+    },
+    onSignedOut: () => {
+      showApp(false);
+      delete document.body.dataset.ready;
+    },
+  });
+}
+
+init();

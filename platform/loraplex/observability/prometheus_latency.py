@@ -1,0 +1,54 @@
+"""TTFT / TPOT P95 over a window, asked of a Prometheus HTTP API (`/api/v1/query`): the figures
+the alert rules judge, from the same PromQL (promql.quantile over the `loraplex_*` histograms)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import httpx
+
+from loraplex.observability import names as n
+from loraplex.observability.promql import duration, quantile
+
+
+class PrometheusUnavailable(Exception):
+    """Prometheus did not answer, or answered something that is not a query result."""
+
+
+@dataclass
+class PrometheusLatency:
+    ttft_p95_s: Optional[float]  # None: no request in the window (the quantile has no value)
+    tpot_p95_s: Optional[float]
+
+
+def latency_queries(window_s: int, q: float = 0.95) -> dict[str, str]:
+    window = duration(window_s)
+    return {"ttft_p95_s": quantile(q, n.TTFT, window), "tpot_p95_s": quantile(q, n.TPOT, window)}
+
+
+async def prometheus_latency(base_url: str, window_s: int, timeout_s: float, q: float = 0.95,
+                             transport: httpx.AsyncBaseTransport | None = None) -> PrometheusLatency:
+    values: dict[str, Optional[float]] = {}
+    async with httpx.AsyncClient(base_url=base_url.rstrip("/"), timeout=timeout_s, transport=transport) as client:
+        for field, promql in latency_queries(window_s, q).items():
+            try:
+                response = await client.get("/api/v1/query", params={"query": promql})
+                body = response.json()
+            except (httpx.HTTPError, ValueError) as exc:
+                raise PrometheusUnavailable(f"{base_url}: {type(exc).__name__}: {exc}") from exc
+            if response.status_code != 200 or body.get("status") != "success":
+                raise PrometheusUnavailable(f"{base_url} answered {response.status_code}: "
+                                            f"{body.get('error') or response.text[:200]}")
+            values[field] = _scalar(body)
+    return PrometheusLatency(**values)
+
+
+def _scalar(body: dict) -> Optional[float]:
+    """The one sample of an instant-vector answer; None when empty or NaN (no requests)."""
+    result = body.get("data", {}).get("result") or []
+    if not result:
+        return None
+    value = float(result[0]["value"][1])
+    return None if math.isnan(value) or math.isinf(value) else value
