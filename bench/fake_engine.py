@@ -48,18 +48,25 @@ class _StepClock:
 
 
 class _NoAdapters:
-    targets: dict = {}
+    """The fake serves the base model only: it holds no adapter (contract.EngineAdapters)."""
 
-    def loaded_ids(self) -> list:
+    def __init__(self):
+        self.targets: dict = {}
+
+    def loaded_ids(self) -> list[int]:
         return []
 
-    async def retire(self, ids) -> None:
+    async def retire(self, lora_int_ids: set[int]) -> None:
         pass
+
+    def note_resident(self, lora_int_ids: set[int], sampled_at: float = float("inf")) -> int:
+        return 0
 
 
 class BenchmarkFakeEngine:
-    """The engine interface the Engine deployment calls, emitting tokens itself (no model, no
-    vLLM). `config.engine_kwargs["benchmark_token_interval_s"]`: seconds per token (0: instant)."""
+    """A fake of contract.EngineBackend (the engine the Engine deployment drives), emitting tokens
+    itself (no model, no vLLM); tests/unit/test_contract.py checks it against the Protocol.
+    `config.engine_kwargs["benchmark_token_interval_s"]`: seconds per token (0: instant)."""
 
     def __init__(self, config, replica_id: str = "", adapter_store=None, metrics=None):
         self.model = config.model_id
@@ -126,7 +133,7 @@ class BenchmarkFakeEngine:
         usage.finish_reason = usage.status = "length"
         usage.finish_time = time.time()
 
-    async def probe(self) -> float:
+    async def probe(self, timeout_s: float = 60.0) -> float:
         self.probes_done += 1
         self._last = time.time()
         return 0.0
@@ -137,6 +144,9 @@ class BenchmarkFakeEngine:
     def num_unfinished_requests(self) -> int:
         return self._running
 
-    async def list_models(self) -> dict:
+    async def resident_adapter_ids(self) -> set[int]:
+        return set()
+
+    async def base_models(self) -> dict:
         return {"object": "list", "data": [{"id": self.model, "object": "model", "owned_by": "loraplex",
                                             "root": self.model, "parent": None}]}

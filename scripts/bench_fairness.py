@@ -5,8 +5,9 @@ off and on, side by side in one run; one table per scenario.
     python scripts/bench_fairness.py [--duration 45] [--short 20] [--port 8011] [--out FILE]
 
 Each variant is its own `serve run` of the shipped config (fresh database and spool; pieces in
-bench/loadtest/targets.py): `off` (fair_queue.enabled: false), `on` (as shipped: adaptive
-limit) and, for the goodput table only, `on@max_num_seqs` (dispatch_limit = max_num_seqs).
+bench/loadtest/targets.py): `off` (fair_queue.enabled: false), `on` (the shipped fair_queue:
+a fixed dispatch_limit 8 on the CPU profile; the run in docs/benchmarks.md was made while it was
+adaptive) and, for the goodput table only, `on@max_num_seqs` (dispatch_limit = max_num_seqs).
 The config adds one plan, `heavy` (weight 2), for the weights scenario. Prompts are ShareGPT
 openings (bench/fairness.py); every request makes exactly max_tokens (ignore_eos).
 
@@ -21,11 +22,11 @@ Scenarios (--duration s each loaded phase, --short s for the light ones alone):
 - many tenants: 20 tenants, Zipf(1) Poisson demand summing to 2x capacity: Jain's index of
   served output tokens against the max-min fair allocation of what was served in total;
 - goodput: one tenant, 16 in flight: output tok/s of requests within the `slo:` TTFT and TPOT
-  targets, and raw output tok/s, for off / on@max_num_seqs / on (SLO-sized);
+  targets, and raw output tok/s, for off / on@max_num_seqs / on (as shipped);
 - the queue's own cost: µs per request of the Engine's queue glue with an instant fake engine.
 Requests still running GRACE_S (45 s) after a phase's end are cut (the client goes away) and
 count as neither served nor refused; rates divide by the phase's seconds including that grace.
-Run it alone on the machine (HEAVY_EXCLUSIVE=1 /work/coord/heavy ...): ~25 min.
+Run it alone on the machine (nothing else using the CPU): ~25 min.
 """
 
 from __future__ import annotations

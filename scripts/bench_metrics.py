@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/ sits at t
 from bench.fake_engine import BenchmarkFakeEngine  # noqa: E402
 from bench.percentile import percentile  # noqa: E402
 from bench.processes import free_port  # noqa: E402
-from bench.stream.platform import ADMIN, APP, platform_args, stub_model_dir, wait_http  # noqa: E402
+from bench.stream.platform import ADMIN, APP, deploy_platform, platform_args, stub_model_dir, wait_http  # noqa: E402
 
 
 # -- 1. the replica path, in-process -------------------------------------------------------------
@@ -140,18 +140,6 @@ async def replica_path(args, state: Path, model_dir: Path) -> list[dict]:
 
 
 # -- 2. the platform over HTTP -------------------------------------------------------------------
-def deploy(args_dict: dict) -> None:
-    from ray import serve
-
-    from loraplex.config import PlatformConfig
-    from loraplex.engine.deployment import engine_deployment
-    from loraplex.ingress.deployment import ingress_deployment
-
-    cfg = PlatformConfig.from_args(args_dict)
-    engine = engine_deployment(cfg.engine_deployment).bind(cfg, BenchmarkFakeEngine)
-    serve.run(ingress_deployment(cfg.ingress).bind(engine, cfg), name=APP, route_prefix="/", blocking=False)
-
-
 def tenant_keys(base_url: str, n: int) -> list[str]:
     import httpx
 
@@ -205,7 +193,7 @@ def platform(args, state: Path, model_dir: Path, model: str) -> list[dict]:
         for on in (False, True):
             d = platform_args(state, model_dir, 0.0, {}, args.concurrency)
             d["metrics"] = {"enabled": on}
-            deploy(d)
+            deploy_platform(d)
             wait_http(base_url, "/readyz")
             keys = keys or tenant_keys(base_url, args.tenants)  # one database: tenants outlive redeploys
             asyncio.run(closed_loop(base_url, keys, model, args.concurrency, 3.0, args.platform_tokens))  # warm-up

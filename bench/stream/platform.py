@@ -50,17 +50,14 @@ def platform_args(state: Path, model_dir: Path, interval: float, streaming: dict
     }
 
 
-def deploy_platform(args: dict):
+def deploy_platform(args: dict, engine_cls: type = BenchmarkFakeEngine):
+    """The platform for `args` with the fake engine, through build_platform (the one composition
+    root: cluster checks and the admin-token pin included), into the running Serve."""
     from ray import serve
 
-    from loraplex.config import PlatformConfig
-    from loraplex.engine.deployment import engine_deployment
-    from loraplex.ingress.deployment import ingress_deployment
+    from loraplex.app import build_platform
 
-    # build_app's binding, with the fake engine class as the Engine's second init argument.
-    cfg = PlatformConfig.from_args(args)
-    engine = engine_deployment(cfg.engine_deployment).bind(cfg, BenchmarkFakeEngine)
-    serve.run(ingress_deployment(cfg.ingress).bind(engine, cfg), name=APP, route_prefix="/", blocking=False)
+    serve.run(build_platform(args, engine_cls=engine_cls), name=APP, route_prefix="/", blocking=False)
 
 
 def wait_http(base_url: str, path: str, timeout_s: float = 300) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from pathlib import Path
 from typing import Any, Literal, Optional
 
@@ -9,12 +10,179 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from loraplex.accounting.config import AccountingConfig
 from loraplex.console.config import ConsoleConfig
-from loraplex.engine.fair_queue import FairQueueConfig
-from loraplex.engine.shedding import SheddingConfig
 from loraplex.metrics.config import MetricsConfig
-from loraplex.observability.slo import SloConfig
 from loraplex.routing.config import RoutingConfig
 from loraplex.tenancy.config import TenancyConfig
+
+
+
+
+class AdaptiveLimitConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    initial: int = Field(4, ge=1, description="The adaptive dispatch limit at start.")
+    ttft_s: Optional[float] = Field(
+        None, gt=0, description="Target time from dispatch to first token; None: the `slo:` ttft_p95_s.")
+    tpot_s: Optional[float] = Field(
+        None, gt=0, description="Target time per output token; None: the `slo:` tpot_p95_s.")
+    window: int = Field(20, ge=1, description="Finished requests per decision to raise or lower the limit.")
+    slow_share: float = Field(
+        0.05, ge=0, lt=1, description="Share of a window's requests over a target that lowers the limit (p95: 0.05).")
+    backoff: float = Field(0.75, gt=0, lt=1, description="The limit is multiplied by this when lowered.")
+
+
+class SheddingConfig(BaseModel):
+    """When an Engine replica refuses new requests, by the tenant's priority."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(True, description="Refuse new work when the replica is overloaded.")
+    shed_requests: int = Field(
+        48, ge=0,
+        description="Requests in flight on a replica (running + waiting in vLLM) at which "
+        "priority-0 requests are refused. Above max_num_seqs they wait: this bounds the wait.",
+    )
+    max_requests: int = Field(
+        128, ge=0, description="Requests in flight at which every request is refused (priority 100); "
+        "priorities in between are refused at a linear share of the way.",
+    )
+    requests_by_priority: Optional[dict[int, int]] = Field(
+        None,
+        description="Requests in flight on a replica at which each listed priority is refused, "
+        "e.g. {0: 1, 50: 2, 100: 8}: a priority between two listed ones is refused at the linear "
+        "share of the way, one below the lowest or above the highest at that point's count. "
+        "Replaces shed_requests / max_requests when set; counts may not fall as priority rises.",
+    )
+    shed_kv_usage: float = Field(
+        0.95, gt=0, le=1, description="KV-cache usage (0..1) at which priority-0 requests are refused."
+    )
+    max_kv_usage: float = Field(1.0, gt=0, le=1, description="KV-cache usage at which every request is refused.")
+    retry_after_s: int = Field(2, ge=1, description="Retry-After of a shed request, in seconds.")
+    sample_period_s: float = Field(
+        0.25, gt=0, description="How long the replica reuses one reading of vLLM's KV-usage gauge."
+    )
+
+    @field_validator("requests_by_priority")
+    @classmethod
+    def _ladder(cls, value: Optional[dict[int, int]]) -> Optional[dict[int, int]]:
+        if value is None:
+            return None
+        if not value:
+            raise ValueError("requests_by_priority needs at least one priority: count")
+        if any(not 0 <= p <= 100 for p in value) or any(n < 0 for n in value.values()):
+            raise ValueError("requests_by_priority: priorities are 0..100 and counts at least 0")
+        counts = [value[p] for p in sorted(value)]
+        if counts != sorted(counts):
+            raise ValueError("requests_by_priority: a higher priority may not be refused at fewer requests "
+                             f"in flight than a lower one (got {value})")
+        return {p: value[p] for p in sorted(value)}  # in priority order: requests_limit bisects it
+
+    def requests_limit(self, priority: int) -> float:
+        """Requests in flight at which a request of this priority is refused."""
+        p = min(max(priority, 0), 100)
+        if self.requests_by_priority is None:
+            return self.shed_requests + (self.max_requests - self.shed_requests) * p / 100
+        ladder = self.requests_by_priority
+        priorities = list(ladder)  # in order: the validator sorted them
+        i = bisect_right(priorities, p)
+        if i == 0 or i == len(priorities):
+            return ladder[priorities[min(i, len(priorities) - 1)]]
+        p0, p1 = priorities[i - 1], priorities[i]
+        return ladder[p0] + (ladder[p1] - ladder[p0]) * (p - p0) / (p1 - p0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "SheddingConfig":
+        if self.max_requests < self.shed_requests or self.max_kv_usage < self.shed_kv_usage:
+            raise ValueError("max_requests / max_kv_usage must be at least shed_requests / shed_kv_usage")
+        return self
+
+
+class FairQueueConfig(BaseModel):
+    """The per-tenant fair queue of each Engine replica (VTC; docs/operations.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(True, description="Queue per tenant and dispatch fairly; false: every "
+                          "request goes to vLLM at once (only shedding bounds it).")
+    dispatch_limit: Optional[int] = Field(
+        None, ge=1,
+        description="Requests this replica runs in vLLM at once (running + waiting there). None: "
+        "adaptive between 1 and max_num_seqs, from the measured TTFT/TPOT against `adaptive`'s targets.",
+    )
+    newcomer_slots: int = Field(
+        2, ge=0,
+        description="Slots above the dispatch limit (never above max_num_seqs) that only a tenant "
+        "with nothing running may take: its request starts at once instead of waiting for a slot.",
+    )
+    max_queued: int = Field(
+        24, ge=1,
+        description="Requests queued on a replica at most; past it the newest request of the tenant "
+        "furthest over its share is refused (503, reason fair_share). Keep max_queued + max_num_seqs "
+        "+ newcomer_slots under the Engine's max_ongoing_requests, or Serve queues by arrival first.",
+    )
+    aging_s: float = Field(
+        10.0, gt=0,
+        description="A request queued this long ranks with the top priority tier: no tier starves.",
+    )
+    prompt_token_cost: float = Field(1.0, ge=0, description="Virtual-counter cost of one prompt token.")
+    completion_token_cost: float = Field(
+        2.0, ge=0, description="Virtual-counter cost of one completion token (the paper's 2: a decode "
+        "step costs more than a prefill token).")
+    deadline_margin_s: float = Field(
+        0.5, ge=0,
+        description="A queued request whose deadline is this close is refused (503, reason "
+        "queue_deadline, never billed) rather than started too late to finish.",
+    )
+    retry_after_s: int = Field(2, ge=1, description="Retry-After of a request the queue refuses, in seconds.")
+    adaptive: AdaptiveLimitConfig = Field(
+        default_factory=AdaptiveLimitConfig,
+        description="How the dispatch limit adapts when dispatch_limit is None.",
+    )
+
+# The service-level objectives the alert rules and the dashboard are generated from. Nothing in
+# the replicas reads them: `python -m loraplex.observability` turns them (with the rest of
+# PlatformConfig: replica counts, prices) into Prometheus rules and a Grafana dashboard, so the
+# targets live in serve_config.yaml once and the alerts never drift from them. Pick latency
+# targets on a bucket boundary of the latency histograms: P95 is interpolated inside a bucket.
+class SloConfig(BaseModel):
+    """Targets and alert thresholds. The defaults suit the CPU profile (serve_config.yaml)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ttft_p95_s: float = Field(
+        2.5, gt=0, description="Time to first token, 95th percentile over all tenants, in seconds: "
+        "alert LoraplexTTFTOverSLO fires above it.")
+    tpot_p95_s: float = Field(
+        0.3, gt=0, description="Time per output token (decode pace), 95th percentile, in seconds: "
+        "alert LoraplexTPOTOverSLO fires above it.")
+    availability: float = Field(
+        0.99, gt=0, lt=1, description="Share of requests that must not fail or be shed (30-day "
+        "objective). LoraplexErrorBudgetBurn fires when failures burn its budget 14.4x too fast "
+        "(over 1 h and 5 min alike): the month's budget would be gone in about 2 days.")
+    error_rate: float = Field(
+        0.05, gt=0, le=1, description="Share of engine requests ending in an error or timeout "
+        "(over window_s) above which LoraplexErrorRateHigh fires.")
+    shed_rate: float = Field(
+        0.05, gt=0, le=1, description="Share of requests refused with 503 (load shedding, full "
+        "queues) above which LoraplexShedRateHigh fires.")
+    kv_usage_alert: float = Field(
+        0.9, gt=0, le=1, description="KV-cache usage (0..1) of a replica above which "
+        "LoraplexKVCacheNearlyFull fires: preemption is near, the earliest capacity alarm.")
+    spool_flush_max_age_s: int = Field(
+        120, gt=0, description="A replica whose usage spool has not been copied into the "
+        "database for this long fires LoraplexUsageSpoolNotFlushing (it flushes every "
+        "accounting.flush_interval_s when healthy).")
+    window_s: int = Field(
+        300, ge=60, description="Rate window of the latency, error and shed alerts, in seconds "
+        "(at least 60: four scrapes at the default 15 s interval).")
+    for_s: int = Field(
+        300, ge=0, description="How long a condition must hold before its alert fires, in seconds.")
+
+    @model_validator(mode="after")
+    def _budget_burnable(self) -> "SloConfig":
+        if (1 - self.availability) * 14.4 > 1:
+            raise ValueError("availability below 0.9306: a 14.4x burn of its budget is over 100 % errors")
+        return self
 
 
 class EngineConfig(BaseModel):

@@ -1,17 +1,42 @@
-"""The contract between the ingress, the router and an Engine replica.
+"""The contract between the ingress, the router and an Engine replica. Imports nothing of ours.
 
-The ingress builds one `EngineCall` per request and calls `Engine.generate(call, request)`;
-the router reads the call's `routing_key` and `prompt_tokens`; the Engine replica meters from
-it. The replica streams back `EngineChunk`s (SSE or JSON bytes, coalesced) or one `EngineError`.
+The ingress builds one `EngineCall` per request and calls `Engine.generate(call, request)`
+through an `EngineClient`; the router reads the call's `routing_key` and `prompt_tokens`
+(`generate_args` finds the call in a call to the Engine deployment); the Engine replica drives an `EngineBackend` (vLLM, or a benchmark's fake) and meters from the call. The
+replica streams back `EngineChunk`s (SSE or JSON bytes, coalesced) or one `EngineError`. The
+limiter's shared state is a `LimiterBackend`. tests/unit/test_contract.py checks every
+implementation against these Protocols, signatures included.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import NamedTuple, Optional
+from typing import Any, AsyncIterator, NamedTuple, Optional, Protocol, runtime_checkable
 
-from loraplex.errors import StatusError
+# OpenAI's error `type` per status; others: server_error (5xx) or invalid_request_error.
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    409: "conflict_error",
+    413: "invalid_request_error",
+    415: "invalid_request_error",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+    503: "service_unavailable",
+    504: "timeout_error",
+}
+
+
+def error_body(message: str, status: int, *, type: Optional[str] = None, param: Optional[str] = None,
+               code: Any = None) -> dict[str, Any]:
+    """OpenAI's error body: {"error": {"message", "type", "param", "code"}}; `type` defaults to
+    the status's usual one, `code` to the status."""
+    type = type or ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+    return {"error": {"message": message, "type": type, "param": param, "code": status if code is None else code}}
 
 SSE_DONE = "data: [DONE]\n\n"
 
@@ -19,7 +44,7 @@ SSE_DONE = "data: [DONE]\n\n"
 def sse_error(status: int, message: str, type: str | None = None) -> bytes:
     """An SSE error event, as vLLM's server ends a stream that failed after it started; OpenAI
     clients raise it as an APIError."""
-    return f"data: {json.dumps(StatusError(message, status=status, type=type).body())}\n\n".encode()
+    return f"data: {json.dumps(error_body(message, status, type=type))}\n\n".encode()
 
 
 @dataclass
@@ -38,7 +63,7 @@ class EngineError:
     reason: Optional[str] = None
 
     def body(self) -> dict:
-        return StatusError(self.message, status=self.status, param=self.param, type=self.type).body()
+        return error_body(self.message, self.status, type=self.type, param=self.param)
 
 
 @dataclass(frozen=True)
@@ -145,3 +170,82 @@ class RequestUsage:
     def chunk(self, data: bytes, final: bool = False) -> EngineChunk:
         return EngineChunk(data, self.prompt_tokens, self.cached_prompt_tokens, self.completion_tokens,
                            self.first_token_time, final)
+
+
+def generate_args(args: tuple, kwargs: dict) -> tuple[Optional[EngineCall], Any]:
+    """(call, request) of a call to the Engine deployment, by the contract's one convention:
+    `Engine.generate(call, request)`, positional or by those keywords (EngineClient.generate
+    sends them positionally). (None, None) for the deployment's other methods (health, models),
+    which the router places by load only."""
+    call = args[0] if args else kwargs.get("call")
+    if not isinstance(call, EngineCall):
+        return None, None
+    return call, args[1] if len(args) > 1 else kwargs.get("request")
+
+
+# -- the interfaces ------------------------------------------------------------------------------
+@runtime_checkable
+class EngineAdapters(Protocol):
+    """The adapters an engine holds (engine/loaded_adapters.py's LoadedAdapters)."""
+
+    targets: dict
+
+    def loaded_ids(self) -> list[int]: ...
+
+    async def retire(self, lora_int_ids: set[int]) -> None: ...
+
+    def note_resident(self, lora_int_ids: set[int], sampled_at: float = float("inf")) -> int: ...
+
+
+@runtime_checkable
+class EngineBackend(Protocol):
+    """The engine the Engine deployment drives: engine/vllm_engine.py's VLLMEngine, or a fake in
+    benchmarks (`engine_cls` of build_app). Built as cls(config, replica_id, adapter_store,
+    metrics); `generate` meters into `usage` as it streams (RequestUsage's fields)."""
+
+    adapters: EngineAdapters
+    probes_done: int
+
+    def __init__(self, config: Any, replica_id: str = "", adapter_store: Any = None, metrics: Any = None): ...
+
+    async def start(self) -> None: ...
+
+    def generate(self, call: EngineCall, request: Any, usage: RequestUsage) -> AsyncIterator[Any]: ...
+
+    async def base_models(self) -> dict[str, Any]: ...
+
+    def num_unfinished_requests(self) -> int: ...
+
+    async def resident_adapter_ids(self) -> set[int]: ...
+
+    def last_progress(self) -> float: ...
+
+    async def probe(self, timeout_s: float = 60.0) -> float: ...
+
+    async def shutdown(self) -> None: ...
+
+
+@runtime_checkable
+class EngineClient(Protocol):
+    """How the ingress reaches the Engine deployment (ingress/engine_client.py's
+    ServeEngineClient over a DeploymentHandle; unit tests' fakes)."""
+
+    def generate(self, call: EngineCall, request: Any) -> AsyncIterator[EngineChunk | EngineError]: ...
+
+    async def base_models(self) -> dict[str, Any]: ...
+
+    async def ready(self) -> dict[str, Any]: ...
+
+    async def replica_status(self) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class LimiterBackend(Protocol):
+    """The limiter's shared state (admission/limiter.py's LocalBackend in-process,
+    admission/ray_backend.py's RayBackend across replicas)."""
+
+    async def acquire(self, tenant: str, holder: str, limits: dict, need: dict, want: dict) -> Any: ...
+
+    async def give_back(self, tenant: str, holder: str, epoch: str, returned: dict, consumed: dict) -> None: ...
+
+    async def touch(self, tenant: str, holder: str) -> None: ...

@@ -2,28 +2,14 @@
 
 Components raise their own subclasses (an unknown tenant, a bad archive, a missing adapter...);
 the ingress renders any of them with `body()`, OpenAI's error shape. Messages name the problem
-and the fix: callers read them verbatim. Dependency-free, so every component can import it.
+and the fix: callers read them verbatim. It imports only loraplex.contract (the error body's shape), so every component can import it.
 """
 
 from __future__ import annotations
 
 from typing import Any, Optional
 
-# OpenAI's error `type` per status; others: server_error (5xx) or invalid_request_error.
-ERROR_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    405: "invalid_request_error",
-    409: "conflict_error",
-    413: "invalid_request_error",
-    415: "invalid_request_error",
-    422: "invalid_request_error",
-    429: "rate_limit_error",
-    503: "service_unavailable",
-    504: "timeout_error",
-}
+from loraplex.contract import ERROR_TYPES, error_body  # noqa: F401  (ERROR_TYPES: re-exported)
 
 
 class StatusError(Exception):
@@ -37,7 +23,8 @@ class StatusError(Exception):
     headers: dict[str, str] = {}
 
     def __init__(self, message: str, *, status: Optional[int] = None, param: Optional[str] = None,
-                 type: Optional[str] = None, code: Any = None, headers: Optional[dict[str, str]] = None):
+                 type: Optional[str] = None, code: Any = None, headers: Optional[dict[str, str]] = None,
+                 reject_reason: Optional[str] = None):
         super().__init__(message)
         self.message = message
         if status is not None:
@@ -47,10 +34,18 @@ class StatusError(Exception):
             self.status, "server_error" if self.status >= 500 else "invalid_request_error")
         self.code = self.status if code is None else code
         self.headers = dict(self.__class__.headers if headers is None else headers)
+        # The ledger's and the metrics' word for this refusal (`429:<code>`, `503:shed`); None:
+        # the status alone (`refusal_reason`).
+        self.reject_reason = reject_reason
+
+    @property
+    def refusal_reason(self) -> str:
+        """How this error is counted when it refuses a request."""
+        return self.reject_reason or str(self.status)
 
     def body(self) -> dict[str, Any]:
         """OpenAI's error body: {"error": {"message", "type", "param", "code"}}."""
-        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+        return error_body(self.message, self.status, type=self.type, param=self.param, code=self.code)
 
     def with_param(self, param: str) -> "StatusError":
         """Name the request field at fault, unless the raiser already did; returns self."""

@@ -35,8 +35,8 @@ class LimitExceeded(StatusError):
     status = 429
 
     def __init__(self, code: str, retry_after: int, message: str):
-        super().__init__(message, code=code, headers={"Retry-After": str(max(1, int(retry_after)))})
-        self.reject_reason = f"429:{code}"
+        super().__init__(message, code=code, headers={"Retry-After": str(max(1, int(retry_after)))},
+                         reject_reason=f"429:{code}")
 
 
 class LimiterUnavailable(StatusError):
@@ -46,8 +46,7 @@ class LimiterUnavailable(StatusError):
 
     def __init__(self):
         super().__init__("Admission control is unavailable; retry shortly.", code="limiter_unavailable",
-                         headers={"Retry-After": "1"})
-        self.reject_reason = "503:limiter_unavailable"
+                         headers={"Retry-After": "1"}, reject_reason="503:limiter_unavailable")
 
 
 class BackendUnavailable(Exception):

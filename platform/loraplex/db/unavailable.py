@@ -40,8 +40,8 @@ class StoreUnavailable(StatusError):
         super().__init__(
             f"The platform's database is unavailable{why}, so {what}. Retry in {retry_after_s} s; inference "
             "for keys this server has verified keeps working meanwhile.",
-            code="store_unavailable", headers={"Retry-After": str(retry_after_s)})
-        self.reject_reason = "503:store_unavailable"
+            code="store_unavailable", headers={"Retry-After": str(retry_after_s)},
+            reject_reason="503:store_unavailable")
 
 
 def unavailable(exc: BaseException, what: str) -> StoreUnavailable:

@@ -6,11 +6,10 @@ import asyncio
 import json
 import logging
 import time
-from typing import Any, AsyncIterator
+from typing import TYPE_CHECKING, Any, AsyncIterator
 
 from ray import serve
 
-from loraplex.config import EngineDeploymentConfig, PlatformConfig
 from loraplex.engine.dispatch_limit import AdaptiveLimit, FixedLimit
 from loraplex.engine.engine_counters import EngineStatsReader
 from loraplex.engine.fair_queue import Entry, FairQueue
@@ -22,6 +21,9 @@ from loraplex.engine.vllm_engine import VLLMEngine
 from loraplex.metrics.recorder import Metrics
 from loraplex.metrics.publisher import Publisher
 from loraplex.routing.served_keys import KeyDemand, ServedKeys, adapter_stats, routing_stats
+
+if TYPE_CHECKING:  # annotations only: at run time engine/ does not import the config (no cycle)
+    from loraplex.config import EngineDeploymentConfig, PlatformConfig
 
 logger = logging.getLogger(__name__)
 

@@ -14,20 +14,7 @@ import math
 from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field
-
-
-class AdaptiveLimitConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    initial: int = Field(4, ge=1, description="The adaptive dispatch limit at start.")
-    ttft_s: Optional[float] = Field(
-        None, gt=0, description="Target time from dispatch to first token; None: the `slo:` ttft_p95_s.")
-    tpot_s: Optional[float] = Field(
-        None, gt=0, description="Target time per output token; None: the `slo:` tpot_p95_s.")
-    window: int = Field(20, ge=1, description="Finished requests per decision to raise or lower the limit.")
-    slow_share: float = Field(
-        0.05, ge=0, lt=1, description="Share of a window's requests over a target that lowers the limit (p95: 0.05).")
-    backoff: float = Field(0.75, gt=0, lt=1, description="The limit is multiplied by this when lowered.")
+from loraplex.config import AdaptiveLimitConfig  # noqa: F401, E402  (config models live in loraplex/config.py)
 
 
 class AdaptiveLimit:

@@ -32,51 +32,9 @@ from typing import Callable, Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 from loraplex.engine.dispatch_limit import AdaptiveLimitConfig
+from loraplex.config import FairQueueConfig  # noqa: F401, E402  (config models live in loraplex/config.py)
 
 TOP_TIER = 100
-
-
-class FairQueueConfig(BaseModel):
-    """The per-tenant fair queue of each Engine replica (VTC; docs/operations.md)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    enabled: bool = Field(True, description="Queue per tenant and dispatch fairly; false: every "
-                          "request goes to vLLM at once (only shedding bounds it).")
-    dispatch_limit: Optional[int] = Field(
-        None, ge=1,
-        description="Requests this replica runs in vLLM at once (running + waiting there). None: "
-        "adaptive between 1 and max_num_seqs, from the measured TTFT/TPOT against `adaptive`'s targets.",
-    )
-    newcomer_slots: int = Field(
-        2, ge=0,
-        description="Slots above the dispatch limit (never above max_num_seqs) that only a tenant "
-        "with nothing running may take: its request starts at once instead of waiting for a slot.",
-    )
-    max_queued: int = Field(
-        24, ge=1,
-        description="Requests queued on a replica at most; past it the newest request of the tenant "
-        "furthest over its share is refused (503, reason fair_share). Keep max_queued + max_num_seqs "
-        "+ newcomer_slots under the Engine's max_ongoing_requests, or Serve queues by arrival first.",
-    )
-    aging_s: float = Field(
-        10.0, gt=0,
-        description="A request queued this long ranks with the top priority tier: no tier starves.",
-    )
-    prompt_token_cost: float = Field(1.0, ge=0, description="Virtual-counter cost of one prompt token.")
-    completion_token_cost: float = Field(
-        2.0, ge=0, description="Virtual-counter cost of one completion token (the paper's 2: a decode "
-        "step costs more than a prefill token).")
-    deadline_margin_s: float = Field(
-        0.5, ge=0,
-        description="A queued request whose deadline is this close is refused (503, reason "
-        "queue_deadline, never billed) rather than started too late to finish.",
-    )
-    retry_after_s: int = Field(2, ge=1, description="Retry-After of a request the queue refuses, in seconds.")
-    adaptive: AdaptiveLimitConfig = Field(
-        default_factory=AdaptiveLimitConfig,
-        description="How the dispatch limit adapts when dispatch_limit is None.",
-    )
 
 
 @dataclass(eq=False)

@@ -14,7 +14,7 @@ import logging
 import os
 import time
 import uuid
-from typing import Any, AsyncIterator, Union
+from typing import TYPE_CHECKING, Any, AsyncIterator, Union
 
 from starlette.datastructures import State
 from vllm import SamplingParams
@@ -26,12 +26,14 @@ from vllm.entrypoints.serve.engine.protocol import ErrorResponse
 from vllm.exceptions import VLLMClientError
 from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-from loraplex.config import EngineConfig
 from loraplex.engine.loaded_adapters import AdapterGone, LoadedAdapters
 from loraplex.engine.lora_residency import EXTENSION, RPC, LoRAResidency
 from loraplex.engine.orphan_guard import start_guard
 from loraplex.contract import SSE_DONE, AdapterTarget, EngineCall, EngineError, RequestUsage
 from loraplex.engine.usage_tracking import UsageTrackingAsyncLLM, current_usage
+
+if TYPE_CHECKING:  # annotations only: at run time engine/ does not import the config (no cycle)
+    from loraplex.config import EngineConfig
 
 logger = logging.getLogger(__name__)
 

@@ -39,7 +39,7 @@ async def engine_replicas(engine) -> list[dict]:
     statuses = replica_statuses()
     if statuses:
         return statuses
-    status = await engine.call("replica_status")
+    status = await engine.replica_status()
     return [status] if isinstance(status, dict) else []
 
 

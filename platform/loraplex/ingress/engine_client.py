@@ -1,20 +1,26 @@
-"""How the ingress talks to Engine replicas: a DeploymentHandle behind two small calls.
+"""How the ingress talks to Engine replicas: a DeploymentHandle behind the contract's EngineClient.
 
-The ingress's routes only use `stream()` and `call()`, so unit tests can hand it a fake engine
-client instead of a Ray handle.
+The ingress's routes call only `generate`, `base_models`, `ready` and `replica_status` (loraplex.contract's
+EngineClient), so unit tests hand it a fake engine client instead of a Ray handle. Each method
+names the Engine deployment's method it calls: no method names as strings.
 """
 
 from __future__ import annotations
 
 from typing import Any, AsyncIterator
 
+from loraplex.contract import EngineCall, EngineChunk, EngineError
+
 
 class ServeEngineClient:
     def __init__(self, handle):
         self.handle = handle
+        self._streaming = handle.options(stream=True)  # options() builds a new handle: once, not per request
 
-    async def stream(self, method: str, *args: Any) -> AsyncIterator[Any]:
-        response = getattr(self.handle.options(stream=True), method).remote(*args)
+    async def generate(self, call: EngineCall, request: Any) -> AsyncIterator[EngineChunk | EngineError]:
+        """Engine.generate(call, request) on the replica the router picks (from `call`, the first
+        argument: contract.call_of), streamed."""
+        response = self._streaming.generate.remote(call, request)
         finished = False
         try:
             async for item in response:
@@ -26,5 +32,13 @@ class ServeEngineClient:
                 # call cancels the replica's generator, and vLLM aborts the request.
                 response.cancel()
 
-    async def call(self, method: str, *args: Any) -> Any:
-        return await getattr(self.handle, method).remote(*args)
+    async def base_models(self) -> dict[str, Any]:
+        return await self.handle.base_models.remote()
+
+    async def replica_status(self) -> dict[str, Any]:
+        """One replica's queue and routing state (Engine.replica_status), for GET /admin/replicas."""
+        return await self.handle.replica_status.remote()
+
+    async def ready(self) -> dict[str, Any]:
+        """A real 1-token generation on one replica (Engine.ready), for /readyz."""
+        return await self.handle.ready.remote()

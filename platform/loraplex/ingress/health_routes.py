@@ -50,7 +50,7 @@ class HealthRoutes:
     async def readyz(self, request: Request) -> Response:
         unready = {"Retry-After": "5"}
         try:
-            probe = await asyncio.wait_for(self.engine.call("ready"), self.timeout_s)
+            probe = await asyncio.wait_for(self.engine.ready(), self.timeout_s)
         except Exception as exc:  # any failure to generate means not ready
             logger.warning("readiness probe failed: %r", exc)
             raise APIError(503, f"No engine replica could generate a token: {exc!r}", headers=unready) from exc

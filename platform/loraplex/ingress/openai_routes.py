@@ -72,9 +72,7 @@ class EngineFailed(APIError):
 
 def refusal(status: int, message: str, reason: str, **kw) -> APIError:
     """An APIError counted as a refusal under `reason` (the ledger's and the metrics' word for it)."""
-    error = APIError(status, message, **kw)
-    error.reject_reason = reason
-    return error
+    return APIError(status, message, reject_reason=reason, **kw)
 
 
 def parse(model: type[BaseModel], data: dict[str, Any]) -> BaseModel:
@@ -127,10 +125,10 @@ class OpenAIRoutes:
 
     async def models(self, request: Request) -> Response:
         if self.tenants is None:
-            return JSONResponse(await self.engine.call("base_models"))
+            return JSONResponse(await self.engine.base_models())
         # Authenticate first: a caller without a key costs no engine round trip.
         principal = await self.tenants.authenticate(request)
-        base = (await self.engine.call("base_models"))["data"]
+        base = (await self.engine.base_models())["data"]
         return JSONResponse({"object": "list", "data": base + await self.tenants.adapter_models(principal)})
 
     async def _generate(self, request: Request, model: type[BaseModel]) -> Response:
@@ -151,7 +149,7 @@ class OpenAIRoutes:
         except StatusError as exc:  # auth, adapter and request errors alike: a refusal
             if not isinstance(exc, EngineFailed):
                 tenant_id = principal.tenant_id if principal else None
-                reason = getattr(exc, "reject_reason", str(exc.status))
+                reason = exc.refusal_reason
                 if self.ledger is not None:
                     self.ledger.reject(tenant_id, reason)
                 self.metrics.refused(tenant_id, reason, call)
@@ -194,7 +192,7 @@ class OpenAIRoutes:
         )
 
     async def generate(self, call: EngineCall, oai_request, track=None) -> Response:
-        items = self.engine.stream("generate", call, oai_request)
+        items = self.engine.generate(call, oai_request)
         if track is not None:  # the admission sees the stream end and its token counts
             items = track(items)
         try:
@@ -214,10 +212,9 @@ class OpenAIRoutes:
             error = EngineFailed if first.billed else APIError
             retry = {"Retry-After": str(first.retry_after)} if first.retry_after else (
                 RETRY_AFTER if first.status == 503 else None)
-            exc = error(first.status, first.message, param=first.param, headers=retry)
-            if first.reason is not None:  # the replica said why (503 shed)
-                exc.reject_reason = f"{first.status}:{first.reason}"
-            raise exc
+            # The replica may say why (503 shed): the refusal is counted under that reason.
+            reason = f"{first.status}:{first.reason}" if first.reason is not None else None
+            raise error(first.status, first.message, param=first.param, headers=retry, reject_reason=reason)
         if call.stream:
             return StreamingResponse(
                 self._sse(call, first, items),

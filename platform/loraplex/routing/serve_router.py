@@ -6,7 +6,7 @@ serves every policy a RoutingConfig can name (built in, or loaded by import path
 run side by side on the same deployment.
 
 Per call of `Engine.generate(call, request)`:
-- the call's `EngineCall` (the first argument, or the keyword `call`) carries the routing key,
+- the call's `EngineCall` (contract.generate_args: the first argument, or the keyword `call`) carries the routing key,
   the prompt estimate and max_tokens; the policy turns it into its RouteRequest
   (`RoutingPolicy.route`; prefix-matching policies also read the OpenAI request). Calls whose
   first argument is no EngineCall (health probes, base_models, ready, ...) or whose
@@ -32,7 +32,7 @@ from ray.serve._private.request_router.pow_2_router import PowerOfTwoChoicesRequ
 from ray.serve.request_router import (LocalityMixin, MultiplexMixin, PendingRequest, ReplicaID,
                                       RequestRouter, RunningReplica)
 
-from loraplex.contract import EngineCall
+from loraplex.contract import generate_args
 from loraplex.metrics import recorder as process_metrics
 from loraplex.routing.config import RoutingConfig
 from loraplex.routing.decision import FALLBACK, routing_decision
@@ -167,10 +167,9 @@ class TenantAffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
 
     def _route(self, args: list, kwargs: dict) -> tuple[RouteRequest, int] | None:
         """The policy's RouteRequest and the call's pending tokens, for an EngineCall with a key."""
-        call = args[0] if args else kwargs.get("call")
-        if not isinstance(call, EngineCall) or call.routing_key is None:
+        call, request = generate_args(args, kwargs)
+        if call is None or call.routing_key is None:
             return None
-        request = args[1] if len(args) > 1 else kwargs.get("request")
         tokens = call.prompt_tokens + (call.max_tokens or self.output_tokens)
         return self._policy.route(call, request), tokens
 
@@ -260,9 +259,8 @@ class TenantAffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
     def _count_decision(pending_request: PendingRequest, replica_id: ReplicaID) -> None:
         """One loraplex_routing_decisions_total per generation call (EngineCall), in the ingress's
         metrics; other calls (probes, base_models) are not counted."""
-        args = pending_request.args
-        call = args[0] if args else pending_request.kwargs.get("call")
-        if not isinstance(call, EngineCall):
+        call, _ = generate_args(pending_request.args, pending_request.kwargs)
+        if call is None:
             return
         holders = getattr(pending_request, _HOLDERS_ATTR, FALLBACK)
         decision = FALLBACK if holders is FALLBACK else routing_decision(replica_id.unique_id, holders)

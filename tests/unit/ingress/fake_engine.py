@@ -1,4 +1,5 @@
-"""FakeEngineClient: stands in for ServeEngineClient in ingress unit tests (no Ray, no vLLM).
+"""FakeEngineClient: stands in for ServeEngineClient in ingress unit tests (no Ray, no vLLM); an
+EngineClient (loraplex.contract), checked against it in tests/unit/test_contract.py.
 
 A script yields what the Engine replica's engine would: SSE strings, a response dict, or an
 EngineError; the fake turns strings and dicts into the EngineChunks the replica sends (one
@@ -24,7 +25,19 @@ class FakeEngineClient:
         self.finished = 0
         self.closed_early = 0
 
-    async def stream(self, method: str, *args: Any):
+    def generate(self, call, request):
+        return self._stream("generate", call, request)
+
+    async def base_models(self) -> dict[str, Any]:
+        return await self._call("base_models")
+
+    async def ready(self) -> dict[str, Any]:
+        return await self._call("ready")
+
+    async def replica_status(self) -> dict[str, Any]:
+        return await self._call("replica_status")
+
+    async def _stream(self, method: str, *args: Any):
         self.requests.append((method, *args))
         done = False
         tokens = 0
@@ -44,7 +57,7 @@ class FakeEngineClient:
             else:
                 self.closed_early += 1
 
-    async def call(self, method: str, *args: Any) -> Any:
+    async def _call(self, method: str) -> Any:
         value = self.calls[method]
         if isinstance(value, BaseException):
             raise value

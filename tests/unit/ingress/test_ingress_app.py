@@ -158,7 +158,7 @@ def test_sse_bytes_pass_through_one_message_per_engine_chunk():
     async def run():
         routes = OpenAIRoutes(FakeEngineClient(coalesced), 1 << 20)
         call = EngineCall("r1", stream=True)
-        items = routes.engine.stream("generate", call, None)
+        items = routes.engine.generate(call, None)
         first = await anext(items)
         return [part async for part in routes._sse(call, first, items)]
 
@@ -215,7 +215,7 @@ def test_closing_a_stream_early_closes_the_engine_stream(engine):
     async def run():
         routes = OpenAIRoutes(engine, 1 << 20)
         call = EngineCall("r1", stream=True)
-        items = engine.stream("generate", call, type("R", (), {"model": MODEL, "stream": True})())
+        items = engine.generate(call, type("R", (), {"model": MODEL, "stream": True})())
         first = await anext(items)
         sse = routes._sse(call, first, items)
         assert await anext(sse) == SSE[0].encode()

@@ -32,7 +32,7 @@ class ScriptedEngine:
     """Answers by the prompt: `ok`, `shed` (the replica sheds: 503 + reason), `full` (Serve's queue
     is full: BackPressureError), `lost` (the replica dies after one chunk)."""
 
-    async def stream(self, method, call, request):
+    async def generate(self, call, request):
         what = request.messages[0]["content"]
         if what == "full":
             raise BackPressureError(num_queued_requests=9, max_queued_requests=8)
@@ -43,8 +43,14 @@ class ScriptedEngine:
         if what == "lost":
             raise ConnectionError("replica died")
 
-    async def call(self, method, *args):
+    async def base_models(self):
         return {"object": "list", "data": [{"id": BASE}]}
+
+    async def ready(self):
+        return {"replica_id": "fake", "probe_seconds": 0.0}
+
+    async def replica_status(self):
+        return {"replica_id": "fake"}
 
 
 @pytest.fixture

@@ -29,7 +29,7 @@ class SlowEngine:
         self.gate = threading.Event()
         self.gate.set()
 
-    async def stream(self, method, call, request):
+    async def generate(self, call, request):
         self.calls += 1
         if request.messages[0]["content"] == "too long":
             yield EngineError(400, "The prompt is too long.")
@@ -44,8 +44,14 @@ class SlowEngine:
             if not call.stream:
                 return
 
-    async def call(self, method, *args):
+    async def base_models(self):
         return {"object": "list", "data": [{"id": BASE}]}
+
+    async def ready(self):
+        return {"replica_id": "fake", "probe_seconds": 0.0}
+
+    async def replica_status(self):
+        return {"replica_id": "fake"}
 
 
 @pytest.fixture
@@ -181,9 +187,9 @@ class RecordingEngine(SlowEngine):
         super().__init__(chunks=1)
         self.engine_calls = []
 
-    async def stream(self, method, call, request):
+    async def generate(self, call, request):
         self.engine_calls.append(call)
-        async for item in super().stream(method, call, request):
+        async for item in super().generate(call, request):
             yield item
 
 

@@ -1,0 +1,138 @@
+#!/usr/bin/env python
+"""The ingress's per-request cost: one ingress replica against a bare Ray Serve app of the same shape.
+
+    python scripts/bench_ingress.py [--rates 50,100,200,400] [--duration 10] [--burst 128] [--reps 3]
+
+Short streamed chat requests (`--tokens` 8 output tokens) against an instant fake engine
+(bench/fake_engine.py's BenchmarkFakeEngine: no model, every token at once), in one run:
+- bare: Ray Serve alone, the platform's shape without the platform: HTTP proxy -> a trivial
+  ingress deployment returning a StreamingResponse -> a trivial engine deployment around the
+  same fake, through a `stream=True` handle (bench/stream/bare_app.py);
+- platform: build_platform(args, engine_cls=BenchmarkFakeEngine): one Ingress replica (auth, parsing,
+  admission, routing, metering) and one Engine replica, shedding off.
+Each variant gets, after a warm-up: `--reps` bursts of `--burst` requests sent at once (TTFT p50
+/ p99: what the ingress adds when requests arrive together), then open-loop Poisson arrivals at
+each of `--rates` for `--duration` s (requests/s completed: past its capacity a variant
+completes fewer than offered). The client (raw asyncio, bench/stream/client.py's SSE reader)
+runs in this process and shares the two cores: its cost is in both variants alike. Printed: a
+table side by side, the ratios platform / bare, and the targets of issue 21.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/ sits at the repository root
+
+from bench.ingress.load import burst, open_loop  # noqa: E402
+from bench.processes import free_port  # noqa: E402
+from bench.stream.bare_app import bare_app  # noqa: E402
+from bench.stream.client import arun  # noqa: E402
+from bench.stream.platform import ADMIN, APP, deploy_platform, platform_args, stub_model_dir, tenant_key, wait_http  # noqa: E402
+
+TODAY_TTFT_P50_MS = 986.0  # issue 21: 128 streams arriving together through one ingress replica
+
+
+def measure(variant: str, port: int, key, model: str, args) -> list[dict]:
+    rows = []
+    arun(burst(port, key, model, 16, args.tokens))  # warm-up (not measured)
+    for rep in range(args.reps):
+        r = arun(burst(port, key, model, args.burst, args.tokens))
+        rows.append({"variant": variant, "load": f"burst {args.burst} (rep {rep + 1})", **r})
+        print(f"  [{variant}] {rows[-1]['load']}: TTFT p50 {r['ttft_p50_ms']:.0f} ms, {r['failed']} failed", flush=True)
+        time.sleep(1)
+    for rate in args.rates:
+        r = arun(open_loop(port, key, model, rate, args.duration, args.tokens))
+        rows.append({"variant": variant, "load": f"open {rate:g}/s", **r})
+        print(f"  [{variant}] open {rate:g}/s: {r['rps']:.1f} req/s, TTFT p50 {r['ttft_p50_ms']:.0f} ms, "
+              f"{r['failed']} failed", flush=True)
+        time.sleep(1)
+    return rows
+
+
+def report(rows: list[dict], args) -> None:
+    by = {(r["variant"], r["load"]): r for r in rows}
+    loads = list(dict.fromkeys(r["load"] for r in rows))
+    print("\n| load | bare req/s | platform req/s | platform/bare | bare TTFT p50 ms | platform TTFT p50 ms "
+          "| added TTFT p50 ms | bare TTFT p99 ms | platform TTFT p99 ms | added TTFT p99 ms | failed (bare/platform) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for load in loads:
+        b, p = by.get(("bare", load)), by.get(("platform", load))
+        if not b or not p:
+            continue
+        ratio = p["rps"] / b["rps"] if b["rps"] else float("nan")
+        print(f"| {load} | {b['rps']:.1f} | {p['rps']:.1f} | {ratio:.2f}x | {b['ttft_p50_ms']:.0f} | "
+              f"{p['ttft_p50_ms']:.0f} | {p['ttft_p50_ms'] - b['ttft_p50_ms']:+.0f} | {b['ttft_p99_ms']:.0f} | "
+              f"{p['ttft_p99_ms']:.0f} | {p['ttft_p99_ms'] - b['ttft_p99_ms']:+.0f} | {b['failed']}/{p['failed']} |")
+    best = {v: max((r["rps"] for r in rows if r["variant"] == v and r["load"].startswith("open")), default=0.0)
+            for v in ("bare", "platform")}
+    bursts = {v: sorted(r["ttft_p50_ms"] for r in rows if r["variant"] == v and r["load"].startswith("burst"))
+              for v in ("bare", "platform")}
+    print("\nTargets (issue 21):")
+    if best["bare"]:
+        ratio = best["platform"] / best["bare"]
+        print(f"  requests/s, best open-loop rate: platform {best['platform']:.1f} vs bare {best['bare']:.1f} = "
+              f"{ratio:.2f}x (>= 0.7x): {'MET' if ratio >= 0.7 else 'MISSED'}")
+    if bursts["platform"]:
+        median = bursts["platform"][len(bursts["platform"]) // 2]
+        print(f"  TTFT p50 at {args.burst} simultaneous (median of {len(bursts['platform'])} bursts): platform "
+              f"{median:.0f} ms vs today's {TODAY_TTFT_P50_MS:.0f} ms (<= half, {TODAY_TTFT_P50_MS / 2:.0f} ms): "
+              f"{'MET' if median <= TODAY_TTFT_P50_MS / 2 else 'MISSED'}; bare {bursts['bare'][len(bursts['bare']) // 2]:.0f} ms")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rates", type=lambda s: [float(x) for x in s.split(",")], default=[50, 100, 200, 400],
+                    help="open-loop arrival rates, requests/s")
+    ap.add_argument("--duration", type=float, default=10.0, help="seconds per open-loop rate")
+    ap.add_argument("--burst", type=int, default=128, help="requests sent at once")
+    ap.add_argument("--reps", type=int, default=3, help="bursts per variant")
+    ap.add_argument("--tokens", type=int, default=8, help="output tokens per request")
+    ap.add_argument("--variants", default="bare,platform")
+    args = ap.parse_args()
+
+    import ray
+    from ray import serve
+
+    from loraplex.config import PlatformConfig
+
+    model = PlatformConfig().engine.model_id
+    os.environ["LORAPLEX_ADMIN_TOKEN"] = ADMIN  # replicas inherit it; it wins over the config
+    os.environ.setdefault("RAY_worker_niceness", "0")  # replicas compete with the client on equal terms
+    print(f"# Ingress per-request cost: {time.strftime('%Y-%m-%d %H:%M:%S')}, load average "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}, {os.cpu_count()} CPUs", flush=True)
+    ray.init(num_cpus=8, object_store_memory=200_000_000, include_dashboard=False, logging_level="ERROR",
+             log_to_driver=False)
+    port = free_port()
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    rows = []
+    try:
+        with tempfile.TemporaryDirectory(prefix="bench-ingress-") as tmp:
+            state = Path(tmp)
+            for variant in args.variants.split(","):
+                t0 = time.time()
+                key = None
+                if variant == "bare":
+                    serve.run(bare_app(0.0, model), name=APP, route_prefix="/", blocking=False)
+                    while arun(burst(port, None, model, 1, args.tokens))["ok"] != 1:  # until it answers
+                        time.sleep(0.5)
+                else:
+                    deploy_platform(platform_args(state, stub_model_dir(state, model), 0.0, {}, args.burst))
+                    wait_http(f"http://127.0.0.1:{port}", "/readyz")
+                    key = tenant_key(f"http://127.0.0.1:{port}")
+                print(f"[{variant}] up in {time.time() - t0:.0f} s", flush=True)
+                rows += measure(variant, port, key, model, args)
+                serve.delete(APP)
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+    report(rows, args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,124 @@
+"""The package's dependencies point one way, checked on the source with `ast`:
+- loraplex/contract.py imports nothing of loraplex;
+- no module-level import in routing/, admission/, metrics/, accounting/, registry/ or tenancy/
+  reaches into engine/ or ingress/ (those two sit above them);
+- no import cycle between the package's parts (each subpackage, and each top-level module such
+  as config.py, is one part). Module-level imports count, inside functions too: a lazy import
+  still runs. `if TYPE_CHECKING:` blocks do not (they never run)."""
+import ast
+from pathlib import Path
+
+PKG = Path(__file__).resolve().parents[2] / "platform" / "loraplex"
+LOWER = ("routing", "admission", "metrics", "accounting", "registry", "tenancy")
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PKG.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def part(module: str) -> str:
+    """The part of the package a module belongs to: its subpackage, or itself at the top."""
+    name = module.split(".")
+    return name[1] if len(name) > 2 or (len(name) == 2 and (PKG / name[1]).is_dir()) else "loraplex"
+
+
+def is_type_checking(node: ast.If) -> bool:
+    t = node.test
+    return (isinstance(t, ast.Name) and t.id == "TYPE_CHECKING") or (
+        isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING")
+
+
+def imports(path: Path, module_level_only: bool) -> list[str]:
+    """The loraplex modules `path` imports (`from a import b` as a.b when b is a module)."""
+    out = []
+
+    def visit(node, top: bool):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and is_type_checking(child):
+                continue
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) and module_level_only:
+                continue
+            if isinstance(child, ast.Import):
+                out.extend(a.name for a in child.names)
+            elif isinstance(child, ast.ImportFrom) and child.level == 0 and child.module:
+                for a in child.names:
+                    sub = f"{child.module}.{a.name}"
+                    is_module = (PKG.parent / Path(*sub.split("."))).with_suffix(".py").exists() or \
+                        (PKG.parent / Path(*sub.split("."))).is_dir()
+                    out.append(sub if is_module else child.module)
+            visit(child, top)
+
+    visit(ast.parse(path.read_text()), True)
+    return [m for m in out if m == "loraplex" or m.startswith("loraplex.")]
+
+
+FILES = sorted(PKG.rglob("*.py"))
+
+
+def test_the_contract_imports_nothing_of_loraplex():
+    assert imports(PKG / "contract.py", module_level_only=False) == []
+
+
+def test_lower_packages_do_not_import_engine_or_ingress_at_module_level():
+    bad = []
+    for f in FILES:
+        mod = module_name(f)
+        if part(mod) in LOWER:
+            bad += [f"{mod} -> {m}" for m in imports(f, module_level_only=True)
+                    if part(m) in ("engine", "ingress")]
+    assert bad == []
+
+
+def graph() -> dict[str, set[str]]:
+    """part -> parts it imports; a top-level module (config.py, app.py, ...) is a part of its own."""
+    edges: dict[str, set[str]] = {}
+    for f in FILES:
+        mod = module_name(f)
+        src = part(mod) if part(mod) != "loraplex" else mod
+        for m in imports(f, module_level_only=False):
+            dst = part(m) if part(m) != "loraplex" else m
+            if dst != src and m != "loraplex":
+                edges.setdefault(src, set()).add(dst)
+    return edges
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one part (Tarjan)."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+    def strong(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                strong(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in list(edges):
+        if v not in index:
+            strong(v)
+    return out
+
+
+def test_no_import_cycle_between_the_packages_parts():
+    assert cycles(graph()) == []
+
+
+def test_the_checks_catch_what_they_guard():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert part("loraplex.engine.deployment") == "engine" and part("loraplex.config") == "loraplex"
