@@ -20,6 +20,7 @@ from loraplex.engine.stream_batcher import DeadlineExceeded, StreamBatcher
 from loraplex.engine.vllm_engine import VLLMEngine
 from loraplex.metrics.recorder import Metrics
 from loraplex.metrics.publisher import Publisher
+from loraplex.routing.serve_router import TenantAffinityRouter
 from loraplex.routing.served_keys import KeyDemand, ServedKeys, adapter_stats, routing_stats
 
 if TYPE_CHECKING:  # annotations only: at run time engine/ does not import the config (no cycle)
@@ -430,5 +431,5 @@ def engine_deployment(deployment: EngineDeploymentConfig):
         graceful_shutdown_wait_loop_s=1.0,
         max_queued_requests=deployment.max_queued_requests,
         ray_actor_options={"num_cpus": deployment.num_cpus, "num_gpus": deployment.num_gpus},
-        request_router_config=deployment.routing.request_router_config(),
+        request_router_config=deployment.routing.request_router_config(TenantAffinityRouter),
     )

@@ -8,9 +8,6 @@ from loraplex.routing.policies import BUILT_IN, policy_class
 from loraplex.routing.policy import RoutingPolicy
 from loraplex.routing.served_keys import DEFAULT_SERVED_KEYS
 
-ROUTER_CLASS = "loraplex.routing.serve_router:TenantAffinityRouter"
-
-
 class RoutingConfig(BaseModel):
     """The Engine deployment's request router (`TenantAffinityRouter`) and its policy."""
 
@@ -106,13 +103,14 @@ class RoutingConfig(BaseModel):
         which the router validates again and builds its policy from."""
         return self.model_dump(mode="json")
 
-    def request_router_config(self):
-        """Ray Serve's RequestRouterConfig for the Engine deployment:
-        `serve.deployment(..., request_router_config=routing.request_router_config())`."""
+    def request_router_config(self, router_class: type):
+        """Ray Serve's RequestRouterConfig for the Engine deployment, with `router_class`
+        (routing.serve_router.TenantAffinityRouter, passed as a class so a reader follows the
+        import, not a string): `serve.deployment(..., request_router_config=...)`."""
         from ray.serve.config import RequestRouterConfig
 
         return RequestRouterConfig(
-            request_router_class=ROUTER_CLASS,
+            request_router_class=router_class,
             request_router_kwargs=self.request_router_kwargs(),
             request_routing_stats_period_s=self.stats_period_s,
             request_routing_stats_timeout_s=self.stats_timeout_s,

@@ -1,7 +1,8 @@
 """TenantAffinityRouter: Ray Serve's RequestRouter around any loraplex RoutingPolicy.
 
-Set on the Engine deployment by `RoutingConfig.request_router_config()`; every DeploymentHandle
-to the Engine (the ingress replicas') builds one and routes each call through it. One class
+Set on the Engine deployment (engine/deployment.py, through
+`RoutingConfig.request_router_config(TenantAffinityRouter)`); every DeploymentHandle to the
+Engine (the ingress replicas') builds one and routes each call through it. One class
 serves every policy a RoutingConfig can name (built in, or loaded by import path), so policies
 run side by side on the same deployment.
 

@@ -404,7 +404,7 @@ async def test_prefix_policies_follow_the_shared_prompt():
 async def test_every_policy_routes_through_the_config(policy):
     # Built-in names as they are, comparison policies by import path (as bench_routing does).
     config = RoutingConfig(policy=serve_policy(policy), tokens_per_replica=100_000)
-    router_config = config.request_router_config()
+    router_config = config.request_router_config(TenantAffinityRouter)
     cls = router_config.get_request_router_class()  # what Serve unpickles on each handle
     assert cls.__name__ == "TenantAffinityRouter"
     assert router_config.request_routing_stats_period_s == config.stats_period_s
