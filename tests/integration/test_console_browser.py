@@ -277,6 +277,13 @@ def test_admin_console(browser, base_url, admin):
             assert replicas.status_code == 200 and state == "shown"
             cards = [c.get_attribute("data-replica") for c in all_css(browser, "#replicas-list article.card")]
             assert sorted(cards) == sorted(r["replica_id"] for r in replicas.json()["data"])
+        dedicated = admin.get("/admin/dedicated").json()
+        entries = sorted(e["adapter"] for e in dedicated["data"] + dedicated["pending"])
+        rows = wait_until(lambda: all_css(browser, "#dedicated-table tbody tr"), WAIT_S, "the dedicated table")
+        if entries:
+            assert sorted(r.get_attribute("data-adapter") for r in rows) == entries
+        else:
+            assert len(rows) == 1 and "No adapter is dedicated" in rows[0].text
         period = datetime.now(timezone.utc).strftime("%Y-%m")
         export = admin.get("/admin/billing/export", params={"period": period})
         month = by_css(browser, f'#billing-table tr[data-period="{period}"]').text
@@ -294,7 +301,7 @@ def test_admin_console(browser, base_url, admin):
 
 def admin_calls(tenant_id: str) -> list[tuple[str, str, dict]]:
     """Every /admin route of the ingress (loraplex/ingress/admin_routes.py, usage_routes.py,
-    latency_routes.py; GET /admin/replicas where the server has it)."""
+    latency_routes.py, dedicated_routes.py; GET /admin/replicas where the server has it)."""
     period = datetime.now(timezone.utc).strftime("%Y-%m")
     return [
         ("GET", "/admin/tenants", {}), ("POST", "/admin/tenants", {"json": {"name": "sneaky"}}),
@@ -304,6 +311,8 @@ def admin_calls(tenant_id: str) -> list[tuple[str, str, dict]]:
         ("GET", "/admin/billing/export", {"params": {"period": period}}),
         ("GET", f"/admin/tenants/{tenant_id}/statement", {"params": {"period": period}}),
         ("GET", "/admin/cost-model", {}), ("GET", "/admin/latency", {}), ("GET", "/admin/replicas", {}),
+        ("GET", "/admin/dedicated", {}), ("PUT", f"/admin/tenants/{tenant_id}/adapters/any@1/dedicated", {}),
+        ("DELETE", f"/admin/tenants/{tenant_id}/adapters/any@1/dedicated", {}),
     ]
 
 

@@ -321,6 +321,34 @@ async function loadReplicas() {
   list.dataset.state = "shown";
 }
 
+// -- merged dedicated replicas -----------------------------------------------------------------
+function dedicatedRow(entry) {
+  const serving = entry.healthy ? ["merged replica", "good"] : entry.backing_off ? ["LoRA path (replica failing)", "warn"]
+    : ["LoRA path (replica not ready)", "warn"];
+  return h("tr", { "data-adapter": entry.adapter },
+    h("th", { scope: "row" }, entry.adapter),
+    h("td", {}, entry.deployment || ""),
+    h("td", {}, entry.source === "config" ? "serve_config.yaml" : "admin mark"),
+    h("td", {}, h("span", { class: `badge ${serving[1]}` }, serving[0])));
+}
+
+async function loadDedicated() {
+  const message = $("#dedicated-message");
+  let body;
+  try {
+    body = await session.json("/admin/dedicated");
+  } catch (err) {
+    say(message, `Not available: ${err.status || ""} ${err.message}`.trim(), "warn");
+    return;
+  }
+  const pending = (body.pending || []).map((entry) => h("tr", { "data-adapter": entry.adapter },
+    h("th", { scope: "row" }, entry.adapter), h("td", {}, "not deployed yet"), h("td", {}, "admin mark"),
+    h("td", {}, h("span", { class: "badge warn" }, "LoRA path"), " ", entry.takes_effect || "")));
+  fillRows($("#dedicated-table tbody"), [...(body.data || []).map(dedicatedRow), ...pending],
+    "No adapter is dedicated: every adapter runs on the shared LoRA replicas.", 4);
+  say(message, "");
+}
+
 // -- billing export -----------------------------------------------------------------------------
 function recentMonths(n) {
   const now = new Date();
@@ -375,7 +403,7 @@ function init() {
     verify: () => session.json("/admin/tenants"),
     onSignedIn: async () => {
       const named = loadTenants(); // the replicas' tenants and adapters are shown by name
-      await Promise.all([named, loadLatency(), named.then(loadReplicas), loadBilling()]);
+      await Promise.all([named, loadLatency(), named.then(loadReplicas), loadDedicated(), loadBilling()]);
       document.body.dataset.ready = "admin";
     },
     onSignedOut: () => {
