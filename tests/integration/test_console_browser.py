@@ -301,7 +301,7 @@ def test_admin_console(browser, base_url, admin):
 
 def admin_calls(tenant_id: str) -> list[tuple[str, str, dict]]:
     """Every /admin route of the ingress (loraplex/ingress/admin_routes.py, usage_routes.py,
-    latency_routes.py, dedicated_routes.py; GET /admin/replicas where the server has it)."""
+    latency_routes.py, admin_adapter_routes.py, dedicated_routes.py; GET /admin/replicas where the server has it)."""
     period = datetime.now(timezone.utc).strftime("%Y-%m")
     return [
         ("GET", "/admin/tenants", {}), ("POST", "/admin/tenants", {"json": {"name": "sneaky"}}),
@@ -313,6 +313,8 @@ def admin_calls(tenant_id: str) -> list[tuple[str, str, dict]]:
         ("GET", "/admin/cost-model", {}), ("GET", "/admin/latency", {}), ("GET", "/admin/replicas", {}),
         ("GET", "/admin/dedicated", {}), ("PUT", f"/admin/tenants/{tenant_id}/adapters/any@1/dedicated", {}),
         ("DELETE", f"/admin/tenants/{tenant_id}/adapters/any@1/dedicated", {}),
+        ("GET", "/admin/adapters", {}), ("POST", f"/admin/tenants/{tenant_id}/adapters/any@1/pin", {}),
+        ("DELETE", f"/admin/tenants/{tenant_id}/adapters/any@1/pin", {}),
     ]
 
 
