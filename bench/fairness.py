@@ -137,9 +137,10 @@ def http_client(base_url: str) -> httpx.AsyncClient:
 
 
 # -- summaries ---------------------------------------------------------------------------------
-def tenant_summary(results: list[dict], tenant: int, window_s: float, until_epoch: float | None = None) -> dict:
-    """One tenant's figures in a phase. `window_service`: prompt + 2 x completion tokens it was
-    served before `until_epoch` (the end of the phase's arrivals), each request's completion
+def tenant_summary(results: list[dict], tenant: int, window_s: float, until_epoch: float | None = None,
+                   costs: tuple[float, float] = (1.0, 2.0)) -> dict:
+    """One tenant's figures in a phase. `service`: weighted tokens served, `costs` (prompt,
+    completion) per token as the fair queue counts them. `window_service`: those served before `until_epoch` (the end of the phase's arrivals), each request's completion
     tokens spread evenly from its first token to its end: after the arrivals stop, the tenants
     drain their queues at different speeds, so counting the drain would blur the shares."""
     mine = [r for r in results if r["tenant"] == tenant]
@@ -155,9 +156,9 @@ def tenant_summary(results: list[dict], tenant: int, window_s: float, until_epoc
         "p50": percentile([r["e2e"] for r in ok], 50), "p95": percentile([r["e2e"] for r in ok], 95),
         "ttft_p95": percentile([r["ttft"] for r in ok], 95),
         "out_tokens": sum(r["completion_tokens"] or 0 for r in ok),
-        "service": sum((r["prompt_tokens"] or 0) + 2 * (r["completion_tokens"] or 0) for r in ok),
+        "service": sum(costs[0] * (r["prompt_tokens"] or 0) + costs[1] * (r["completion_tokens"] or 0) for r in ok),
         "out_tok_s": sum(r["completion_tokens"] or 0 for r in ok) / window_s,
-        "window_service": None if until_epoch is None else sum(served_before(r, until_epoch) for r in ok),
+        "window_service": None if until_epoch is None else sum(served_before(r, until_epoch, *costs) for r in ok),
         "window_out_tokens": None if until_epoch is None else sum(served_before(r, until_epoch, 0, 1) for r in ok),
     }
 

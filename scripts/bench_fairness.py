@@ -6,8 +6,10 @@ off and on, side by side in one run; one table per scenario.
 
 Each variant is its own `serve run` of the shipped config (fresh database and spool; pieces in
 bench/loadtest/targets.py): `off` (fair_queue.enabled: false), `on` (the shipped fair_queue:
-a fixed dispatch_limit 8 on the CPU profile; the run in docs/benchmarks.md was made while it was
-adaptive) and, for the goodput table only, `on@max_num_seqs` (dispatch_limit = max_num_seqs).
+a fixed dispatch_limit 4 on the CPU profile), for the goodput table only `on@max_num_seqs`
+(dispatch_limit = max_num_seqs), and `on@N` (N a number: the shipped queue at dispatch_limit N)
+for the noisy-neighbour and priority-flood scenarios only. With --out, what ran is also written
+to FILE.json after each variant.
 The config adds one plan, `heavy` (weight 2), for the weights scenario. Prompts are ShareGPT
 openings (bench/fairness.py); every request makes exactly max_tokens (ignore_eos).
 
@@ -17,10 +19,12 @@ Scenarios (--duration s each loaded phase, --short s for the light ones alone):
   against W alone (same variant);
 - priority flood: a priority-0 tenant open loop at 3x capacity (capacity: W alone's requests/s in
   `off`), a priority-100 tenant one 16-token request every 2 s; its refusals and p95 against alone;
-- weights: two tenants on plans weighted 2:1, 24 in flight each: served tokens (prompt + 2 x
-  completion, the queue's own measure) and their ratio;
+- weights: two tenants on plans weighted 2:1, 24 in flight each: served tokens (weighted by the
+  shipped fair_queue's prompt / completion token costs, the queue's own measure) streamed while
+  requests arrived (the drain after it, when one tenant's queue empties first, left out) and their ratio;
 - many tenants: 20 tenants, Zipf(1) Poisson demand summing to 2x capacity: Jain's index of
-  served output tokens against the max-min fair allocation of what was served in total;
+  served output tokens against the max-min fair allocation of what was served in total, each
+  tenant's demand being the output tokens of the requests it sent;
 - goodput: one tenant, 16 in flight: output tok/s of requests within the `slo:` TTFT and TPOT
   targets, and raw output tok/s, for off / on@max_num_seqs / on (as shipped);
 - the queue's own cost: µs per request of the Engine's queue glue with an instant fake engine.
@@ -117,7 +121,8 @@ async def run_variant(name: str, platform, args, capacity_rps: float | None, lat
     # weights 2:1
     res, secs, until = await phase(platform, [{"name": "heavy", "plan": "heavy"}, {"name": "light"}],
                                    [("closed", 0, 24, T, D), ("closed", 1, 24, T, D)], "weights")
-    r["heavy"], r["light"] = f.tenant_summary(res, 0, secs, until), f.tenant_summary(res, 1, secs, until)
+    costs = args.token_costs
+    r["heavy"], r["light"] = (f.tenant_summary(res, 0, secs, until, costs), f.tenant_summary(res, 1, secs, until, costs))
     # 20 Zipf tenants at 2x capacity
     rates = f.zipf_rates(20, 2 * capacity_rps)
     res, secs, _ = await phase(platform, [{"name": f"z{i}"} for i in range(20)],
@@ -201,8 +206,8 @@ def tables(runs: dict, cost: dict, args) -> str:
         rows.append([name, f"{h['window_service']:.0f}", f"{l['window_service']:.0f}",
                      ratio(h["window_service"], l["window_service"]), h["service"], l["service"],
                      ratio(h["service"], l["service"]), f"{h['refused']} {reasons(h)}", f"{l['refused']} {reasons(l)}"])
-    table(f"Weights 2:1 (two tenants, 24 in flight each x {args.tokens} tokens; served = prompt + 2 x completion "
-          f"tokens, in the {args.duration:.0f} s of arrivals; with the drain after it for reference)",
+    table(f"Weights 2:1 (two tenants, 24 in flight each x {args.tokens} tokens; served = "
+          f"{args.token_costs[0]:g} x prompt + {args.token_costs[1]:g} x completion tokens (the shipped fair_queue costs), in the {args.duration:.0f} s of arrivals; with the drain after it for reference)",
           ["queue", "heavy (w=2) served", "light (w=1) served", "ratio (target 2.00 ±10%)",
            "heavy incl. drain", "light incl. drain", "ratio incl. drain", "heavy refused", "light refused"], rows)
     rows = [[name, f"{runs[name]['zipf']['jain']:.3f}", runs[name]["zipf"]["refused"],
@@ -251,6 +256,8 @@ def main() -> int:
     shipped = yaml.safe_load((ROOT / "serve_config.yaml").read_text())["applications"][0]["args"]
     args.slo_ttft, args.slo_tpot = shipped["slo"]["ttft_p95_s"], shipped["slo"]["tpot_p95_s"]
     max_num_seqs = shipped["engine"]["max_num_seqs"]
+    queue = shipped["engine_deployment"].get("fair_queue") or {}
+    args.token_costs = (queue.get("prompt_token_cost", 1.0), queue.get("completion_token_cost", 2.0))
     PROMPTS = f.Prompts()
     cost = asyncio.run(f.queue_cost_us())
     print(f"queue cost: {cost}", flush=True)

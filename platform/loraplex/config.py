@@ -127,7 +127,8 @@ class FairQueueConfig(BaseModel):
     )
     aging_s: float = Field(
         10.0, gt=0,
-        description="A request queued this long ranks with the top priority tier: no tier starves.",
+        description="While a higher priority is backlogged, a lower one whose oldest request waited "
+        "this long still gets one dispatch per aging_s: no tier starves. Never reorders one priority's tenants.",
     )
     prompt_token_cost: float = Field(1.0, ge=0, description="Virtual-counter cost of one prompt token.")
     completion_token_cost: float = Field(
