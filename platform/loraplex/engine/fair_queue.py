@@ -194,7 +194,7 @@ class FairQueue:
         # Aging: a lower tier than the best gets one dispatch per aging_s while it is passed over
         # (its head queued aging_s or more; the lowest counter of those).
         now, aging = self.clock(), self.config.aging_s
-        if now - self._aged_dispatch_at < aging:
+        if best_key[0] == 0 or now - self._aged_dispatch_at < aging:  # tier 0: no lower tier to let in
             return best
         aged, aged_counter = None, None
         for name, t in self.backlog.items():
