@@ -204,7 +204,7 @@ def tables(runs: dict, cost: dict, args) -> str:
             continue
         h, l = r["heavy"], r["light"]
         rows.append([name, f"{h['window_service']:.0f}", f"{l['window_service']:.0f}",
-                     ratio(h["window_service"], l["window_service"]), h["service"], l["service"],
+                     ratio(h["window_service"], l["window_service"]), f"{h['service']:.0f}", f"{l['service']:.0f}",
                      ratio(h["service"], l["service"]), f"{h['refused']} {reasons(h)}", f"{l['refused']} {reasons(l)}"])
     table(f"Weights 2:1 (two tenants, 24 in flight each x {args.tokens} tokens; served = "
           f"{args.token_costs[0]:g} x prompt + {args.token_costs[1]:g} x completion tokens (the shipped fair_queue costs), in the {args.duration:.0f} s of arrivals; with the drain after it for reference)",
