@@ -6,7 +6,7 @@ off and on, side by side in one run; one table per scenario.
 
 Each variant is its own `serve run` of the shipped config (fresh database and spool; pieces in
 bench/loadtest/targets.py): `off` (fair_queue.enabled: false), `on` (the shipped fair_queue:
-a fixed dispatch_limit 4 on the CPU profile), for the goodput table only `on@max_num_seqs`
+a fixed dispatch_limit 8 on the CPU profile), for the goodput table only `on@max_num_seqs`
 (dispatch_limit = max_num_seqs), and `on@N` (N a number: the shipped queue at dispatch_limit N)
 for the noisy-neighbour and priority-flood scenarios only. With --out, what ran is also written
 to FILE.json after each variant.
@@ -276,6 +276,7 @@ def main() -> int:
                 capacity = runs.get("off", {}).get("capacity_rps")
                 if name == "on@max_num_seqs":
                     runs[name] = asyncio.run(goodput_phase(platform, args))
+                    LIMITS.clear()
                 else:
                     runs[name] = asyncio.run(run_variant(name, platform, args, capacity,
                                                          latency_only=name not in variants))
