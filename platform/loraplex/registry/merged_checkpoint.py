@@ -128,6 +128,18 @@ def manifest_of(directory: Path) -> dict[str, str]:
     return out
 
 
+def delete_merged(store: AdapterStore, tenant: str, adapter_sha256: str) -> None:
+    """Remove every merged checkpoint of this adapter, on any base (idempotent), MANIFESTs first."""
+    check_name(tenant, "tenant id")
+    fs, root = store.fs, f"{store.base}/{tenant}/merged/{adapter_sha256}"
+    fs.invalidate_cache()
+    if not fs.exists(root):
+        return
+    for manifest in fs.glob(f"{root}/*/{MANIFEST}"):
+        fs.rm_file(manifest)
+    fs.rm(root, recursive=True)
+
+
 class MergedCheckpoints:
     """Merged checkpoints of `base_dir` in `dtype`, kept in the adapter store beside the adapters
     and copied into the node's adapter cache for vLLM."""
@@ -169,16 +181,6 @@ class MergedCheckpoints:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         return final
-
-    def delete(self, tenant: str, adapter_sha256: str) -> None:
-        """Remove every merged checkpoint of this adapter (idempotent), MANIFESTs first."""
-        fs, root = self.store.fs, f"{self.store.base}/{tenant}/merged/{adapter_sha256}"
-        fs.invalidate_cache()
-        if not fs.exists(root):
-            return
-        for manifest in fs.glob(f"{root}/*/{MANIFEST}"):
-            fs.rm_file(manifest)
-        fs.rm(root, recursive=True)
 
     def _build(self, tenant: str, adapter_sha256: str, out: Path) -> None:
         logger.info("building the merged checkpoint of %s/%s in %s", tenant, adapter_sha256, self.dtype)
