@@ -2,6 +2,7 @@
 
     python scripts/route_sim.py                # the full table (about 90 s of CPU on one core)
     python scripts/route_sim.py --replicas 8 --zipf 1.1 --policies tenant_affinity sticky_hash
+    python scripts/route_sim.py --adapters     # LoRA slots: today's placement vs residency_aware
 
 Every policy is the code the Ray router runs (loraplex.routing for tenant affinity,
 bench.routing for the comparison policies); see docs/route_sim.md.
@@ -18,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.routing.policies import POLICIES  # noqa: E402
 from bench.routing.simulator import (SimResult, default_cache_blocks, sim_policy,  # noqa: E402
                                      simulate)
+from bench.routing.adapter_sim import AdapterSimConfig, simulate_adapters  # noqa: E402
 from bench.routing.trace import TraceConfig, make_trace  # noqa: E402
 
 LOAD_LIMIT = 1.25  # the max/mean load the issue's acceptance test allows
@@ -67,6 +69,32 @@ def verdict(results: list[SimResult]) -> str:
     return "; ".join(f"{text}: {'yes' if ok else 'NO'}" for text, ok in checks)
 
 
+ADAPTER_CELLS = [(2, 8, 1.1), (2, 8, 0.6), (2, 16, 1.1), (4, 16, 1.1), (8, 64, 1.1)]  # replicas, adapters, zipf
+ADAPTER_POLICIES = ["tenant_affinity", "residency_aware"]
+
+
+def run_adapters(seed: int) -> None:
+    """Each cell with today's placement and the residency-aware one, and their ratio."""
+    print("Adapters: closed loop, 8 clients per replica, one adapter per tenant (Zipf), max_loras 4, "
+          "max_cpu_loras 8, 16 seqs per replica (bench/routing/adapter_sim.py)\n")
+    print(f"{'policy':<16}| repl | adapters | zipf | out tok/s | TTFT p50 | TTFT p95 | hit rate | loads | swaps "
+          "| worst adapter hit vs today")
+    for replicas, adapters, zipf in ADAPTER_CELLS:
+        cfg = AdapterSimConfig(replicas=replicas, adapters=adapters, zipf=zipf, clients=8 * replicas,
+                               max_num_seqs=16, seed=seed, requests=1500 * replicas)
+        rows = {name: simulate_adapters(cfg, name) for name in ADAPTER_POLICIES}
+        today = rows["tenant_affinity"]
+        for name, r in rows.items():
+            worst = min(r.hit_by_adapter[k] - today.hit_by_adapter[k] for k in today.hit_by_adapter)
+            print(f"{name:<16}| {replicas:>4} | {adapters:>8} | {zipf:>4} | {r.output_tok_s:>9.0f} | "
+                  f"{r.ttft_p50:>8.3f} | {r.ttft_p95:>8.3f} | {r.hit_rate:>8.3f} | {r.loads:>5} | {r.swaps:>5} "
+                  f"| {worst * 100:+.1f} points")
+        new = rows["residency_aware"]
+        print(f"{'  new / today':<16}|      |          |      | {new.output_tok_s / today.output_tok_s:>8.2f}x | "
+              f"{new.ttft_p50 / today.ttft_p50:>7.2f}x | {new.ttft_p95 / today.ttft_p95:>7.2f}x |          | "
+              f"      | {new.swaps / max(today.swaps, 1):.2f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--replicas", type=int, nargs="+", default=[8, 64])
@@ -82,7 +110,14 @@ def main() -> None:
                         help="share of traffic of the one hot tenant (0 skips that scenario)")
     parser.add_argument("--hot-zipf", type=float, default=0.6)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--adapters", action="store_true",
+                        help="only the adapter table: LoRA slots and CPU tier, today's placement vs residency_aware")
     args = parser.parse_args()
+    if args.adapters:
+        started = time.perf_counter()
+        run_adapters(args.seed)
+        print(f"\n({time.perf_counter() - started:.0f} s)")
+        return
 
     base = TraceConfig(tenants=args.tenants, requests=args.requests,
                        inflight_per_replica=args.inflight, seed=args.seed)

@@ -210,6 +210,12 @@ class EngineConfig(BaseModel):
     max_cpu_loras: Optional[int] = Field(
         16, gt=0, description="Adapters kept in host memory per replica; LRU beyond this."
     )
+    max_cpu_lora_bytes: Optional[int] = Field(
+        None, gt=0,
+        description="Bytes of adapter weights kept in host memory per replica (vLLM's CPU tier), on top of "
+        "max_cpu_loras: after each load the least recently used idle, unpinned adapters are removed until "
+        "the tier fits (each loads again on its next use). null: max_cpu_loras alone bounds it.",
+    )
     max_lora_rank: int = Field(16, gt=0, description="Highest adapter rank accepted.")
     dtype: str = Field("auto", description="Weight/activation dtype (auto, bfloat16, float16).")
     gpu_memory_utilization: float = Field(

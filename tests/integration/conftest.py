@@ -59,6 +59,10 @@ def serve_app(tmp_path_factory):
             "max_num_seqs": 16,
             "gpu_memory_utilization": 0.25,
             "dtype": "float32",
+            # A small CPU tier, bounded by count and by bytes (about three demo adapters of ~1.8 MB
+            # in float32), so test_adapters.py's storms really evict.
+            "max_cpu_loras": 4,
+            "max_cpu_lora_bytes": 6_000_000,
         },
         # A small fixed dispatch limit, so test_fair_queue can queue a tenant with a few requests.
         "engine_deployment": {"health_check_period_s": 5,

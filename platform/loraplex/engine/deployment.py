@@ -15,13 +15,13 @@ from loraplex.engine.dispatch_limit import AdaptiveLimit, FixedLimit
 from loraplex.engine.engine_counters import EngineStatsReader
 from loraplex.engine.fair_queue import Entry, FairQueue
 from loraplex.engine.metering import Meter
-from loraplex.contract import SSE_DONE, EngineCall, EngineChunk, EngineError, RequestUsage, sse_error
+from loraplex.contract import SSE_DONE, AdapterTarget, EngineCall, EngineChunk, EngineError, RequestUsage, sse_error
 from loraplex.engine.shedding import LoadShedder
 from loraplex.engine.stream_batcher import DeadlineExceeded, StreamBatcher
 from loraplex.engine.vllm_engine import VLLMEngine
 from loraplex.metrics.recorder import Metrics
 from loraplex.metrics.publisher import Publisher
-from loraplex.routing.served_keys import ServedKeys, routing_stats
+from loraplex.routing.served_keys import KeyDemand, ServedKeys, adapter_stats, routing_stats
 
 if TYPE_CHECKING:  # annotations only: at run time engine/ does not import the config (no cycle)
     from loraplex.config import EngineDeploymentConfig, PlatformConfig
@@ -65,6 +65,9 @@ class Engine:
         # The affinity keys this replica served lately, reported to the routers (record_routing_stats).
         deployment = config.engine_deployment
         self.served_keys = ServedKeys(deployment.routing.served_keys)
+        self.adapter_demand = KeyDemand(capacity=deployment.routing.served_keys)  # requests per adapter lately
+        self.max_loras = config.engine.max_loras
+        self._residency = None  # vLLM's LoRA tiers at the last routing-stats sample
         self.in_flight = 0  # tenant requests this replica is serving (in vLLM or about to be; not queued)
         self.metrics = Metrics.for_replica(config.metrics, "engine", metrics_sink)
         # vLLM's own numbers, read from its registry by one reader: the shedder, the routing
@@ -125,6 +128,8 @@ class Engine:
             yield wrong_path
             return
         self.served_keys.touch(call.routing_key)
+        if call.adapter is not None:
+            self.adapter_demand.touch(call.routing_key)
         if (overloaded := self.shedder.refusal(call.priority)) is not None:
             yield EngineError(status=503, message=f"The server is overloaded ({overloaded}); retry in a moment.",
                               type="service_unavailable", retry_after=self.shedder.config.retry_after_s,
@@ -240,13 +245,28 @@ class Engine:
             queue.limit.observe(ttft, tpot)
         queue.finish(entry)  # dispatches the next ones, under the (maybe new) limit
 
-    def record_routing_stats(self) -> dict[str, Any]:
+    async def record_routing_stats(self) -> dict[str, Any]:
         """Serve collects this every routing stats period and hands it to every router."""
         gauges = self.stats.read()
         queue = self.fair_queue.snapshot() if self.fair_queue is not None else None
         return routing_stats(self.served_keys.recent(), running=gauges["num_requests_running"],
                              waiting=gauges["num_requests_waiting"], kv_usage=gauges["kv_cache_usage"],
-                             queued=queue["queued"] if queue is not None else 0, status=self.status(queue))
+                             queued=queue["queued"] if queue is not None else 0, status=self.status(queue),
+                             adapters=await self._adapter_stats())
+
+    async def _adapter_stats(self) -> dict | None:
+        """Where vLLM holds this replica's adapters now, and their recent demand."""
+        if not hasattr(self.engine, "lora_residency") or self.engine.adapters is None:
+            return None  # an engine without LoRA adapters (a benchmark's fake)
+        try:
+            residency = await self.engine.lora_residency()
+        except Exception:
+            logger.warning("could not read vLLM's LoRA residency for the routing stats", exc_info=True)
+            return None
+        self._residency = residency  # for status(): pins and the CPU tier's bytes
+        adapters = self.engine.adapters
+        return adapter_stats(adapters.keys_of(residency.slots), adapters.keys_of(residency.cpu),
+                             self.adapter_demand.snapshot(), self.max_loras)
 
     def replica_status(self) -> dict[str, Any]:
         """What GET /admin/replicas shows of this replica, read now."""
@@ -268,6 +288,12 @@ class Engine:
             "queued": queue["queued"] if queue else 0,
             "tenants": queue["tenants"] if queue else {},
             "loaded_adapters": sorted(adapters.targets)[:64] if adapters is not None else [],
+            # vLLM's CPU tier at the last routing-stats sample: pinned versions, bytes and budget.
+            "pinned_adapters": sorted(adapters.targets[n].lora_name for n in adapters.targets
+                                      if adapters.targets[n].lora_int_id in self._residency.pinned)
+            if adapters is not None and self._residency is not None else [],
+            "adapter_cpu_bytes": sum(self._residency.cpu_bytes.values()) if self._residency is not None else 0,
+            "max_cpu_lora_bytes": adapters.max_cpu_bytes if adapters is not None else None,
         }
 
     def _meter(self, call: EngineCall, usage: RequestUsage) -> None:
@@ -302,6 +328,9 @@ class Engine:
         asked_at = time.monotonic()
         resident = await self.engine.resident_adapter_ids()
         self.metrics.replica.resident_adapters(len(resident))
+        if hasattr(self.engine, "lora_residency"):
+            tier = await self.engine.lora_residency()
+            self.metrics.replica.adapter_tier(len(tier.pinned), sum(tier.cpu_bytes.values()))
         self.metrics.replica.adapters_evicted("lru", self.engine.adapters.note_resident(resident, asked_at))
 
     def _publish_fair_queue(self) -> None:
@@ -325,6 +354,18 @@ class Engine:
     def loaded_adapters(self) -> list[str]:
         return sorted(self.engine.adapters.targets)
 
+    async def adapter_residency(self) -> dict[str, Any]:
+        """Where vLLM holds this replica's adapters now, by vLLM name: GPU slots, CPU tier, pinned,
+        the tier's bytes and its byte budget (for /admin/adapters and the tests)."""
+        tier = await self.engine.lora_residency()
+        names = {t.lora_int_id: n for n, t in self.engine.adapters.targets.items()}
+
+        def named(ids) -> list[str]:
+            return sorted(names.get(i, str(i)) for i in ids)
+        return {"replica_id": self.replica_id, "slots": named(tier.slots), "cpu": named(tier.cpu),
+                "pinned": named(tier.pinned), "cpu_bytes": sum(tier.cpu_bytes.values()),
+                "max_cpu_lora_bytes": self.engine.adapters.max_cpu_bytes, "known_slots": tier.known_slots}
+
     async def check_health(self) -> None:
         # Serve calls this every health_check_period_s; a replica that cannot produce a token
         # is replaced. Skip the probe when real traffic or a recent probe already proved it:
@@ -337,7 +378,8 @@ class Engine:
         # DELETE marks the catalog row; every replica notices here and frees its copy once the
         # requests still running with it finish. Polling keeps replicas free of any broadcast.
         # The database down: requests go on (they carry their AdapterTarget; blobs come from the
-        # store); the poll says so once per outage and tries again each period.
+        # store); the poll says so once per outage and tries again each period. Pins travel the
+        # same way; a replica that starts later pins at its first poll.
         from loraplex.db.unavailable import is_unavailable
 
         down = False
@@ -351,9 +393,14 @@ class Engine:
                 down = False
                 if deleted:
                     await self.engine.adapters.retire(deleted)
+                # Pins travel the same way: the catalog's pinned versions, loaded and pinned here
+                # (not on a dedicated replica: it runs no LoRA).
+                if self.dedicated is None:
+                    pinned = await asyncio.to_thread(self.catalog.pinned)
+                    await self.engine.adapters.sync_pins([pinned_target(v) for v in pinned])
             except Exception as exc:
                 if not is_unavailable(exc):
-                    logger.exception("could not check for deleted adapters; retrying")
+                    logger.exception("could not check for deleted or pinned adapters; retrying")
                 elif not down:
                     down = True
                     logger.warning("cannot check for deleted adapters, the database is unavailable (%r); "
@@ -367,6 +414,12 @@ class Engine:
         await self.engine.shutdown()
         # After the engine: requests it ended on the way down are metered too.
         await asyncio.to_thread(self.ledger.close)
+
+
+def pinned_target(v) -> AdapterTarget:
+    """The AdapterTarget a replica loads a pinned catalog version (AdapterVersion) as."""
+    return AdapterTarget(lora_name=v.lora_name, lora_int_id=v.id, tenant=v.tenant, name=v.name, sha256=v.sha256,
+                         requested_as=f"{v.name}@{v.version}", version=v.version)
 
 
 def engine_deployment(deployment: EngineDeploymentConfig, name: str = "Engine"):

@@ -6,6 +6,11 @@ load. vLLM moves it into GPU slots (`max_loras`) per batch and evicts least rece
 it evicted from its host cache (seen when the metrics publisher samples the cache) is loaded
 again, and counted again, on its next use. A deleted version is dropped once no request on this
 replica still runs with it.
+
+Two operator controls: a pinned version (AdapterCatalog.pin) is loaded at once and pinned in
+vLLM's CPU tier, so its LRU never evicts it (lora_residency says why not in a GPU slot); and
+`max_cpu_lora_bytes` bounds the CPU tier by bytes as well as by count: after each load, the
+least recently used idle, unpinned versions are removed from vLLM until the tier fits.
 """
 
 from __future__ import annotations
@@ -17,7 +22,8 @@ from collections import Counter
 
 from vllm.lora.request import LoRARequest
 
-from loraplex.contract import AdapterTarget
+from loraplex.contract import AdapterTarget, affinity_key
+from loraplex.engine.lora_residency import PIN_RPC, UNPIN_RPC
 from loraplex.metrics.replica_metrics import NoReplicaMetrics
 
 logger = logging.getLogger(__name__)
@@ -28,8 +34,14 @@ class AdapterGone(LookupError):
 
 
 class LoadedAdapters:
-    def __init__(self, llm, serving_models, store, metrics=None):
+    def __init__(self, llm, serving_models, store, metrics=None, residency=None, max_cpu_bytes: int | None = None):
         self.llm = llm
+        # async () -> LoRAResidency (VLLMEngine.lora_residency): the CPU tier's real bytes.
+        self.residency = residency
+        self.max_cpu_bytes = max_cpu_bytes  # None: vLLM's count (max_cpu_loras) alone bounds the tier
+        self.pinned: set[int] = set()  # ids pinned in vLLM's CPU tier now
+        self.want_pinned: dict[int, AdapterTarget] = {}  # the catalog's pinned versions, as last synced
+        self._used_at: dict[str, float] = {}  # name -> time.monotonic() of its last acquire
         self.serving_models = serving_models  # vLLM's OpenAIServingModels: maps `model` -> LoRARequest
         self.store = store
         self.metrics = metrics or NoReplicaMetrics()  # loads, their seconds, evictions
@@ -57,6 +69,7 @@ class LoadedAdapters:
                 task.add_done_callback(lambda t, n=name: self._loading.pop(n) if self._loading.get(n) is t else None)
             await asyncio.shield(task)
         self.in_flight[name] += 1
+        self._used_at[name] = time.monotonic()
 
     async def _load(self, target: AdapterTarget) -> None:
         started = time.monotonic()
@@ -79,6 +92,61 @@ class LoadedAdapters:
         self._resident.add(target.lora_int_id)
         self._loaded_at[target.lora_name] = now = time.monotonic()
         self.metrics.adapter_loaded(now - started)
+        if target.lora_int_id in self.want_pinned:
+            await self._pin(target.lora_int_id)
+        await self._fit_bytes(keep=target.lora_name)
+
+    async def _pin(self, lora_int_id: int) -> None:
+        await self.llm.collective_rpc(PIN_RPC, args=(lora_int_id,))
+        self.pinned.add(lora_int_id)
+
+    async def sync_pins(self, pinned: list[AdapterTarget]) -> None:
+        """The catalog's pinned versions (first pinned first): load and pin the new ones, unpin
+        the rest. A pinned version that cannot be loaded is retried on the next sync."""
+        self.want_pinned = {t.lora_int_id: t for t in pinned}
+        for lid in list(self.pinned - set(self.want_pinned)):
+            await self.llm.collective_rpc(UNPIN_RPC, args=(lid,))
+            self.pinned.discard(lid)
+        for lid, target in self.want_pinned.items():
+            if lid in self.pinned and target.lora_name in self.targets and target.lora_name not in self.evicted:
+                continue
+            try:
+                if target.lora_name in self.targets and target.lora_name not in self.evicted:
+                    await self._pin(lid)  # loaded before it was pinned
+                else:
+                    await self.acquire(target)  # loads it, and pins it once in vLLM
+                    await self.release(target)
+            except AdapterGone:
+                pass  # deleted since: the catalog stops listing it
+            except Exception:
+                logger.exception("could not pin adapter %s; retrying on the next sync", target.lora_name)
+
+    async def _fit_bytes(self, keep: str) -> None:
+        """Remove least recently used idle, unpinned versions from vLLM's CPU tier until its bytes
+        fit max_cpu_bytes; each is loaded again on its next use."""
+        if self.max_cpu_bytes is None or self.residency is None:
+            return
+        residency = await self.residency()
+        used = sum(residency.cpu_bytes.values())
+        by_id = {t.lora_int_id: name for name, t in self.targets.items()}
+        idle = sorted((by_id[lid] for lid in residency.cpu
+                       if lid in by_id and by_id[lid] != keep and lid not in residency.pinned
+                       and self.in_flight[by_id[lid]] <= 0 and by_id[lid] not in self.evicted),
+                      key=lambda name: self._used_at.get(name, 0.0))
+        freed = 0
+        for name in idle:
+            if used <= self.max_cpu_bytes:
+                break
+            lid = self.targets[name].lora_int_id
+            await self.llm.remove_lora(lid)
+            used -= residency.cpu_bytes.get(lid, 0)
+            self.evicted.add(name)
+            self._resident.discard(lid)
+            freed += 1
+        self.metrics.adapters_evicted("bytes", freed)
+        if used > self.max_cpu_bytes:
+            logger.warning("vLLM's CPU tier holds %d bytes of adapters, over max_cpu_lora_bytes %d: the rest are "
+                           "pinned or running", used, self.max_cpu_bytes)
 
     def note_resident(self, lora_int_ids: set[int], sampled_at: float = float("inf")) -> int:
         """vLLM's host-cache contents as listed (`list_loras`) at `sampled_at` (time.monotonic());
@@ -109,6 +177,11 @@ class LoadedAdapters:
                 if self.in_flight[name] <= 0:
                     await self._drop(name)
 
+    def keys_of(self, lora_int_ids) -> set[str]:
+        """The affinity keys (tenant/name) of these loaded versions, as the routers know them."""
+        ids = set(lora_int_ids)
+        return {affinity_key(t.tenant, t.name) for t in self.targets.values() if t.lora_int_id in ids}
+
     def loaded_ids(self) -> list[int]:
         return [t.lora_int_id for t in self.targets.values()]
 
@@ -118,7 +191,9 @@ class LoadedAdapters:
         self.serving_models.lora_requests.pop(lora_name, None)
         self.evicted.discard(lora_name)
         self._loaded_at.pop(lora_name, None)
+        self._used_at.pop(lora_name, None)
         self._resident.discard(target.lora_int_id)
+        self.pinned.discard(target.lora_int_id)  # removing it from vLLM unpins it there
         await self.llm.remove_lora(target.lora_int_id)
         self.metrics.adapters_evicted("deleted")
         # Blobs are by content: another name of this tenant may have the same weights loaded.

@@ -27,6 +27,7 @@ from vllm.exceptions import VLLMClientError
 from vllm.utils.argparse_utils import FlexibleArgumentParser
 
 from loraplex.engine.loaded_adapters import AdapterGone, LoadedAdapters
+from loraplex.engine.lora_residency import EXTENSION, RPC, LoRAResidency
 from loraplex.engine.orphan_guard import start_guard
 from loraplex.contract import SSE_DONE, AdapterTarget, EngineCall, EngineError, RequestUsage
 from loraplex.engine.usage_tracking import UsageTrackingAsyncLLM, current_usage
@@ -90,6 +91,7 @@ class VLLMEngine:
         self.adapter_store = adapter_store  # where adapter versions are fetched from (registry)
         self.metrics = metrics  # the replica's ReplicaMetrics: adapter loads and evictions
         self.llm: UsageTrackingAsyncLLM | None = None
+        self._residency_rpc = False
         self._orphan_guard = None
         self.adapters: LoadedAdapters | None = None
         self.last_probe_ok: float = 0.0
@@ -103,7 +105,11 @@ class VLLMEngine:
         if unpin_cpu_workers():
             logger.info("vLLM CPU backend: %s=nobind (the OS places the model's threads; set it to "
                         "bind them yourself)", _CPU_BIND)
-        engine_args = AsyncEngineArgs(**self.config.engine_args())
+        args = self.config.engine_args()
+        if self.config.enable_lora:  # lists vLLM's GPU slots (lora_residency), unless the operator has one
+            args.setdefault("worker_extension_cls", EXTENSION)
+        self._residency_rpc = args.get("worker_extension_cls") == EXTENSION
+        engine_args = AsyncEngineArgs(**args)
         self.llm = UsageTrackingAsyncLLM.from_engine_args(engine_args)
         state = State()
         await init_app_state(
@@ -115,7 +121,8 @@ class VLLMEngine:
         self.models = state.openai_serving_models
         self.chat_serving = state.openai_serving_chat
         self.completion_serving = state.openai_serving_completion
-        self.adapters = LoadedAdapters(self.llm, self.models, self.adapter_store, self.metrics)
+        self.adapters = LoadedAdapters(self.llm, self.models, self.adapter_store, self.metrics,
+                                       residency=self.lora_residency, max_cpu_bytes=self.config.max_cpu_lora_bytes)
         await self.probe()
 
     def _frontend_args(self, engine_args: AsyncEngineArgs):
@@ -238,6 +245,17 @@ class VLLMEngine:
         if not self.config.enable_lora:
             return set()
         return set(await self.llm.list_loras())
+
+    async def lora_residency(self) -> LoRAResidency:
+        """vLLM's GPU slots and CPU tier now (the slots only through our worker extension)."""
+        if not self.config.enable_lora:
+            return LoRAResidency(known_slots=False)
+        if self._residency_rpc:
+            try:
+                return LoRAResidency.of((await self.llm.collective_rpc(RPC, timeout=10))[0])
+            except Exception:
+                logger.warning("could not list vLLM's LoRA slots; reporting its CPU tier only", exc_info=True)
+        return LoRAResidency.of(None, set(await self.llm.list_loras()))
 
     def last_progress(self) -> float:
         """When this engine last proved it works: a probe, or any request's output (real traffic)."""

@@ -15,6 +15,7 @@ from loraplex.config import PlatformConfig
 from loraplex.db.health import StoreHealth
 from loraplex.db.unavailable import StoreUnavailable, is_unavailable
 from loraplex.ingress.adapter_routes import AdapterRoutes
+from loraplex.ingress.admin_adapter_routes import AdminAdapterRoutes
 from loraplex.ingress.admin_routes import AdminRoutes
 from loraplex.ingress.auth import authenticate
 from loraplex.ingress.console_routes import console_routes
@@ -87,6 +88,7 @@ def build_ingress_app(
         routes += AdminRoutes(tenancy, replicas=lambda: engine_replicas(engine)).routes()
     if registry is not None and tenants is not None:
         routes += AdapterRoutes(tenants, config.registry.max_upload_bytes).routes()
+        routes += AdminAdapterRoutes(tenancy, registry, config.engine).routes()
         routes += DedicatedRoutes(tenancy, registry, dedicated).routes()
     if accounting is not None and tenancy is not None:
         routes += UsageRoutes(accounting, tenants, tenancy).routes()

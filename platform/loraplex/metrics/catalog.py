@@ -140,8 +140,15 @@ ADAPTER_LOAD_SECONDS = MetricSpec(
 ADAPTER_EVICTIONS = MetricSpec(
     "loraplex_adapter_evictions_total", "counter", (REASON,),
     "Adapters that left the replica: reason=lru, evicted from vLLM's host cache to make room "
-    "(sampled every publish period); reason=deleted, freed after its DELETE.",
-    values={REASON: ("lru", "deleted")})
+    "(sampled every publish period); reason=bytes, removed so the CPU tier fits "
+    "engine.max_cpu_lora_bytes; reason=deleted, freed after its DELETE.",
+    values={REASON: ("lru", "bytes", "deleted")})
+PINNED_ADAPTERS = MetricSpec(
+    "loraplex_pinned_adapters", "gauge", (),
+    "Adapter versions pinned in the replica's CPU tier (never evicted; POST /admin/tenants/{id}/adapters/{ref}/pin).")
+ADAPTER_CPU_BYTES = MetricSpec(
+    "loraplex_adapter_cpu_bytes", "gauge", (),
+    "Bytes of adapter weights in the replica's CPU tier (host memory); engine.max_cpu_lora_bytes bounds it.")
 
 FAIR_QUEUE_LIMIT = MetricSpec(
     "loraplex_fair_queue_dispatch_limit", "gauge", (),
@@ -186,7 +193,8 @@ SPOOL_PENDING = MetricSpec(
 REQUEST_METRICS = (TTFT, TPOT, E2E, QUEUE, PROMPT_TOKENS, CACHED_PROMPT_TOKENS, COMPLETION_TOKENS, REQUESTS)
 ENGINE_METRICS = (KV_USAGE, RUNNING, WAITING, LOADED_ADAPTERS, PREEMPTIONS, PREFIX_QUERIES, PREFIX_HITS,
                   ADAPTER_LOADS, ADAPTER_LOAD_SECONDS, ADAPTER_EVICTIONS,
-                  FAIR_QUEUE_LIMIT, FAIR_QUEUE_DISPATCHED, FAIR_QUEUE_LENGTH, FAIR_QUEUE_COUNTER)
+                  FAIR_QUEUE_LIMIT, FAIR_QUEUE_DISPATCHED, FAIR_QUEUE_LENGTH, FAIR_QUEUE_COUNTER,
+                  PINNED_ADAPTERS, ADAPTER_CPU_BYTES)
 INGRESS_METRICS = (REFUSALS, ROUTING_DECISIONS, DATABASE_REACHABLE)
 LIMITER_METRICS = (BUDGET_SOURCE_FAILURES,)
 LEDGER_METRICS = (SPOOL_LAST_FLUSH, SPOOL_PENDING)

@@ -81,6 +81,10 @@ class ReplicaMetrics:
     def resident_adapters(self, cpu: int) -> None:
         self.metrics[c.LOADED_ADAPTERS.name].set(float(cpu), {c.TIER: "cpu"})
 
+    def adapter_tier(self, pinned: int, cpu_bytes: int) -> None:
+        self.metrics[c.PINNED_ADAPTERS.name].set(float(pinned))
+        self.metrics[c.ADAPTER_CPU_BYTES.name].set(float(cpu_bytes))
+
     def adapter_loaded(self, seconds: float) -> None:
         self.metrics[c.ADAPTER_LOADS.name].inc(1)
         self.metrics[c.ADAPTER_LOAD_SECONDS.name].observe(max(seconds, 0.0))
@@ -113,6 +117,9 @@ class NoReplicaMetrics:
         pass
 
     def resident_adapters(self, cpu) -> None:
+        pass
+
+    def adapter_tier(self, pinned, cpu_bytes) -> None:
         pass
 
     def fair_queue(self, snapshot, tenant_label) -> None:

@@ -12,7 +12,7 @@ the delete yet; reviving the old row would need every replica to forget that it 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 
 from sqlalchemy import (JSON, BigInteger, Column, Connection, Engine, Index, Integer, String, Table,
@@ -38,6 +38,7 @@ adapter_versions = Table(
     Column("size_bytes", BigInteger, nullable=False),
     Column("created_at", UTCDateTime, nullable=False),
     Column("deleted_at", UTCDateTime),
+    Column("pinned_at", UTCDateTime),  # an operator pinned it: every replica keeps it in vLLM's CPU tier
     # Named here: the convention's uq_<table>_<first column> would give both the same name,
     # which Postgres refuses.
     UniqueConstraint("tenant_id", "name", "version", name="uq_adapter_versions_tenant_name_version"),
@@ -67,9 +68,19 @@ def _sha_unique_among_live_rows(conn: Connection) -> None:
         index.create(conn, checkfirst=True)
 
 
+def _add_pinned_at(conn: Connection) -> None:
+    """registry v3: adapter_versions.pinned_at (a v1 table made before it has no such column)."""
+    from sqlalchemy import inspect
+
+    if "pinned_at" not in {c["name"] for c in inspect(conn).get_columns("adapter_versions")}:
+        column = adapter_versions.c.pinned_at
+        conn.execute(text(f"ALTER TABLE adapter_versions ADD COLUMN pinned_at {column.type.compile(conn.dialect)}"))
+
+
 MIGRATIONS = [
     Migration("registry", 1, "adapter_versions", lambda conn: adapter_versions.create(conn, checkfirst=True)),
     Migration("registry", 2, "adapter sha unique among live versions", _sha_unique_among_live_rows),
+    Migration("registry", 3, "adapter_versions.pinned_at", _add_pinned_at),
 ]
 ADD_ATTEMPTS = 5  # concurrent uploads to one name on Postgres: the loser of a unique key retries
 
@@ -88,6 +99,7 @@ class AdapterVersion:
     base_model: str | None  # the adapter's own claim; the validator checked the real fit
     size_bytes: int
     created_at: str  # ISO-8601 UTC
+    pinned: bool = False  # kept in every replica's CPU tier (AdapterCatalog.pin)
 
     @property
     def lora_name(self) -> str:
@@ -190,6 +202,33 @@ class AdapterCatalog:
                          .values(deleted_at=datetime.now(timezone.utc)))
         return versions
 
+    def pin(self, tenant: str, ref: str, pinned: bool, max_pinned: int | None = None) -> AdapterVersion:
+        """Pin (or unpin) the live version `ref` names. At most `max_pinned` versions are pinned
+        at once across tenants (each takes CPU-tier room on every replica): over it, 409."""
+        from loraplex.errors import StatusError
+
+        version = self.resolve(tenant, ref)
+        t = adapter_versions
+        with write_transaction(self.engine) as conn:
+            if pinned and not version.pinned and max_pinned is not None:
+                count = conn.execute(select(func.count()).select_from(t).where(
+                    t.c.pinned_at.is_not(None), t.c.deleted_at.is_(None))).scalar()
+                if count >= max_pinned:
+                    raise StatusError(f"{count} adapter versions are pinned already, the most this deployment "
+                                      f"keeps ({max_pinned}: engine.max_cpu_loras - 1, so one CPU-tier place stays "
+                                      "free for the rest); unpin one (DELETE .../pin) or raise max_cpu_loras",
+                                      status=409, type="conflict")
+            conn.execute(update(t).where(t.c.id == version.id).values(
+                pinned_at=datetime.now(timezone.utc) if pinned else None))
+        return replace(version, pinned=pinned)
+
+    def pinned(self) -> list[AdapterVersion]:
+        """Every tenant's pinned live versions, first pinned first: what replicas keep loaded."""
+        t = adapter_versions
+        query = select(t).where(t.c.pinned_at.is_not(None), t.c.deleted_at.is_(None)).order_by(t.c.pinned_at, t.c.id)
+        with self.engine.connect() as conn:
+            return [_version(row) for row in conn.execute(query)]
+
     def sha_in_use(self, tenant: str, sha256: str) -> bool:
         """Whether a live version of this tenant (under any name) has these weights: its blob stays."""
         t = adapter_versions
@@ -214,4 +253,5 @@ def _version(row) -> AdapterVersion:
         rank=m["rank"], target_modules=list(m["target_modules"]), base_model=m["base_model"],
         size_bytes=m["size_bytes"],
         created_at=m["created_at"].isoformat(timespec="seconds").replace("+00:00", "Z"),
+        pinned=m.get("pinned_at") is not None,
     )

@@ -19,7 +19,9 @@ class RoutingConfig(BaseModel):
     policy: str = Field(
         "tenant_affinity",
         description=f"Routing policy: one of {sorted(BUILT_IN)} (tenant_affinity: rendezvous "
-        "hashing of tenant[/adapter] under a load bound; power_of_two: Serve's default router), "
+        "hashing of tenant[/adapter] under a load bound; residency_aware: the same, plus where each "
+        "adapter is resident (GPU slot > CPU tier > cold) and each replica's free LoRA slots; "
+        "power_of_two: Serve's default router), "
         "or a RoutingPolicy class as 'module:Class', importable in every Serve replica (the "
         "comparison policies in bench.routing, e.g. 'bench.routing.cache_aware:CacheAwarePolicy').",
     )

@@ -7,11 +7,13 @@ scripts/bench_routing.py); the module must then be importable in every Serve rep
 import importlib
 
 from loraplex.routing.policy import RoutingPolicy
+from loraplex.routing.residency import ResidencyAwarePolicy
 from loraplex.routing.tenant_affinity import TenantAffinityPolicy
 
 # None: Serve's own power-of-two router places every call; no RoutingPolicy runs.
 BUILT_IN: dict[str, type[RoutingPolicy] | None] = {
     TenantAffinityPolicy.name: TenantAffinityPolicy,
+    ResidencyAwarePolicy.name: ResidencyAwarePolicy,
     "power_of_two": None,
 }
 

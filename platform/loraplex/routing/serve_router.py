@@ -206,10 +206,12 @@ class TenantAffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
         snapshots = []
         for uid, q in queue_lens.items():
             report = self._reports.get(uid, EngineReport())
+            adapters = report.adapters
             snapshots.append(ReplicaSnapshot(
                 uid, in_flight=q + chosen.get(uid, 0), waiting=report.waiting + report.queued,
-                kv_usage=report.kv_usage,
-                pending_tokens=self._pending_tokens.get(uid, 0)))
+                kv_usage=report.kv_usage, pending_tokens=self._pending_tokens.get(uid, 0),
+                slot_adapters=adapters.slots if adapters else None, cpu_adapters=adapters.cpu if adapters else None,
+                max_loras=adapters.max_loras if adapters else 0, adapter_demand=adapters.demand if adapters else {}))
         return snapshots, by_id
 
     def _in_flight_counts(self) -> Counter[str]:

@@ -3,6 +3,7 @@
 Both are plain data so that the same policy code runs inside Ray Serve's RequestRouter (which
 fills them from queue-length probes and the engines' stats) and inside the simulator.
 """
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 
@@ -12,6 +13,9 @@ class RouteRequest:
 
     key: str  # affinity key: "tenant" or "tenant/adapter"
     prompt_tokens: int = 0  # prompt length in tokens (or an estimate); 0 when unknown
+    # The key names an adapter (it runs in one of vLLM's LoRA slots). Keyword-only: subclasses
+    # (bench's PrefixRequest) add positional fields.
+    adapter: bool = field(default=False, kw_only=True)
 
 
 @dataclass(slots=True)
@@ -29,6 +33,12 @@ class ReplicaSnapshot:
     # Keys the engine reports it holds (e.g. loaded adapters). None means "no report": the
     # policy then relies on what it routed itself.
     held_keys: frozenset[str] | None = field(default=None)
+    # Adapters (affinity keys) in the engine's GPU slots and in its CPU tier, its slot count
+    # and its recent demand per adapter, as last reported; None / 0 / empty: not reported.
+    slot_adapters: frozenset[str] | None = None
+    cpu_adapters: frozenset[str] | None = None
+    max_loras: int = 0
+    adapter_demand: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def load(self) -> int:

@@ -121,7 +121,7 @@ async def test_the_replica_status_shows_the_queue(make):
     status = replica.replica_status()
     assert status["dispatch_limit"] == 1 and status["dispatched"] == 1 and status["queued"] == 1
     assert status["tenants"]["ten_w"]["queued"] == 1
-    stats = replica.record_routing_stats()
+    stats = await replica.record_routing_stats()
     assert stats["queued"] == 1 and stats["status"]["tenants"]["ten_w"]["running"] == 1
     llm(replica).gate.set()
     await asyncio.gather(*tasks)

@@ -86,6 +86,9 @@ class FakeAsyncLLM(AsyncLLM):
         self.removed_loras: list[int] = []
         self.added_loras: list[int] = []  # add_lora calls: loads into vLLM's host cache
         self.resident_loras: set[int] = set()  # vLLM's host cache (list_loras)
+        self.slot_loras: list[int] = []  # vLLM's GPU slots, as our worker extension lists them
+        self.pinned_loras: set[int] = set()
+        self.lora_bytes = 1000  # each adapter's bytes in the CPU tier
         self.generate_calls: list[tuple[str, SamplingParams, object]] = []
         self.unfinished: set[str] = set()
         self.stalled = asyncio.Event()  # set when a request reaches script.stall_after
@@ -134,10 +137,26 @@ class FakeAsyncLLM(AsyncLLM):
     async def remove_lora(self, lora_id: int) -> bool:
         self.removed_loras.append(lora_id)
         self.resident_loras.discard(lora_id)
+        self.pinned_loras.discard(lora_id)  # as vLLM's LRUCache.__delitem__
         return True
 
     async def list_loras(self) -> set[int]:
         return set(self.resident_loras)
+
+    async def collective_rpc(self, method: str, timeout=None, args=(), kwargs=None):
+        # Our worker extension's methods (loraplex.engine.lora_residency), over vLLM's state.
+        from loraplex.engine.lora_residency import PIN_RPC, RPC, UNPIN_RPC
+        if method == PIN_RPC:
+            if args[0] not in self.resident_loras:
+                raise ValueError(f"Cannot pin key: {args[0]} not in cache.")
+            self.pinned_loras.add(args[0])
+            return [True]
+        if method == UNPIN_RPC:
+            self.pinned_loras.discard(args[0])
+            return [True]
+        assert method == RPC, method
+        return [{"slots": list(self.slot_loras), "cpu": sorted(self.resident_loras),
+                 "pinned": sorted(self.pinned_loras), "cpu_bytes": {i: self.lora_bytes for i in self.resident_loras}}]
 
     def shutdown(self, timeout=None) -> None:
         self.shut_down = True
@@ -277,7 +296,9 @@ class VLLMEngineOverFakeVLLM(VLLMEngine):
         self.models = FakeServingModels()
         self.chat_serving = FakeChatServing(self.llm, self.models)
         self.completion_serving = FakeCompletionServing(self.llm, self.models)
-        self.adapters = LoadedAdapters(self.llm, self.models, self.fake_store, self.metrics)
+        self.adapters = LoadedAdapters(self.llm, self.models, self.fake_store, self.metrics,
+                                       residency=self.lora_residency, max_cpu_bytes=self.config.max_cpu_lora_bytes)
+        self._residency_rpc = True  # as start() sets it with our worker extension
 
 
 # --------------------------------------------------------------------------------------------
@@ -293,11 +314,14 @@ def make_config(tmp_path, **deployment) -> PlatformConfig:
     })
 
 
-async def start_replica(tmp_path, **deployment) -> Engine:
+async def start_replica(tmp_path, engine_config: dict | None = None, **deployment) -> Engine:
     store = FakeAdapterStore(tmp_path)
     engine_cls = type("VLLMEngineOverFakeVLLM", (VLLMEngineOverFakeVLLM,), {"fake_store": store})
     engine = Engine.__new__(Engine)
-    await engine.__init__(make_config(tmp_path, **deployment), engine_cls=engine_cls)
+    config = make_config(tmp_path, **deployment)
+    if engine_config:
+        config = config.model_copy(update={"engine": config.engine.model_copy(update=engine_config)})
+    await engine.__init__(config, engine_cls=engine_cls)
     return engine
 
 
@@ -692,9 +716,22 @@ async def test_served_keys_record_the_calls_routing_key(replica):
 async def test_routing_stats_report_the_keys_served_most_recent_first(replica):
     for i, (tenant, adapter) in enumerate((("ten_a", None), ("ten_b", ADAPTER), ("ten_a", None))):
         await drain(replica.generate(make_call(f"r-{i}", tenant=tenant, adapter=adapter), chat()))
-    stats = replica.record_routing_stats()
+    stats = await replica.record_routing_stats()
     assert stats["held_keys"] == ["ten_a", "ten_b/bot"]
     assert {"running", "waiting", "kv_usage"} <= set(stats)
+
+
+async def test_routing_stats_say_where_vllm_holds_each_adapter_and_its_demand(replica):
+    """GPU slots (through the worker extension's collective_rpc) and CPU tier by affinity key,
+    the slot count, and a decayed count of requests per adapter; base requests add no demand."""
+    other = AdapterTarget("ten_a/other@1:def", 8, "ten_a", "other", "def", requested_as="other", version=1)
+    for i, adapter in enumerate((ADAPTER, ADAPTER, other, None)):
+        await drain(replica.generate(make_call(f"r-{i}", adapter=adapter), chat()))
+    llm(replica).slot_loras = [ADAPTER.lora_int_id]  # `other` is in the CPU tier only
+    adapters = (await replica.record_routing_stats())["adapters"]
+    assert (adapters["slots"], adapters["cpu"], adapters["max_loras"]) == (["ten_a/bot"], ["ten_a/bot", "ten_a/other"], 4)
+    assert adapters["demand"]["ten_a/bot"] == pytest.approx(2, abs=0.01)
+    assert adapters["demand"]["ten_a/other"] == pytest.approx(1, abs=0.01) and "ten_a" not in adapters["demand"]
 
 
 async def test_unfinished_requests_and_loaded_adapters_come_from_the_engine(replica):
@@ -801,3 +838,53 @@ def test_usage_record_times_are_utc():
     assert rec.arrival_time.tzinfo is not None and rec.finish_time - rec.arrival_time == timedelta(seconds=1)
     assert rec.ttft == pytest.approx(0.25)
     assert (rec.adapter, rec.api_key_id, rec.base_model, rec.replica_id) == ("bot@2", "k", "base", "rep")
+
+
+# --------------------------------------------------------------------------------------------
+# (i) pinning and the CPU tier's byte budget
+# --------------------------------------------------------------------------------------------
+def target(n: int) -> AdapterTarget:
+    return AdapterTarget(f"ten_a/a{n}@1:s{n}", 100 + n, "ten_a", f"a{n}", f"s{n}", requested_as=f"a{n}", version=1)
+
+
+async def use(replica, t: AdapterTarget) -> None:
+    await drain(replica.generate(make_call(f"use-{t.name}-{len(llm(replica).added_loras)}", adapter=t), chat()))
+
+
+async def test_a_pinned_version_is_loaded_and_pinned_at_once_and_unpinned_when_the_catalog_says(replica):
+    adapters, fake = replica.engine.adapters, llm(replica)
+    await adapters.sync_pins([target(1)])
+    assert fake.added_loras == [101] and fake.pinned_loras == {101} == adapters.pinned
+    await replica.record_routing_stats()  # samples vLLM's tiers: GET /admin/replicas shows the pin
+    status = replica.replica_status()
+    assert status["pinned_adapters"] == [target(1).lora_name] and status["adapter_cpu_bytes"] == 1000
+    await adapters.sync_pins([target(1)])  # a second sync changes nothing
+    assert fake.added_loras == [101]
+    fake.resident_loras.discard(101)  # vLLM lost it (a restart of its worker): reloaded and pinned again
+    fake.pinned_loras.discard(101)
+    adapters.note_resident(set(fake.resident_loras))
+    await adapters.sync_pins([target(1)])
+    assert fake.added_loras == [101, 101] and fake.pinned_loras == {101}
+    await adapters.sync_pins([])
+    assert fake.pinned_loras == set() == adapters.pinned and 101 in fake.resident_loras  # unpinned, still loaded
+
+
+async def test_the_byte_budget_removes_least_recently_used_idle_unpinned_versions(tmp_path):
+    """max_cpu_lora_bytes = 3 adapters of 1000 bytes: a fourth load removes the least recently
+    used one that is not pinned, which loads again on its next use; without a budget nothing goes."""
+    replica = await start_replica(tmp_path, engine_config={"max_cpu_lora_bytes": 3000})
+    try:
+        adapters, fake = replica.engine.adapters, llm(replica)
+        assert adapters.max_cpu_bytes == 3000
+        await adapters.sync_pins([target(1)])  # pinned first, so the oldest
+        for n in (2, 3, 4):
+            await use(replica, target(n))
+        assert fake.resident_loras == {101, 103, 104} and fake.removed_loras == [102]
+        assert target(2).lora_name in adapters.evicted
+        await use(replica, target(2))  # loads again, and a2's return evicts a3 (least recently used)
+        assert fake.added_loras.count(102) == 2 and fake.resident_loras == {101, 102, 104}
+        adapters.max_cpu_bytes = None
+        await use(replica, target(5))
+        assert fake.resident_loras == {101, 102, 104, 105}
+    finally:
+        await replica.__del__()

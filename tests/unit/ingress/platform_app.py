@@ -55,12 +55,12 @@ class PlatformApp:
 
 
 def build_platform_app(tmp: Path, script: Callable[..., Any], registry: dict | None = None,
-                       calls: dict | None = None) -> PlatformApp:
+                       calls: dict | None = None, engine: dict | None = None) -> PlatformApp:
     model_dir = tmp / BASE
     model_dir.mkdir()
     (model_dir / "config.json").write_text(json.dumps(SMOLLM2_CONFIG))
     config = PlatformConfig.from_args({
-        "engine": {"model": str(model_dir)},
+        "engine": {"model": str(model_dir), **(engine or {})},
         "database_url": f"sqlite:///{tmp}/db.sqlite",
         "registry": {"store_url": str(tmp / "store"), "cache_dir": str(tmp / "cache"), **(registry or {})},
     })

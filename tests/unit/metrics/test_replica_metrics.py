@@ -32,7 +32,7 @@ def test_counters_with_known_values_exist_at_zero_from_the_start():
     ReplicaMetrics(ingress, "ingress")
     for spec in (c.PREEMPTIONS, c.PREFIX_QUERIES, c.PREFIX_HITS, c.ADAPTER_LOADS):
         assert engine[spec.name].values == {(): 0.0}
-    assert engine[c.ADAPTER_EVICTIONS.name].label_values(c.REASON) == {"lru", "deleted"}
+    assert engine[c.ADAPTER_EVICTIONS.name].label_values(c.REASON) == {"lru", "bytes", "deleted"}
     assert ingress[c.ROUTING_DECISIONS.name].label_values(c.DECISION) == set(c.ROUTING_DECISIONS.values[c.DECISION])
     assert c.PREEMPTIONS.name not in ingress.metrics  # an ingress has no engine
 

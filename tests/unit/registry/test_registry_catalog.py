@@ -138,4 +138,22 @@ def test_concurrent_uploads_to_one_name_get_distinct_numbers(catalog):
 def test_response_body(catalog):
     body = catalog.add("acme", "bot", sha("a"), **FACTS).to_response()
     assert set(body) == {"name", "version", "sha256", "rank", "target_modules", "base_model",
-                         "size_bytes", "created_at"}
+                         "size_bytes", "created_at", "pinned"}
+
+
+def test_pins_are_listed_first_pinned_first_bounded_and_dropped_on_delete(catalog):
+    a = catalog.add("acme", "a", sha("a"), **FACTS)
+    b = catalog.add("globex", "b", sha("b"), **FACTS)
+    c = catalog.add("acme", "c", sha("c"), **FACTS)
+    assert catalog.pin("globex", "b", True, max_pinned=2).pinned
+    assert catalog.pin("acme", "a@1", True, max_pinned=2).pinned
+    assert [v.id for v in catalog.pinned()] == [b.id, a.id] and catalog.resolve("acme", "a").pinned
+    with pytest.raises(Exception) as e:
+        catalog.pin("acme", "c", True, max_pinned=2)
+    assert e.value.status == 409
+    assert catalog.pin("acme", "a", True, max_pinned=2).pinned  # pinning a pinned one again is no new pin
+    assert not catalog.pin("globex", "b", False).pinned
+    catalog.delete("acme", "a")
+    assert catalog.pinned() == [] and catalog.pin("acme", "c", True, max_pinned=2).id == c.id
+    with pytest.raises(AdapterNotFound):
+        catalog.pin("globex", "a", True)
