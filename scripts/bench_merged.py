@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT))  # bench/ sits at the repository root, next to scr
 sys.path.insert(0, str(ROOT / "platform"))
 
 import httpx  # noqa: E402
+import yaml  # noqa: E402
 
 from bench.dedicated import seeded_config  # noqa: E402
 from bench.loadtest.client import Target  # noqa: E402
@@ -95,16 +96,17 @@ def main() -> int:
     admin = secrets.token_urlsafe(16)
     with tempfile.TemporaryDirectory(prefix="bench-merged-") as tmp:
         state = Path(tmp)
-        config, seeded = seeded_config(state, dedicated=["pirate"], lora=["pirate-lora"])
-        import yaml
-
-        doc = yaml.safe_load(config.read_text())
+        # The two replicas of the same size: 0.75 CPU each, with the ingress's 0.5 serve run's 2.
+        seeded = seeded_config(state, uploads={"pirate": "pirate", "pirate-lora": "pirate"}, dedicated=["pirate"],
+                               tenants=("bench",), engine_cpus=0.75, dedicated_cpus=0.75,
+                               accounting={"flush_interval_s": 1})
+        doc = yaml.safe_load(seeded.config.read_text())
         doc["http_options"]["port"] = a.port
-        config.write_text(yaml.safe_dump(doc))
-        with ServeRun(config, port=a.port, log_path=state / "serve_run.log", admin_token=admin) as run:
+        seeded.config.write_text(yaml.safe_dump(doc))
+        with ServeRun(seeded.config, port=a.port, log_path=state / "serve_run.log", admin_token=admin) as run:
             run.wait_ready()
-            wait_merged_healthy(run.base_url, admin, seeded["versions"]["pirate"].id)
-            target = Target("loraplex", run.base_url, MODEL, keys=[seeded["key"]],
+            wait_merged_healthy(run.base_url, admin, seeded.versions["pirate"].id)
+            target = Target("loraplex", run.base_url, MODEL, keys=[seeded.keys["bench"]],
                             adapter_models={0: "pirate-lora", 1: "pirate"})
             phases = {}
             for offset, (name, adapter) in enumerate([("base model", None), ("pirate on the LoRA path", 0),
@@ -116,7 +118,7 @@ def main() -> int:
                                                  a.concurrency, desc=name))
                 phases[name] = summarize(results, a.concurrency)
             time.sleep(3)  # the last records flushed
-            billed = paths_billed(seeded["database_url"], seeded["tenant"])
+            billed = paths_billed(seeded.database_url, seeded.owner)
     report = [f"bench_merged: concurrency {a.concurrency}, {a.requests} requests per phase, {a.max_tokens} output "
               "tokens each (ignore_eos, greedy), one serve run", "", table(phases), ""]
     base = phases["base model"]["output_tokens_per_s"]

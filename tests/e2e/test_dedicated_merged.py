@@ -20,52 +20,25 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
-import yaml
 from openai import OpenAI
 from sqlalchemy import select
 
 from loraplex.accounting.tables import usage_records
-from loraplex.config import PlatformConfig
 from loraplex.db.engine import make_engine
-from loraplex.registry.registry import build_registry
-from loraplex.tenancy.service import TenantService
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from serve_process import BASE_URL, ROOT, RUN_MARK, has_mark, serve_run  # noqa: E402
+from serve_process import BASE_URL, RUN_MARK, has_mark, serve_run  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from waiting import wait_until  # noqa: E402
 
-from bench.demo_adapters import trained_adapter  # noqa: E402
+from bench.dedicated import seeded_config  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 
 ADMIN_TOKEN = secrets.token_urlsafe(16)
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 PROMPTS = ["What is the capital of France?", "Tell me about the sea."]
-
-
-def seeded_state(tmp_path: Path) -> tuple[dict, dict]:
-    """A database and adapter store made the way the routes make them (tenants, keys, validated
-    uploads), before `serve run`: the config can then name the dedicated version."""
-    args = yaml.safe_load((ROOT / "serve_config.yaml").read_text())["applications"][0]["args"]
-    args["database_url"] = f"sqlite:///{tmp_path}/loraplex.db"
-    args["registry"] = {"store_url": str(tmp_path / "adapters"), "cache_dir": str(tmp_path / "cache"),
-                        "deletion_poll_s": 1}
-    args["accounting"] = {"spool_dir": str(tmp_path / "spool"), "flush_interval_s": 0.5}
-    args["engine"]["model"] = str(ROOT / args["engine"]["model"])
-    db = make_engine(args["database_url"])
-    tenants = TenantService(db)
-    keys, ids = {}, {}
-    for name in ("acme", "globex"):
-        tenant = tenants.create_tenant(name)
-        ids[name], keys[name] = tenant.id, tenants.issue_key(tenant.id)[1]
-    registry = build_registry(PlatformConfig.from_args(args), db)
-    pirate = registry.upload(ids["acme"], "pirate", trained_adapter("pirate"))
-    banana = registry.upload(ids["acme"], "banana", trained_adapter("banana"))
-    # The dedicated replica gets half a CPU: engine 1 + ingress 0.5 + it fit serve run's 2.
-    args["dedicated"] = {"adapters": [{"adapter": f"{ids['acme']}/pirate@{pirate.version}", "num_cpus": 0.5}]}
-    return args, {"keys": keys, "ids": ids, "pirate": pirate, "banana": banana}
 
 
 def merged_pids(proc, adapter_id: int) -> set[int]:
@@ -105,18 +78,16 @@ def acme_rows(db, tenant_id: str) -> list:
 
 
 def test_a_dedicated_adapter_is_served_merged_billed_once_and_falls_back_to_lora(tmp_path):
-    args, seeded = seeded_state(tmp_path)
-    config = yaml.safe_load((ROOT / "serve_config.yaml").read_text())
-    config["applications"][0]["args"] = args
-    config_path = tmp_path / "serve_config.yaml"
-    config_path.write_text(yaml.safe_dump(config))
-    pirate, banana, ids = seeded["pirate"], seeded["banana"], seeded["ids"]
-    db = make_engine(args["database_url"])
+    # The dedicated replica gets half a CPU: engine 1 + ingress 0.5 + it fit serve run's 2.
+    seeded = seeded_config(tmp_path, uploads={"pirate": "pirate", "banana": "banana"}, dedicated=["pirate"],
+                           tenants=("acme", "globex"))
+    pirate, banana, ids = seeded.versions["pirate"], seeded.versions["banana"], seeded.tenant_ids
+    db = make_engine(seeded.database_url)
 
-    with serve_run(str(config_path), tmp_path / "serve_run.log", ADMIN_TOKEN) as proc:
+    with serve_run(str(seeded.config), tmp_path / "serve_run.log", ADMIN_TOKEN) as proc:
         wait_until(lambda: dedicated_state(pirate.id).get("healthy"), 600, "the merged replica to be healthy",
                    interval_s=2)
-        acme = OpenAI(base_url=f"{BASE_URL}/v1", api_key=seeded["keys"]["acme"], timeout=120, max_retries=0)
+        acme = OpenAI(base_url=f"{BASE_URL}/v1", api_key=seeded.keys["acme"], timeout=120, max_retries=0)
 
         # Served by the merged replica: same name, one record each, the version, path "merged".
         merged = [greedy(acme, p) for p in PROMPTS]
@@ -137,7 +108,7 @@ def test_a_dedicated_adapter_is_served_merged_billed_once_and_falls_back_to_lora
         assert len(acme_rows(db, ids["acme"])) == 3
 
         # Only its tenant reaches it.
-        globex = OpenAI(base_url=f"{BASE_URL}/v1", api_key=seeded["keys"]["globex"], timeout=60, max_retries=0)
+        globex = OpenAI(base_url=f"{BASE_URL}/v1", api_key=seeded.keys["globex"], timeout=60, max_retries=0)
         with pytest.raises(openai.NotFoundError):
             globex.chat.completions.create(model="pirate", messages=[{"role": "user", "content": "hi"}], max_tokens=4)
 
@@ -169,7 +140,7 @@ def test_a_dedicated_adapter_is_served_merged_billed_once_and_falls_back_to_lora
         # Deleting the adapter retires the path: 404 for its owner, its merged checkpoint gone.
         assert (tmp_path / "adapters" / ids["acme"] / "merged" / pirate.sha256).exists()
         gone = httpx.delete(f"{BASE_URL}/v1/adapters/pirate", timeout=30,
-                            headers={"Authorization": f"Bearer {seeded['keys']['acme']}"})
+                            headers={"Authorization": f"Bearer {seeded.keys['acme']}"})
         assert gone.status_code == 200, gone.text
         with pytest.raises(openai.NotFoundError):
             acme.chat.completions.create(model="pirate", messages=[{"role": "user", "content": "hi"}], max_tokens=4)
