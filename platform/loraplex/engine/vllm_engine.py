@@ -29,7 +29,7 @@ from vllm.utils.argparse_utils import FlexibleArgumentParser
 from loraplex.engine.loaded_adapters import AdapterGone, LoadedAdapters
 from loraplex.engine.lora_residency import EXTENSION, RPC, LoRAResidency
 from loraplex.engine.orphan_guard import start_guard
-from loraplex.contract import SSE_DONE, AdapterTarget, EngineCall, EngineError, RequestUsage
+from loraplex.contract import SSE_DONE, EngineCall, EngineError, RequestUsage
 from loraplex.engine.usage_tracking import UsageTrackingAsyncLLM, current_usage
 
 if TYPE_CHECKING:  # annotations only: at run time engine/ does not import the config (no cycle)
