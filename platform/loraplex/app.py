@@ -5,6 +5,7 @@ admin-token pin as `serve run`."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any, Optional
 
@@ -12,6 +13,8 @@ from ray.serve import Application
 
 from loraplex.cluster import check_at_build, pin_admin_token
 from loraplex.config import EngineDeploymentConfig, PlatformConfig
+
+logger = logging.getLogger(__name__)
 
 
 def build_app(args: Optional[dict[str, Any]] = None) -> Application:
@@ -55,6 +58,7 @@ def dedicated_targets(config: PlatformConfig) -> list:
     """The versions dedicated by the config and (dedicated.admin_marks) by the admin route, as the
     catalog has them now; none without a config list or an admin mark (no database opened for it)."""
     from sqlalchemy import inspect, make_url
+    from sqlalchemy.exc import SQLAlchemyError
 
     from loraplex.db.engine import make_engine
     from loraplex.dedicated.marks import DedicatedMarks
@@ -72,6 +76,11 @@ def dedicated_targets(config: PlatformConfig) -> list:
             return []
         marked = DedicatedMarks(db).live() if config.dedicated.admin_marks else []
         return resolve_targets(config.dedicated, AdapterCatalog(db), marked)
+    except SQLAlchemyError as exc:
+        # The database down at build: the app still starts, every version on the LoRA pool (a
+        # dedicated replica cannot be named without the catalog); the next build adds them.
+        logger.warning("no dedicated replicas in this build: the database cannot be read (%r)", exc)
+        return []
     finally:
         db.dispose()
 

@@ -136,3 +136,11 @@ def test_delete_unmarks_a_built_admin_version_at_once_and_refuses_a_config_one(t
     paths.targets[version.id] = DedicatedTarget(version.id, tenant, "pirate", 1, version.sha256, "config")
     refused = client.delete(url, headers=admin)
     assert refused.status_code == 409 and "serve_config.yaml" in refused.json()["error"]["message"]
+
+
+def test_a_database_down_at_build_builds_without_dedicated_replicas(caplog):
+    # Nothing listens on port 1: the connection is refused at once.
+    config = PlatformConfig.from_args({"database_url": "postgresql+psycopg://loraplex@127.0.0.1:1/loraplex",
+                                       "dedicated": {"adapters": [{"adapter": "ten_a/pirate@1"}]}})
+    assert dedicated_targets(config) == []
+    assert "no dedicated replicas in this build" in caplog.text
