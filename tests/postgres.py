@@ -26,7 +26,8 @@ def throwaway_postgres() -> Iterator[str]:
     """Yield the URL of a fresh database; drop it afterwards. Raises PostgresUnavailable."""
     admin_url = os.environ.get("LORAPLEX_TEST_PG_ADMIN_URL") or _local_cluster()
     name = f"loraplex_t_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    # pre_ping: the outage drill restarts the cluster under this engine; its pooled connection is then dead.
+    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
     try:
         with admin.connect() as conn:
             conn.execute(text(f'CREATE DATABASE "{name}"'))

@@ -2,15 +2,23 @@
 and `registry.store_url: s3://bucket/prefix` on a moto S3 server on loopback. An operator's
 first steps over HTTP (tenant, key), an adapter uploaded into S3 and served by the real engine
 (which fetches it from S3), its usage row in PostgreSQL, and the catalog's write transactions
-(new versions, concurrent uploads, a delete) on PostgreSQL."""
+(new versions, concurrent uploads, a delete) on PostgreSQL. Then the outage drill: PostgreSQL
+stopped for 30 s under traffic (test_postgresql_outage_drill).
+
+The drill stops the machine's PostgreSQL cluster: on a shared machine run this module under the
+PostgreSQL lock, `flock /work/coord/locks/postgres ... python -m pytest tests/e2e/test_postgres_s3.py`;
+it always starts the cluster again."""
 
 import contextlib
 import io
 import json
+import os
 import secrets
+import subprocess
 import sys
 import tarfile
 import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -27,7 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 from demo_adapters import trained_adapter  # noqa: E402
-from serve_process import BASE_URL, ROOT, new_tenant_key, serve_run  # noqa: E402
+from missing import skip_or_fail  # noqa: E402
+from serve_process import BASE_URL, ROOT, RUN_MARK, has_mark, new_tenant_key, serve_run  # noqa: E402
 from shared_stores import postgres_and_s3, s3_client  # noqa: E402
 from waiting import wait_until  # noqa: E402
 
@@ -71,8 +80,8 @@ def stack(tmp_path_factory):
         args["accounting"] = {"spool_dir": str(tmp / "spool"), "flush_interval_s": 0.2}
         config_path = tmp / "serve_config.yaml"
         config_path.write_text(yaml.safe_dump(config))
-        resources.enter_context(serve_run(str(config_path), tmp / "serve_run.log", ADMIN_TOKEN))
-        yield db_url, endpoint, pirate
+        proc = resources.enter_context(serve_run(str(config_path), tmp / "serve_run.log", ADMIN_TOKEN))
+        yield db_url, endpoint, pirate, proc
 
 
 def s3_keys(endpoint: str) -> list[str]:
@@ -85,7 +94,7 @@ def upload(client, name: str, payload: bytes) -> httpx.Response:
 
 
 def test_serve_run_on_postgresql_and_s3(stack):
-    db_url, endpoint, pirate = stack
+    db_url, endpoint, pirate, _ = stack
     db = make_engine(db_url)
     assert db.dialect.name == "postgresql"
     key = new_tenant_key(ADMIN_TOKEN, "pg-s3")  # tenancy's write transactions, on PostgreSQL
@@ -151,3 +160,173 @@ def test_serve_run_on_postgresql_and_s3(stack):
         wait_until(lambda: not any(f"/{v3['sha256']}/" in k for k in s3_keys(endpoint)), 30,
                    "the deleted version's blob to leave S3")
         assert [a["version"] for a in client.get("/v1/adapters/pirate").json()["versions"]] == [1, 2]
+
+
+# -- the outage drill -------------------------------------------------------------------------------
+OUTAGE_S = 30
+ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+LIMITER_PROCESS = "ray::LimiterActor"
+
+
+class Traffic(threading.Thread):
+    """One tenant's client sending short chats back to back until stopped: (sent at, status,
+    request id, usage or error text) per request."""
+
+    def __init__(self, key: str):
+        super().__init__(daemon=True)
+        self.key, self.stop, self.results = key, threading.Event(), []
+
+    def run(self):
+        with httpx.Client(base_url=BASE_URL, headers={"Authorization": f"Bearer {self.key}"}, timeout=120) as c:
+            while not self.stop.is_set():
+                sent = time.time()
+                try:
+                    r = c.post("/v1/chat/completions", json={"model": MODEL, "messages": QUESTION, "max_tokens": 6})
+                except httpx.HTTPError as exc:
+                    self.results.append((sent, None, None, repr(exc)))
+                    continue
+                body = r.json() if r.status_code == 200 else r.text
+                self.results.append((sent, r.status_code, r.headers.get("x-loraplex-request-id"),
+                                     body["usage"] if r.status_code == 200 else body))
+
+
+def local_cluster() -> tuple[str, str]:
+    """(version, name) of the local PostgreSQL cluster the throwaway databases live on."""
+    if os.environ.get("LORAPLEX_TEST_PG_ADMIN_URL"):
+        skip_or_fail("the outage drill stops the local PostgreSQL cluster; LORAPLEX_TEST_PG_ADMIN_URL points elsewhere")
+    version, name = subprocess.run(["pg_lsclusters", "-h"], capture_output=True, text=True, check=True).stdout.split()[:2]
+    return version, name
+
+
+def pg_ctl(cluster: tuple[str, str], action: str) -> None:
+    extra = ["-m", "fast"] if action == "stop" else []  # fast: what a crash or failover does to clients
+    subprocess.run(["pg_ctlcluster", *cluster, action, *extra], capture_output=True, text=True, check=True, timeout=120)
+
+
+def limiter_pids(proc) -> set[int]:
+    out = subprocess.run(["pgrep", "-f", LIMITER_PROCESS], capture_output=True, text=True).stdout
+    return {int(p) for p in out.split() if has_mark(int(p), RUN_MARK, proc.run_mark)}
+
+
+def readyz() -> tuple[int, dict]:
+    r = httpx.get(f"{BASE_URL}/readyz", timeout=60)
+    return r.status_code, r.json()
+
+
+def new_tenant(name: str, limits: dict | None = None) -> tuple[str, str]:
+    tenant = httpx.post(f"{BASE_URL}/admin/tenants", headers=ADMIN, timeout=30,
+                        json={"name": name, **({"limits": limits} if limits else {})})
+    assert tenant.status_code == 201, tenant.text
+    key = httpx.post(f"{BASE_URL}/admin/tenants/{tenant.json()['id']}/keys", headers=ADMIN, timeout=30)
+    return tenant.json()["id"], key.json()["key"]
+
+
+def chat(key: str) -> httpx.Response:
+    return httpx.post(f"{BASE_URL}/v1/chat/completions", headers={"Authorization": f"Bearer {key}"}, timeout=120,
+                      json={"model": MODEL, "messages": QUESTION, "max_tokens": 6})
+
+
+def assert_store_unavailable(r: httpx.Response, what: str) -> None:
+    assert r.status_code == 503 and int(r.headers["retry-after"]) > 0, f"{what}: {r.status_code} {r.text}"
+    assert r.json()["error"]["code"] == "store_unavailable", f"{what}: {r.text}"
+
+
+def test_postgresql_outage_drill(stack):
+    """PostgreSQL stopped for 30 s under traffic from two tenants (one with limits, so its
+    requests go through the limiter actor and its budget source; that actor is killed during the
+    outage): both keep being served (no 5xx), an unknown key and an upload get 503 + Retry-After
+    and the upload leaves nothing in S3 or the catalog, /readyz says degraded during and ready
+    after, and the ledger then holds every served request once with the tokens the replies said."""
+    db_url, endpoint, pirate, proc = stack
+    cluster = local_cluster()
+    a_id, a_key = new_tenant("drill-a")
+    b_id, b_key = new_tenant("drill-b", {"requests_per_minute": 100000, "tokens_per_minute": 10000000,
+                                         "monthly_token_budget": 100000000})
+    # A third limited tenant, idle during the outage but for a few requests after the actor's death:
+    # it holds no lease then, so its admission must reach the (recreated) actor.
+    c_id, c_key = new_tenant("drill-c", {"requests_per_minute": 100000, "monthly_token_budget": 100000000})
+    first_c = chat(c_key)
+    assert first_c.status_code == 200, first_c.text
+    traffic = [Traffic(a_key), Traffic(b_key)]
+    [t.start() for t in traffic]
+    wait_until(lambda: all(len(t.results) >= 2 for t in traffic), 120, "both tenants served before the outage")
+    wait_until(lambda: limiter_pids(proc), 30, "the limiter actor (tenant b has limits)")
+    db = make_engine(db_url)
+    # request id -> the reply's usage, of the requests sent outside Traffic
+    served: dict[str, dict] = {first_c.headers["x-loraplex-request-id"]: first_c.json()["usage"]}
+    stopped = started = None
+    try:
+        pg_ctl(cluster, "stop")
+        stopped = time.time()
+        db.dispose()
+        # Within a refresh period (refresh_s / 2 = 2.5 s) the ingress knows; still in rotation.
+        degraded = wait_until(lambda: (lambda s, b: b if s == 200 and b["status"] == "degraded" else None)(*readyz()),
+                              30, "/readyz to say degraded")
+        assert degraded["database"] == "unreachable" and degraded["cached_keys"] >= 2, degraded
+        unknown = httpx.post(f"{BASE_URL}/v1/chat/completions", timeout=60,
+                             headers={"Authorization": f"Bearer lpx-{secrets.token_urlsafe(32)}"},
+                             json={"model": MODEL, "messages": QUESTION, "max_tokens": 2})
+        assert_store_unavailable(unknown, "an unknown key")
+        with httpx.Client(base_url=BASE_URL, headers={"Authorization": f"Bearer {a_key}"}, timeout=180) as c:
+            assert_store_unavailable(upload(c, "pirate", with_alpha(pirate, 4)), "an upload")
+            assert_store_unavailable(c.get("/v1/usage"), "/v1/usage")
+        # The limiter actor dies too: the ingress recreates it (its budget read fails: open).
+        killed = limiter_pids(proc)
+        for pid in killed:
+            os.kill(pid, 9)
+        wait_until(lambda: not (killed & limiter_pids(proc)), 30, "the limiter actor to be gone")
+        served_b = len(traffic[1].results)
+        after_kill = [chat(c_key) for _ in range(3)]
+        assert [r.status_code for r in after_kill] == [200] * 3, [r.text for r in after_kill]
+        served.update({r.headers["x-loraplex-request-id"]: r.json()["usage"] for r in after_kill})
+        assert limiter_pids(proc) - killed, "the ingress recreated the limiter actor"
+        wait_until(lambda: len(traffic[1].results) >= served_b + 3, 60, "tenant b served after the actor's death")
+        time.sleep(max(0.0, stopped + OUTAGE_S - time.time()))
+        assert readyz()[1]["status"] == "degraded"
+        pg_ctl(cluster, "start")
+        started = time.time()
+    finally:
+        if started is None:
+            pg_ctl(cluster, "start")
+    ready = wait_until(lambda: (lambda s, b: b if s == 200 and b["status"] == "ready" else None)(*readyz()),
+                       30, "/readyz to say ready again")
+    assert ready["database"] == "reachable"
+    time.sleep(2)  # a few requests after the return too
+    for t in traffic:
+        t.stop.set()
+    [t.join(timeout=120) for t in traffic]
+
+    # Both tenants were served all along, during the outage too: not one 5xx.
+    for name, t in zip("ab", traffic):
+        bad = [r for r in t.results if r[1] != 200]
+        assert not bad, f"tenant {name}: {bad[:3]}"
+        during = [r for r in t.results if stopped < r[0] < started]
+        assert len(during) >= 5, f"tenant {name}: only {len(during)} requests during the outage"
+
+    # Nothing half-written by the refused upload: no catalog row, no blob in S3.
+    with db.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(adapter_versions)
+                            .where(adapter_versions.c.tenant_id == a_id)).scalar() == 0
+    assert not [k for k in s3_keys(endpoint) if k.startswith(f"{PREFIX}/{a_id}/")]
+
+    # The ledger: every served request exactly once, with the tokens its reply reported.
+    served.update({r[2]: r[3] for t in traffic for r in t.results})
+
+    def ledger():
+        with db.connect() as conn:
+            rows = conn.execute(select(usage_records.c.request_id, usage_records.c.prompt_tokens,
+                                       usage_records.c.completion_tokens)
+                                .where(usage_records.c.tenant_id.in_([a_id, b_id, c_id]))).all()
+        return rows if len(rows) >= len(served) else None
+
+    rows = wait_until(ledger, 120, f"the {len(served)} served requests in the ledger")
+    assert len(rows) == len(served) and {r.request_id for r in rows} == set(served)  # each once, no other
+    for r in rows:
+        usage = served[r.request_id]
+        assert (r.prompt_tokens, r.completion_tokens) == (usage["prompt_tokens"], usage["completion_tokens"]), r
+    db.dispose()
+    during = {n: sum(stopped < r[0] < started for r in t.results) for n, t in zip("ab", traffic)}
+    print(f"\noutage drill: PostgreSQL down {started - stopped:.1f} s; served per tenant (during the outage): "
+          f"a {len(traffic[0].results)} ({during['a']}), b {len(traffic[1].results)} ({during['b']}), "
+          f"c {len(after_kill)} after the limiter actor's kill; non-200: 0; ledger: {len(rows)} rows = "
+          f"{len(served)} served, {sum(r.completion_tokens for r in rows)} completion tokens as replied")
