@@ -21,6 +21,11 @@ class AdaptiveLimitConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     initial: int = Field(4, ge=1, description="The adaptive dispatch limit at start.")
+    min_limit: int = Field(
+        2, ge=1,
+        description="The lowest the adaptive limit falls (at most max_num_seqs): on an engine that "
+        "misses its targets even at small batches (a loaded CPU), backing off to 1 runs one request "
+        "at a time and cuts throughput without meeting the targets either.")
     ttft_s: Optional[float] = Field(
         None, gt=0, description="Target time from dispatch to first token; None: the `slo:` ttft_p95_s.")
     tpot_s: Optional[float] = Field(
@@ -122,7 +127,8 @@ class FairQueueConfig(BaseModel):
     )
     aging_s: float = Field(
         10.0, gt=0,
-        description="A request queued this long ranks with the top priority tier: no tier starves.",
+        description="While a higher priority is backlogged, a lower one whose oldest request waited "
+        "this long still gets one dispatch per aging_s: no tier starves. Never reorders one priority's tenants.",
     )
     prompt_token_cost: float = Field(1.0, ge=0, description="Virtual-counter cost of one prompt token.")
     completion_token_cost: float = Field(

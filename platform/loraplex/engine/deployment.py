@@ -236,10 +236,11 @@ class Engine:
             charged[0], charged[1] = usage.prompt_tokens, usage.completion_tokens
 
     def _slot_freed(self, entry: Entry, usage: RequestUsage, dispatched_at: float) -> None:
-        """Free the request's slot; feed its latencies after dispatch to the adaptive limit."""
+        """Free the request's slot; feed its latencies in vLLM to the adaptive limit."""
         queue = self.fair_queue
         if usage.status in ("stop", "length") and usage.first_token_time is not None:
-            ttft = usage.first_token_time - dispatched_at
+            # From vLLM's first scheduling of it (else dispatch): prefill time, not waiting time.
+            ttft = usage.first_token_time - max(usage.scheduled_time or dispatched_at, dispatched_at)
             n = usage.longest_output()
             tpot = ((usage.finish_time or time.time()) - usage.first_token_time) / (n - 1) if n > 1 else None
             queue.limit.observe(ttft, tpot)
