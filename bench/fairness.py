@@ -137,7 +137,12 @@ def http_client(base_url: str) -> httpx.AsyncClient:
 
 
 # -- summaries ---------------------------------------------------------------------------------
-def tenant_summary(results: list[dict], tenant: int, window_s: float) -> dict:
+def tenant_summary(results: list[dict], tenant: int, window_s: float, until_epoch: float | None = None,
+                   costs: tuple[float, float] = (1.0, 2.0)) -> dict:
+    """One tenant's figures in a phase. `service`: weighted tokens served, `costs` (prompt,
+    completion) per token as the fair queue counts them. `window_service`: those served before `until_epoch` (the end of the phase's arrivals), each request's completion
+    tokens spread evenly from its first token to its end: after the arrivals stop, the tenants
+    drain their queues at different speeds, so counting the drain would blur the shares."""
     mine = [r for r in results if r["tenant"] == tenant]
     ok = [r for r in mine if r["status"] == "ok"]
     refused = [r for r in mine if r["http_status"] in (429, 503)]
@@ -151,9 +156,22 @@ def tenant_summary(results: list[dict], tenant: int, window_s: float) -> dict:
         "p50": percentile([r["e2e"] for r in ok], 50), "p95": percentile([r["e2e"] for r in ok], 95),
         "ttft_p95": percentile([r["ttft"] for r in ok], 95),
         "out_tokens": sum(r["completion_tokens"] or 0 for r in ok),
-        "service": sum((r["prompt_tokens"] or 0) + 2 * (r["completion_tokens"] or 0) for r in ok),
+        "service": sum(costs[0] * (r["prompt_tokens"] or 0) + costs[1] * (r["completion_tokens"] or 0) for r in ok),
         "out_tok_s": sum(r["completion_tokens"] or 0 for r in ok) / window_s,
+        "window_service": None if until_epoch is None else sum(served_before(r, until_epoch, *costs) for r in ok),
+        "window_out_tokens": None if until_epoch is None else sum(served_before(r, until_epoch, 0, 1) for r in ok),
     }
+
+
+def served_before(r: dict, until_epoch: float, prompt_cost: float = 1.0, completion_cost: float = 2.0) -> float:
+    """Weighted tokens (prompt + 2 x completion by default) of one finished request served
+    before until_epoch."""
+    first, end = r.get("first_token_epoch"), r.get("end_epoch")
+    if first is None or end is None or first > until_epoch:
+        return 0.0
+    n = r["completion_tokens"] or 0
+    share = 1.0 if end <= until_epoch or end <= first else (until_epoch - first) / (end - first)
+    return prompt_cost * (r["prompt_tokens"] or 0) + completion_cost * n * share
 
 
 def refusal_reason(r: dict) -> str:

@@ -6,8 +6,10 @@ off and on, side by side in one run; one table per scenario.
 
 Each variant is its own `serve run` of the shipped config (fresh database and spool; pieces in
 bench/loadtest/targets.py): `off` (fair_queue.enabled: false), `on` (the shipped fair_queue:
-a fixed dispatch_limit 8 on the CPU profile; the run in docs/benchmarks.md was made while it was
-adaptive) and, for the goodput table only, `on@max_num_seqs` (dispatch_limit = max_num_seqs).
+a fixed dispatch_limit 8 on the CPU profile), for the goodput table only `on@max_num_seqs`
+(dispatch_limit = max_num_seqs), and `on@N` (N a number: the shipped queue at dispatch_limit N)
+for the noisy-neighbour and priority-flood scenarios only. With --out, what ran is also written
+to FILE.json after each variant.
 The config adds one plan, `heavy` (weight 2), for the weights scenario. Prompts are ShareGPT
 openings (bench/fairness.py); every request makes exactly max_tokens (ignore_eos).
 
@@ -17,10 +19,12 @@ Scenarios (--duration s each loaded phase, --short s for the light ones alone):
   against W alone (same variant);
 - priority flood: a priority-0 tenant open loop at 3x capacity (capacity: W alone's requests/s in
   `off`), a priority-100 tenant one 16-token request every 2 s; its refusals and p95 against alone;
-- weights: two tenants on plans weighted 2:1, 24 in flight each: served tokens (prompt + 2 x
-  completion, the queue's own measure) and their ratio;
+- weights: two tenants on plans weighted 2:1, 24 in flight each: served tokens (weighted by the
+  shipped fair_queue's prompt / completion token costs, the queue's own measure) streamed while
+  requests arrived (the drain after it, when one tenant's queue empties first, left out) and their ratio;
 - many tenants: 20 tenants, Zipf(1) Poisson demand summing to 2x capacity: Jain's index of
-  served output tokens against the max-min fair allocation of what was served in total;
+  served output tokens against the max-min fair allocation of what was served in total, each
+  tenant's demand being the output tokens of the requests it sent;
 - goodput: one tenant, 16 in flight: output tok/s of requests within the `slo:` TTFT and TPOT
   targets, and raw output tok/s, for off / on@max_num_seqs / on (as shipped);
 - the queue's own cost: µs per request of the Engine's queue glue with an instant fake engine.
@@ -33,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 import tempfile
 import time
@@ -63,13 +68,15 @@ def variant_config(tmp: Path, fair_queue: dict) -> Path:
     return path
 
 
-async def phase(platform, tenants: list[dict], senders, label: str) -> tuple[list, float, object]:
-    """Run senders [(kind, tenant, arg, max_tokens)] together; (results, seconds, target)."""
+async def phase(platform, tenants: list[dict], senders, label: str) -> tuple[list, float, float]:
+    """Run senders [(kind, tenant, arg, max_tokens, seconds)] together; (results, seconds
+    including the drain, epoch of the arrivals' end)."""
     target = platform.tenants(tenants)
     prompts = PROMPTS
     out: list = []
     started = time.monotonic()
     until = started + senders[0][4]
+    until_epoch = time.time() + senders[0][4]
     async with f.http_client(platform.base_url) as client:
         tasks = [f.sample_dispatch_limit(client, platform, until, LIMITS.setdefault(label, []))]
         for kind, tenant, arg, max_tokens, _ in senders:
@@ -81,40 +88,58 @@ async def phase(platform, tenants: list[dict], senders, label: str) -> tuple[lis
         await asyncio.gather(*tasks)
     seconds = time.monotonic() - started
     print(f"  {label}: {len(out)} requests in {seconds:.0f} s; dispatch limit seen {LIMITS.get(label)}", flush=True)
-    return out, seconds, target
+    for i in range(len(tenants)):
+        t = f.tenant_summary(out, i, seconds, until_epoch)
+        print(f"    {tenants[i]['name']}: sent {t['sent']} ok {t['ok']} refused {t['refused']} {t['reasons']} "
+              f"cut {t['cut']} failed {t['failed']} p50 {fmt(t['p50'])} p95 {fmt(t['p95'])} "
+              f"out tok/s {t['out_tok_s']:.1f} window service {t['window_service']:.0f}", flush=True)
+    return out, seconds, until_epoch
 
 
-async def run_variant(name: str, platform, args, capacity_rps: float | None) -> dict:
+async def run_variant(name: str, platform, args, capacity_rps: float | None, latency_only: bool = False) -> dict:
     D, S, T = args.duration, args.short, args.tokens
     r: dict = {}
     # noisy neighbour
-    res, secs, _ = await phase(platform, [{"name": "w"}], [("closed", 0, 48, T, D)], "W alone")
-    r["w_alone"] = f.tenant_summary(res, 0, secs)
+    res, secs, until = await phase(platform, [{"name": "w"}], [("closed", 0, 48, T, D)], "W alone")
+    r["w_alone"] = f.tenant_summary(res, 0, secs, until)
     capacity_rps = capacity_rps or max(r["w_alone"]["ok"], 1) / secs
     res, secs, _ = await phase(platform, [{"name": "m"}], [("even", 0, 0.5, 16, S)], "M alone")
     r["m_alone"] = f.tenant_summary(res, 0, secs)
-    res, secs, _ = await phase(platform, [{"name": "w"}, {"name": "m"}],
-                               [("closed", 0, 48, T, D), ("even", 1, 0.5, 16, D)], "W + M")
-    r["w_noisy"], r["m_noisy"] = f.tenant_summary(res, 0, secs), f.tenant_summary(res, 1, secs)
+    res, secs, until = await phase(platform, [{"name": "w"}, {"name": "m"}],
+                                   [("closed", 0, 48, T, D), ("even", 1, 0.5, 16, D)], "W + M")
+    r["w_noisy"], r["m_noisy"] = f.tenant_summary(res, 0, secs, until), f.tenant_summary(res, 1, secs, until)
     # priority flood
     res, secs, _ = await phase(platform, [{"name": "hi", "priority": 100}], [("even", 0, 0.5, 16, S)], "P100 alone")
     r["hi_alone"] = f.tenant_summary(res, 0, secs)
     res, secs, _ = await phase(platform, [{"name": "lo"}, {"name": "hi", "priority": 100}],
                                [("poisson", 0, 3 * capacity_rps, T, D), ("even", 1, 0.5, 16, D)], "flood")
     r["lo_flood"], r["hi_flood"] = f.tenant_summary(res, 0, secs), f.tenant_summary(res, 1, secs)
+    if latency_only:  # a dispatch-limit variant: the two latency scenarios only
+        r["capacity_rps"], r["limits"] = capacity_rps, dict(LIMITS)
+        LIMITS.clear()
+        return r
     # weights 2:1
-    res, secs, _ = await phase(platform, [{"name": "heavy", "plan": "heavy"}, {"name": "light"}],
-                               [("closed", 0, 24, T, D), ("closed", 1, 24, T, D)], "weights")
-    r["heavy"], r["light"] = f.tenant_summary(res, 0, secs), f.tenant_summary(res, 1, secs)
+    res, secs, until = await phase(platform, [{"name": "heavy", "plan": "heavy"}, {"name": "light"}],
+                                   [("closed", 0, 24, T, D), ("closed", 1, 24, T, D)], "weights")
+    costs = args.token_costs
+    r["heavy"], r["light"] = (f.tenant_summary(res, 0, secs, until, costs), f.tenant_summary(res, 1, secs, until, costs))
     # 20 Zipf tenants at 2x capacity
     rates = f.zipf_rates(20, 2 * capacity_rps)
     res, secs, _ = await phase(platform, [{"name": f"z{i}"} for i in range(20)],
                                [("poisson", i, rate, T, D) for i, rate in enumerate(rates)], "zipf")
-    served = [f.tenant_summary(res, i, secs)["out_tokens"] for i in range(20)]
-    demand = [rate * secs * T for rate in rates]
+    summaries = [f.tenant_summary(res, i, secs) for i in range(20)]
+    served = [t["out_tokens"] for t in summaries]
+    # Demand: the output tokens each tenant asked for (its Poisson arrivals in the phase), not
+    # rate x the phase's seconds (those include the drain, when nothing arrives).
+    demand = [t["sent"] * T for t in summaries]
     fair = f.max_min_fair(demand, sum(served))
-    r["zipf"] = {"jain": f.jain(served, fair), "served": served, "fair": fair,
-                 "refused": sum(f.tenant_summary(res, i, secs)["refused"] for i in range(20))}
+    reasons: dict = {}
+    for t in summaries:
+        for k, v in t["reasons"].items():
+            reasons[k] = reasons.get(k, 0) + v
+    r["zipf"] = {"jain": f.jain(served, fair), "served": served, "fair": fair, "demand": demand,
+                 "refused": sum(t["refused"] for t in summaries), "reasons": reasons,
+                 "refused_by_tenant": [t["refused"] for t in summaries]}
     r.update(await goodput_phase(platform, args))
     r["capacity_rps"] = capacity_rps
     r["limits"] = dict(LIMITS)
@@ -136,8 +161,13 @@ def ratio(a, b) -> str:
     return "-" if not a or not b else f"{a / b:.2f}x"
 
 
+def reasons(t: dict) -> str:
+    return ",".join(f"{k}:{v}" for k, v in sorted(t["reasons"].items())) or "-"
+
+
 def tables(runs: dict, cost: dict, args) -> str:
-    off, on = runs["off"], runs["on"]
+    off = runs["off"]
+    full = [n for n in runs if n != "on@max_num_seqs"]  # the variants that ran every scenario
     out = []
     def table(title, header, rows):
         out.append(f"\n**{title}**\n")
@@ -145,40 +175,52 @@ def tables(runs: dict, cost: dict, args) -> str:
         out.append("|" + "---|" * len(header))
         out.extend("| " + " | ".join(map(str, row)) + " |" for row in rows)
     rows = []
-    for name, r in (("off", off), ("on", on)):
+    for name in full:
+        r = runs[name]
         m, ma, w, wa = r["m_noisy"], r["m_alone"], r["w_noisy"], r["w_alone"]
-        rows.append([name, f"{m['ok']}/{m['sent']}", m["refused"], fmt(m["p50"]), fmt(m["p95"]), fmt(ma["p95"]),
-                     ratio(m["p95"], ma["p95"]), fmt(w["out_tok_s"], ".1f"), fmt(wa["out_tok_s"], ".1f"),
-                     ratio(w["out_tok_s"], wa["out_tok_s"]), w["refused"]])
+        D = args.duration  # tok/s: completion tokens streamed during the D s of arrivals (steady state)
+        w_s, wa_s, m_s = w["window_out_tokens"] / D, wa["window_out_tokens"] / D, m["window_out_tokens"] / D
+        rows.append([name, f"{m['ok']}/{m['sent']}", m["refused"], reasons(m), fmt(m["p50"]), fmt(m["p95"]),
+                     fmt(ma["p95"]), ratio(m["p95"], ma["p95"]), fmt(w_s, ".1f"), fmt(wa_s, ".1f"),
+                     ratio(w_s, wa_s), fmt(m_s, ".1f"), ratio(w_s + m_s, wa_s), w["refused"]])
     table(f"Noisy neighbour (W: 48 in flight x {args.tokens} tokens; M: one 16-token request every 2 s; same plan)",
-          ["queue", "M served", "M refused", "M p50 s", "M p95 s", "M alone p95 s", "M p95 / alone",
-           "W out tok/s", "W alone tok/s", "W / alone", "W refused"], rows)
+          ["queue", "M served", "M refused", "M refusal reasons", "M p50 s", "M p95 s", "M alone p95 s",
+           "M p95 / alone", "W out tok/s", "W alone tok/s", "W / alone", "M out tok/s", "(W + M) / W alone",
+           "W refused"], rows)
     rows = []
-    for name, r in (("off", off), ("on", on)):
+    for name in full:
+        r = runs[name]
         h, ha, lo = r["hi_flood"], r["hi_alone"], r["lo_flood"]
-        rows.append([name, f"{h['ok']}/{h['sent']}", h["refused"], fmt(h["p95"]), fmt(ha["p95"]),
-                     ratio(h["p95"], ha["p95"]), f"{lo['ok']}/{lo['sent']}", lo["refused"],
-                     ",".join(f"{k}:{v}" for k, v in sorted(lo["reasons"].items())) or "-"])
+        rows.append([name, f"{h['ok']}/{h['sent']}", h["refused"], reasons(h), fmt(h["p95"]), fmt(ha["p95"]),
+                     ratio(h["p95"], ha["p95"]), f"{lo['ok']}/{lo['sent']}", lo["refused"], reasons(lo)])
     table(f"Priority flood (priority 0 open loop at 3x capacity = {3 * off['capacity_rps']:.2f} req/s x {args.tokens} tokens; "
           "priority 100: one 16-token request every 2 s)",
-          ["queue", "P100 served", "P100 refused", "P100 p95 s", "P100 alone p95 s", "p95 / alone",
-           "P0 served", "P0 refused", "P0 refusal reasons"], rows)
+          ["queue", "P100 served", "P100 refused", "P100 refusal reasons", "P100 p95 s", "P100 alone p95 s",
+           "p95 / alone", "P0 served", "P0 refused", "P0 refusal reasons"], rows)
     rows = []
-    for name, r in (("off", off), ("on", on)):
+    for name in full:
+        r = runs[name]
+        if "heavy" not in r:
+            continue
         h, l = r["heavy"], r["light"]
-        rows.append([name, h["service"], l["service"], ratio(h["service"], l["service"]), h["out_tokens"],
-                     l["out_tokens"], h["refused"], l["refused"]])
-    table(f"Weights 2:1 (two tenants, 24 in flight each x {args.tokens} tokens; served = prompt + 2 x completion tokens)",
-          ["queue", "heavy (w=2) served", "light (w=1) served", "ratio (target 2.00 ±10%)", "heavy out tok",
-           "light out tok", "heavy refused", "light refused"], rows)
-    rows = [[name, f"{r['zipf']['jain']:.3f}", r["zipf"]["refused"],
-             " ".join(str(s) for s in r["zipf"]["served"][:5]), " ".join(f"{x:.0f}" for x in r["zipf"]["fair"][:5])]
-            for name, r in (("off", off), ("on", on))]
+        rows.append([name, f"{h['window_service']:.0f}", f"{l['window_service']:.0f}",
+                     ratio(h["window_service"], l["window_service"]), f"{h['service']:.0f}", f"{l['service']:.0f}",
+                     ratio(h["service"], l["service"]), f"{h['refused']} {reasons(h)}", f"{l['refused']} {reasons(l)}"])
+    table(f"Weights 2:1 (two tenants, 24 in flight each x {args.tokens} tokens; served = "
+          f"{args.token_costs[0]:g} x prompt + {args.token_costs[1]:g} x completion tokens (the shipped fair_queue costs), in the {args.duration:.0f} s of arrivals; with the drain after it for reference)",
+          ["queue", "heavy (w=2) served", "light (w=1) served", "ratio (target 2.00 ±10%)",
+           "heavy incl. drain", "light incl. drain", "ratio incl. drain", "heavy refused", "light refused"], rows)
+    rows = [[name, f"{runs[name]['zipf']['jain']:.3f}", runs[name]["zipf"]["refused"],
+             ",".join(f"{k}:{v}" for k, v in sorted(runs[name]["zipf"].get("reasons", {}).items())) or "-",
+             " ".join(str(s) for s in runs[name]["zipf"]["served"][:5]),
+             " ".join(f"{x:.0f}" for x in runs[name]["zipf"]["fair"][:5]),
+             " ".join(f"{x:.0f}" for x in runs[name]["zipf"].get("demand", [])[:5])]
+            for name in full if "zipf" in runs[name]]
     table(f"Many tenants (20, Zipf(1) Poisson demand = 2x capacity, {args.tokens} tokens each)",
-          ["queue", "Jain's index vs max-min (target >= 0.95)", "refused", "served out tok, top 5 tenants",
-           "max-min share, top 5"], rows)
+          ["queue", "Jain's index vs max-min (target >= 0.95)", "refused", "refusal reasons",
+           "served out tok, top 5 tenants", "max-min share, top 5", "demand, top 5"], rows)
     rows = []
-    for name in ("off", "on@max_num_seqs", "on"):
+    for name in [n for n in ("off", "on@max_num_seqs", "on") if n in runs and "goodput" in runs[n]]:
         r = runs[name]
         rows.append([name, fmt(r["throughput"], ".1f"), ratio(r["throughput"], off["throughput"]),
                      fmt(r["goodput"], ".1f"), ratio(r["goodput"], off["goodput"]),
@@ -190,7 +232,7 @@ def tables(runs: dict, cost: dict, args) -> str:
           "24 queued behind 8 running)",
           ["µs/request without queue", "with queue", "queue's own µs/request"],
           [[f"{cost['off_us']:.1f}", f"{cost['on_us']:.1f}", f"{cost['queue_us']:.1f}"]])
-    for name in ("off", "on"):
+    for name in full:
         limits = {k: (min(v), max(v)) for k, v in runs[name].get("limits", {}).items() if v}
         if limits:
             out.append(f"\n{name}: dispatch limit (min, max) per phase, from /admin/replicas: {limits}")
@@ -214,6 +256,8 @@ def main() -> int:
     shipped = yaml.safe_load((ROOT / "serve_config.yaml").read_text())["applications"][0]["args"]
     args.slo_ttft, args.slo_tpot = shipped["slo"]["ttft_p95_s"], shipped["slo"]["tpot_p95_s"]
     max_num_seqs = shipped["engine"]["max_num_seqs"]
+    queue = shipped["engine_deployment"].get("fair_queue") or {}
+    args.token_costs = (queue.get("prompt_token_cost", 1.0), queue.get("completion_token_cost", 2.0))
     PROMPTS = f.Prompts()
     cost = asyncio.run(f.queue_cost_us())
     print(f"queue cost: {cost}", flush=True)
@@ -223,13 +267,21 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-fairness-") as tmp:
         tmp = Path(tmp)
         for name in args.variants.split(","):
-            print(f"variant {name}: serve run ...", flush=True)
-            with start_platform(variant_config(tmp, variants[name]), args.port, tmp) as (base, token):
+            # on@N (N a number): the shipped queue at dispatch_limit N, the latency scenarios only
+            fixed = name.removeprefix("on@")
+            queue = variants.get(name) or {"enabled": True, "dispatch_limit": int(fixed)}
+            print(f"variant {name}: serve run ... ({queue})", flush=True)
+            with start_platform(variant_config(tmp, queue), args.port, tmp) as (base, token):
                 platform = f.Platform(base, token, MODEL)
+                capacity = runs.get("off", {}).get("capacity_rps")
                 if name == "on@max_num_seqs":
                     runs[name] = asyncio.run(goodput_phase(platform, args))
+                    LIMITS.clear()
                 else:
-                    runs[name] = asyncio.run(run_variant(name, platform, args, runs.get("off", {}).get("capacity_rps")))
+                    runs[name] = asyncio.run(run_variant(name, platform, args, capacity,
+                                                         latency_only=name not in variants))
+            if args.out:  # what ran so far, should a later variant not finish
+                args.out.with_suffix(".json").write_text(json.dumps({"runs": runs, "cost": cost}, default=str))
     text = tables(runs, cost, args)
     print(text)
     if args.out:

@@ -5,13 +5,16 @@ admin-token pin as `serve run`."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any, Optional
 
 from ray.serve import Application
 
 from loraplex.cluster import check_at_build, pin_admin_token
-from loraplex.config import PlatformConfig
+from loraplex.config import EngineDeploymentConfig, PlatformConfig
+
+logger = logging.getLogger(__name__)
 
 
 def build_app(args: Optional[dict[str, Any]] = None) -> Application:
@@ -40,6 +43,49 @@ def build_platform(args: Optional[dict[str, Any]] = None, *, engine_cls: Optiona
     engine_kwargs = {} if engine_cls is None else {"engine_cls": engine_cls}
     engine = engine_deployment(config.engine_deployment).bind(replica_config, home_node_id=home_node_id,
                                                               **engine_kwargs)
+    # One Engine deployment per dedicated version: the same class, its base model the version
+    # merged into the served model's weights (loraplex/dedicated).
+    dedicated = dedicated_targets(config)
+    merged = {t.adapter_id: engine_deployment(dedicated_deployment(config, t), name=t.deployment_name).bind(
+        replica_config, home_node_id=home_node_id, dedicated=t, **engine_kwargs) for t in dedicated}
     # The Ingress answers GET /admin/latency against the SLO; Engine replicas never read it.
     ingress_config = replica_config.model_copy(update={"slo": config.slo})
-    return ingress_deployment(config.ingress).bind(engine, ingress_config, home_node_id=home_node_id)
+    return ingress_deployment(config.ingress).bind(engine, ingress_config, home_node_id=home_node_id,
+                                                   dedicated=dedicated, dedicated_handles=merged)
+
+
+def dedicated_targets(config: PlatformConfig) -> list:
+    """The versions dedicated by the config and (dedicated.admin_marks) by the admin route, as the
+    catalog has them now; none without a config list or an admin mark (no database opened for it)."""
+    from sqlalchemy import inspect, make_url
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from loraplex.db.engine import make_engine
+    from loraplex.dedicated.marks import DedicatedMarks
+    from loraplex.dedicated.targets import resolve_targets
+    from loraplex.registry.catalog import AdapterCatalog
+
+    if not config.dedicated.adapters and not config.dedicated.admin_marks:
+        return []
+    url = make_url(config.database_url)
+    if url.get_backend_name() == "sqlite" and not Path(url.database or "").exists():
+        return []  # a first start: no adapter yet (and no database file made by the build)
+    db = make_engine(config.database_url)
+    try:
+        if not inspect(db).has_table("adapter_versions"):
+            return []
+        marked = DedicatedMarks(db).live() if config.dedicated.admin_marks else []
+        return resolve_targets(config.dedicated, AdapterCatalog(db), marked)
+    except SQLAlchemyError as exc:
+        # The database down at build: the app still starts, every version on the LoRA pool (a
+        # dedicated replica cannot be named without the catalog); the next build adds them.
+        logger.warning("no dedicated replicas in this build: the database cannot be read (%r)", exc)
+        return []
+    finally:
+        db.dispose()
+
+
+def dedicated_deployment(config: PlatformConfig, target) -> EngineDeploymentConfig:
+    """A dedicated version's deployment: the Engine's settings, one replica of the target's size."""
+    return config.engine_deployment.model_copy(update={
+        "num_replicas": 1, "autoscaling": None, "num_cpus": target.num_cpus, "num_gpus": target.num_gpus})

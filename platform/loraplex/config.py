@@ -21,6 +21,11 @@ class AdaptiveLimitConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     initial: int = Field(4, ge=1, description="The adaptive dispatch limit at start.")
+    min_limit: int = Field(
+        2, ge=1,
+        description="The lowest the adaptive limit falls (at most max_num_seqs): on an engine that "
+        "misses its targets even at small batches (a loaded CPU), backing off to 1 runs one request "
+        "at a time and cuts throughput without meeting the targets either.")
     ttft_s: Optional[float] = Field(
         None, gt=0, description="Target time from dispatch to first token; None: the `slo:` ttft_p95_s.")
     tpot_s: Optional[float] = Field(
@@ -122,7 +127,8 @@ class FairQueueConfig(BaseModel):
     )
     aging_s: float = Field(
         10.0, gt=0,
-        description="A request queued this long ranks with the top priority tier: no tier starves.",
+        description="While a higher priority is backlogged, a lower one whose oldest request waited "
+        "this long still gets one dispatch per aging_s: no tier starves. Never reorders one priority's tenants.",
     )
     prompt_token_cost: float = Field(1.0, ge=0, description="Virtual-counter cost of one prompt token.")
     completion_token_cost: float = Field(
@@ -431,6 +437,68 @@ class RegistryConfig(BaseModel):
     )
 
 
+class DedicatedAdapterConfig(BaseModel):
+    """One adapter version served by its own Engine deployment, merged into the base weights."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    adapter: str = Field(
+        ..., description="The version as `<tenant id>/<name>@<version>` (e.g. ten_0123456789abcdef/pirate@1): "
+        "its requests go to a replica whose base model is this adapter merged into the served model's "
+        "weights, while one is healthy; to the LoRA pool otherwise. A version that does not exist (or "
+        "was deleted) is skipped at build with a warning: no deployment for it.",
+    )
+    num_cpus: float = Field(1.0, ge=0, description="Logical CPUs Ray reserves for the dedicated replica.")
+    num_gpus: float = Field(0.0, ge=0, description="GPUs for the dedicated replica (tensor_parallel_size on GPUs).")
+
+    @field_validator("adapter")
+    @classmethod
+    def _version_ref(cls, value: str) -> str:
+        tenant, slash, ref = value.partition("/")
+        name, at, version = ref.partition("@")
+        if not (tenant and slash and name and at and version.isdigit()):
+            raise ValueError(f"dedicated adapter {value!r}: write it `<tenant id>/<name>@<version>`, "
+                             "a version number (a dedicated replica serves one immutable version)")
+        return value
+
+    @property
+    def tenant(self) -> str:
+        return self.adapter.partition("/")[0]
+
+    @property
+    def ref(self) -> str:
+        return self.adapter.partition("/")[2]
+
+
+class DedicatedConfig(BaseModel):
+    """Hot adapters on merged dedicated replicas (docs/operations.md#merged-dedicated-replicas)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    adapters: list[DedicatedAdapterConfig] = Field(
+        default_factory=list,
+        description="Adapter versions marked dedicated by config. Versions marked with PUT "
+        "/admin/tenants/{id}/adapters/{name@version}/dedicated are added to these when the app is "
+        "built (each `serve run`, or a `serve deploy` that changes `args`).",
+    )
+    admin_marks: bool = Field(
+        True, description="Also build a dedicated replica for each version marked through the admin "
+        "route (read from the database when the app is built); false: the config's list only.")
+    num_cpus: float = Field(1.0, ge=0, description="Logical CPUs of an admin-marked version's replica.")
+    num_gpus: float = Field(0.0, ge=0, description="GPUs of an admin-marked version's replica.")
+    merge_dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="dtype the merged checkpoint is saved in; auto: the engine's dtype, or the "
+        "base model's own when that is auto. Keep it the engine's: merging W + BA in a narrower dtype "
+        "than the LoRA path computes in changes the output.",
+    )
+    health_poll_s: float = Field(
+        2.0, gt=0, description="How often each ingress replica reads the dedicated deployments' health "
+        "(Serve's status) and the admin marks; a mark removed elsewhere stops routing within this.")
+    failure_backoff_s: float = Field(
+        15.0, ge=0, description="After a call to a dedicated replica fails before its first token (the "
+        "replica was lost), its adapter goes to the LoRA pool for this long, whatever Serve's status says.")
+
+
 class PlatformConfig(BaseModel):
     """The `args:` block of serve_config.yaml."""
 
@@ -465,6 +533,11 @@ class PlatformConfig(BaseModel):
     console: ConsoleConfig = Field(
         default_factory=ConsoleConfig,
         description="The web console at /console: where its latency panel (GET /admin/latency) reads TTFT/TPOT.",
+    )
+    dedicated: DedicatedConfig = Field(
+        default_factory=DedicatedConfig,
+        description="Hot adapter versions served by their own Engine deployment with the adapter merged into "
+        "the base weights (base-model speed), falling back to the LoRA pool while it is unhealthy.",
     )
 
     @field_validator("engine", mode="before")

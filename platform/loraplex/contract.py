@@ -114,6 +114,10 @@ class EngineCall:
     routing_key: Optional[str] = None
     prompt_tokens: int = 0
     max_tokens: Optional[int] = None
+    # How an adapter call runs: "lora" (vLLM's LoRA on the shared Engine pool) or "merged" (the
+    # version's dedicated replica, whose base weights have the adapter merged in). The usage
+    # record says which; base-model calls ignore it.
+    path: str = "lora"
 
     @property
     def adapter_label(self) -> Optional[str]:

@@ -39,6 +39,7 @@ class UsageRecord:
     first_token_time: datetime | None = None
     ttft: float | None = None  # seconds; derived from the timestamps when not given
     replica_id: str | None = None
+    path: str | None = None  # which path served an adapter request: "lora" or "merged"; None: base model
 
     def __post_init__(self):
         for name in _TIME_FIELDS:

@@ -1,4 +1,4 @@
-from sqlalchemy import BigInteger, Column, Float, Index, Integer, PrimaryKeyConstraint, String, Table
+from sqlalchemy import BigInteger, Column, Float, Index, Integer, PrimaryKeyConstraint, String, Table, inspect, text
 
 from loraplex.db.base import Base
 from loraplex.db.migrations import Migration
@@ -21,6 +21,7 @@ usage_records = Table(
     Column("finish_time", UTCDateTime, nullable=False),
     Column("ttft", Float),
     Column("replica_id", String(128)),
+    Column("path", String(16)),  # "lora" / "merged" (an adapter's request), NULL: the base model
     Index("ix_usage_records_tenant_finish", "tenant_id", "finish_time"),
     Index("ix_usage_records_finish", "finish_time"),
 )
@@ -43,4 +44,12 @@ def _v1(conn):
     Base.metadata.create_all(conn, tables=[usage_records, usage_rejections], checkfirst=True)
 
 
-MIGRATIONS = [Migration("accounting", 1, "usage_records and usage_rejections", _v1)]
+def _v2_path(conn):
+    # A database made by v1 lacks the column; one made now by _v1's create_all already has it.
+    columns = {c["name"] for c in inspect(conn).get_columns("usage_records")}
+    if "path" not in columns:
+        conn.execute(text("ALTER TABLE usage_records ADD COLUMN path VARCHAR(16)"))
+
+
+MIGRATIONS = [Migration("accounting", 1, "usage_records and usage_rejections", _v1),
+              Migration("accounting", 2, "usage_records.path (lora / merged)", _v2_path)]

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator
 
 from ray import serve
 
+from loraplex.dedicated.replica import merged_engine_config, path_refusal
 from loraplex.engine.dispatch_limit import AdaptiveLimit, FixedLimit
 from loraplex.engine.engine_counters import EngineStatsReader
 from loraplex.engine.fair_queue import Entry, FairQueue
@@ -24,6 +25,7 @@ from loraplex.routing.served_keys import KeyDemand, ServedKeys, adapter_stats, r
 
 if TYPE_CHECKING:  # annotations only: at run time engine/ does not import the config (no cycle)
     from loraplex.config import EngineDeploymentConfig, PlatformConfig
+    from loraplex.dedicated.targets import DedicatedTarget
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +35,7 @@ class Engine:
     `metrics_sink` so they can read what the replica records (default: Ray's metrics)."""
 
     async def __init__(self, config: PlatformConfig, engine_cls: type = VLLMEngine, metrics_sink=None,
-                       home_node_id: str | None = None):
+                       home_node_id: str | None = None, dedicated: DedicatedTarget | None = None):
         from loraplex.accounting.ledger import UsageLedger
         from loraplex.cluster import check_model_on_this_node, check_on_replica, for_this_node
         from loraplex.db.engine import make_engine
@@ -53,6 +55,10 @@ class Engine:
         self.ready_probe_max_age_s = config.engine_deployment.ready_probe_max_age_s
         registry = config.registry
         store = AdapterStore(registry)
+        # A dedicated replica (dedicated/replica.py): one adapter version merged into its weights.
+        self.dedicated = dedicated
+        if dedicated is not None:
+            config = await asyncio.to_thread(merged_engine_config, config, dedicated, store)
         db = make_engine(config.database_url)
         self.catalog = AdapterCatalog(db)
         self.base_model = config.engine.model_id
@@ -118,6 +124,9 @@ class Engine:
         an error event (a stream) or a 503 EngineError, billed as `engine_error`; the call's
         deadline aborts the engine request and ends it the same way with 504, billed as `timeout`.
         """
+        if (wrong_path := path_refusal(self.dedicated, call)) is not None:
+            yield wrong_path
+            return
         self.served_keys.touch(call.routing_key)
         if call.adapter is not None:
             self.adapter_demand.touch(call.routing_key)
@@ -227,10 +236,11 @@ class Engine:
             charged[0], charged[1] = usage.prompt_tokens, usage.completion_tokens
 
     def _slot_freed(self, entry: Entry, usage: RequestUsage, dispatched_at: float) -> None:
-        """Free the request's slot; feed its latencies after dispatch to the adaptive limit."""
+        """Free the request's slot; feed its latencies in vLLM to the adaptive limit."""
         queue = self.fair_queue
         if usage.status in ("stop", "length") and usage.first_token_time is not None:
-            ttft = usage.first_token_time - dispatched_at
+            # From vLLM's first scheduling of it (else dispatch): prefill time, not waiting time.
+            ttft = usage.first_token_time - max(usage.scheduled_time or dispatched_at, dispatched_at)
             n = usage.longest_output()
             tpot = ((usage.finish_time or time.time()) - usage.first_token_time) / (n - 1) if n > 1 else None
             queue.limit.observe(ttft, tpot)
@@ -384,9 +394,11 @@ class Engine:
                 down = False
                 if deleted:
                     await self.engine.adapters.retire(deleted)
-                # Pins travel the same way: the catalog's pinned versions, loaded and pinned here.
-                pinned = await asyncio.to_thread(self.catalog.pinned)
-                await self.engine.adapters.sync_pins([pinned_target(v) for v in pinned])
+                # Pins travel the same way: the catalog's pinned versions, loaded and pinned here
+                # (not on a dedicated replica: it runs no LoRA).
+                if self.dedicated is None:
+                    pinned = await asyncio.to_thread(self.catalog.pinned)
+                    await self.engine.adapters.sync_pins([pinned_target(v) for v in pinned])
             except Exception as exc:
                 if not is_unavailable(exc):
                     logger.exception("could not check for deleted or pinned adapters; retrying")
@@ -411,15 +423,16 @@ def pinned_target(v) -> AdapterTarget:
                          requested_as=f"{v.name}@{v.version}", version=v.version)
 
 
-def engine_deployment(deployment: EngineDeploymentConfig):
-    """Apply serve.deployment with the config's resources; the class stays plain for tests."""
+def engine_deployment(deployment: EngineDeploymentConfig, name: str = "Engine"):
+    """Apply serve.deployment with the config's resources; the class stays plain for tests.
+    `name`: another deployment of the same class (a dedicated replica, Merged-<adapter id>)."""
     # With `autoscaling`, Serve sizes the pool between its min and max replicas; a `deployments:`
     # entry's autoscaling_config (applied in place) replaces this one.
     scaling = ({"autoscaling_config": deployment.autoscaling} if deployment.autoscaling is not None
                else {"num_replicas": deployment.num_replicas})
     return serve.deployment(
         Engine,
-        name="Engine",
+        name=name,
         **scaling,
         max_ongoing_requests=deployment.max_ongoing_requests,
         health_check_period_s=deployment.health_check_period_s,

@@ -1,11 +1,13 @@
 """AdaptiveLimit: the fair queue's dispatch limit, sized to the SLO by AIMD.
 
-Each finished request reports the latency vLLM gave it after dispatch (time to first token
-from dispatch, and time per output token). Every `window` such reports the limit is judged:
+Each finished request reports the latency vLLM gave it (time to first token from vLLM's first
+scheduling of it, and time per output token). Every `window` such reports the limit is judged:
 more than `slow_share` of them over a target (the p95 objectives) -> multiply the limit by
-`backoff` (at least 1); otherwise, if the limit was reached during the window (there was more
+`backoff` (at least `min_limit`); otherwise, if the limit was reached during the window (there was more
 work than slots), add 1 (at most max_num_seqs). Queue wait is left out on purpose: it is the
-fair queue's doing, and counting it would shrink the limit exactly when a backlog needs slots.
+fair queue's doing, and counting it would shrink the limit exactly when a backlog needs slots;
+the caller measures TTFT from when vLLM first scheduled the request, so vLLM's own waiting
+queue is left out too (it only grows when the limit is already too high, which TPOT shows).
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ class AdaptiveLimit:
         self.max_limit = max_limit
         self.ttft_s = config.ttft_s or ttft_s
         self.tpot_s = config.tpot_s or tpot_s
-        self.value = min(config.initial, max_limit)
+        self.min_limit = min(config.min_limit, max_limit)
+        self.value = min(max(config.initial, self.min_limit), max_limit)
         self._seen = self._slow = 0
         self._saturated = False
 
@@ -45,7 +48,7 @@ class AdaptiveLimit:
             return False
         before = self.value
         if self._slow > self.config.slow_share * self._seen:
-            self.value = max(1, math.floor(self.value * self.config.backoff))
+            self.value = max(self.min_limit, math.floor(self.value * self.config.backoff))
         elif self._saturated:
             self.value = min(self.max_limit, self.value + 1)
         self._seen = self._slow = 0

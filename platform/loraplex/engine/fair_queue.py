@@ -5,8 +5,10 @@ a request to vLLM only while its dispatched requests stay under the dispatch lim
 wait here, one FIFO per tenant. When a slot frees:
 
 - tiers first: the backlogged tenant whose head request has the highest `priority` goes first.
-  Aging: a request queued for `aging_s` counts as the top tier (100), so a lower tier waits at
-  most `aging_s` plus its VTC turn among the top tier, never forever;
+  Aging: while a higher tier is backlogged, a lower tier still gets one dispatch every `aging_s`
+  (its head queued that long, lowest counter first), so it waits at most about `aging_s` per
+  request, never forever. Aging never reorders tenants of the same tier: a tenant whose backlog
+  is old does not jump a fresh tenant of its own tier (that is VTC's call);
 - within a tier, the tenant with the lowest virtual counter: the weighted tokens it was served
   (prompt_token_cost x prompt + completion_token_cost x completion, counted as they are
   generated), divided by its plan's `weight`. A tenant that becomes backlogged has its counter
@@ -15,8 +17,13 @@ wait here, one FIFO per tenant. When a slot frees:
 - newcomer slots: a tenant with nothing running may dispatch up to `newcomer_slots` above the
   limit (never above max_num_seqs), so it does not wait for another tenant's long request;
 - queue full (`max_queued`): the request refused is the newest one of the tenant furthest over
-  its share (lowest tier, then highest counter) among the queued ones, possibly an already
-  queued one; a tenant with nothing queued is never the one refused.
+  its share among the queued ones: the lowest `priority` (aging does not protect from this), then
+  the most requests held on the replica (queued + running) per unit of weight, then the highest
+  counter; possibly an already queued request. A tenant with nothing queued is never the one
+  refused. Held requests rather than the counter decide because the counter is a long-run
+  measure: a tenant just lifted to the others' minimum and charged one long prompt can be above
+  a tenant holding the whole queue, and refusing it would refuse the light tenant for the heavy
+  one's backlog.
 
 Pure logic with an injected clock: the Engine replica's glue (deployment.py) waits on each
 Entry's `ready` callback, charges tokens as they stream, and calls `finish` when a request ends.
@@ -77,6 +84,7 @@ class FairQueue:
         self.queued = 0
         # No queued request has a deadline before this (wall clock): expire() skips its scan till then.
         self._next_deadline = float("inf")
+        self._aged_dispatch_at = float("-inf")  # when aging last let a lower tier pass a higher one
         self.refused = {"fair_share": 0, "queue_deadline": 0}
 
     # -- the request path ------------------------------------------------------------------------
@@ -161,9 +169,8 @@ class FairQueue:
         reserve = min(limit + self.config.newcomer_slots, self.max_num_seqs)
         return not t.running and self.running < reserve
 
-    def tier(self, entry: Entry) -> int:
-        if self.clock() - entry.enqueued_at >= self.config.aging_s and entry.state == "queued":
-            return TOP_TIER
+    @staticmethod
+    def tier(entry: Entry) -> int:
         return min(max(entry.priority, 0), TOP_TIER)
 
     def _next(self) -> Optional[str]:
@@ -174,25 +181,43 @@ class FairQueue:
             newcomers_only = True  # only a tenant with nothing running may take a newcomer slot
         else:
             return None
-        now, aging = self.clock(), self.config.aging_s
-        best, best_key = None, None
+        best, best_key = None, None  # by tier, then VTC
         for name, t in self.backlog.items():
             if newcomers_only and t.running:
                 continue
-            head = t.queue[0]
-            tier = TOP_TIER if now - head.enqueued_at >= aging else min(max(head.priority, 0), TOP_TIER)
-            key = (-tier, t.counter)
+            # Equal counters (a tenant just lifted to another's): the one running fewer goes first.
+            key = (-self.tier(t.queue[0]), t.counter, t.running)
             if best_key is None or key < best_key:
                 best, best_key = name, key
-        return best
+        if best is None:
+            return None
+        # Aging: a lower tier than the best gets one dispatch per aging_s while it is passed over
+        # (its head queued aging_s or more; the lowest counter of those).
+        now, aging = self.clock(), self.config.aging_s
+        if best_key[0] == 0 or now - self._aged_dispatch_at < aging:  # tier 0: no lower tier to let in
+            return best
+        aged, aged_counter = None, None
+        for name, t in self.backlog.items():
+            head = t.queue[0]
+            if ((newcomers_only and t.running) or self.tier(head) >= -best_key[0]
+                    or now - head.enqueued_at < aging):
+                continue
+            if aged_counter is None or t.counter < aged_counter:
+                aged, aged_counter = name, t.counter
+        if aged is None:
+            return best
+        self._aged_dispatch_at = now
+        return aged
 
     def _victim(self, incoming: Entry) -> Entry:
-        """The newest request of the tenant furthest over its share; `incoming` only if its own
-        tenant is that tenant and already has requests queued."""
+        """The newest request of the tenant furthest over its share (module docstring);
+        `incoming` only if its own tenant is that tenant and already has requests queued."""
         worst, worst_key = None, None
         for name, t in self.backlog.items():
-            newest = incoming if name == incoming.tenant else t.queue[-1]
-            key = (self.tier(t.queue[0]), -t.counter)
+            mine = name == incoming.tenant
+            newest = incoming if mine else t.queue[-1]
+            held = (len(t.queue) + t.running + mine) / max(newest.weight, 1e-9)
+            key = (self.tier(newest), -held, -t.counter)
             if worst_key is None or key < worst_key:
                 worst, worst_key = newest, key
         return worst if worst is not None else incoming

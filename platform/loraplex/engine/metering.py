@@ -27,6 +27,7 @@ def usage_record(call: EngineCall, usage: RequestUsage, base_model: str) -> Usag
         first_token_time=usage.first_token_time,
         finish_time=usage.finish_time,
         replica_id=usage.replica_id or None,
+        path=call.path if call.adapter is not None else None,
     )
 
 

@@ -29,7 +29,7 @@ from vllm.utils.argparse_utils import FlexibleArgumentParser
 from loraplex.engine.loaded_adapters import AdapterGone, LoadedAdapters
 from loraplex.engine.lora_residency import EXTENSION, RPC, LoRAResidency
 from loraplex.engine.orphan_guard import start_guard
-from loraplex.contract import SSE_DONE, AdapterTarget, EngineCall, EngineError, RequestUsage
+from loraplex.contract import SSE_DONE, EngineCall, EngineError, RequestUsage
 from loraplex.engine.usage_tracking import UsageTrackingAsyncLLM, current_usage
 
 if TYPE_CHECKING:  # annotations only: at run time engine/ does not import the config (no cycle)
@@ -159,6 +159,13 @@ class VLLMEngine:
             async for item in self._run(create, request, usage):
                 yield item
             return
+        if call.path == "merged":
+            # A dedicated replica: the adapter is in this engine's weights (dedicated/replica.py
+            # checked that it is this call's version), served under the base model's name.
+            request.model = self.config.model_id
+            async for item in self._run(create, request, usage):
+                yield _renamed(item, self.config.model_id, adapter.requested_as)
+            return
         try:
             await self.adapters.acquire(adapter)
         except AdapterGone as exc:
@@ -168,7 +175,7 @@ class VLLMEngine:
         request.model = adapter.lora_name
         try:
             async for item in self._run(create, request, usage):
-                yield _renamed(item, adapter)
+                yield _renamed(item, adapter.lora_name, adapter.requested_as)
         finally:
             await self.adapters.release(adapter)
 
@@ -276,10 +283,11 @@ class VLLMEngine:
             self._orphan_guard.kill()
 
 
-def _renamed(item: EngineItem, adapter: AdapterTarget) -> EngineItem:
-    """Echo the model name the client asked for, not the internal tenant/name@sha."""
-    if isinstance(item, dict) and item.get("model") == adapter.lora_name:
-        return {**item, "model": adapter.requested_as}
+def _renamed(item: EngineItem, served_as: str, requested_as: str) -> EngineItem:
+    """Echo the model name the client asked for, not the internal tenant/name@sha (or, on a
+    dedicated replica, the base model's name its merged weights are served under)."""
+    if isinstance(item, dict) and item.get("model") == served_as:
+        return {**item, "model": requested_as}
     if isinstance(item, str):
-        return item.replace(f'"model":{json.dumps(adapter.lora_name)}', f'"model":{json.dumps(adapter.requested_as)}')
+        return item.replace(f'"model":{json.dumps(served_as)}', f'"model":{json.dumps(requested_as)}')
     return item

@@ -19,6 +19,7 @@ from loraplex.ingress.admin_adapter_routes import AdminAdapterRoutes
 from loraplex.ingress.admin_routes import AdminRoutes
 from loraplex.ingress.auth import authenticate
 from loraplex.ingress.console_routes import console_routes
+from loraplex.ingress.dedicated_routes import DedicatedRoutes
 from loraplex.errors import StatusError
 from loraplex.ingress.errors import error_response
 from loraplex.ingress.health_routes import HealthRoutes, ReplicaHealth
@@ -52,12 +53,14 @@ def build_ingress_app(
     accounting=None,
     limiter=None,
     metrics=None,
+    dedicated=None,
 ) -> Starlette:
     """`tenancy`: tenants, keys and the admin token; with it every /v1 route needs a tenant key.
     `registry`: tenants' adapters (needs tenancy). None for both: an open base-model-only server.
     `accounting`: loraplex.accounting.Accounting, for rejection counts and the usage routes.
     `limiter`: loraplex.admission.Limiter enforcing tenant limits; None: one in this process.
-    `metrics`: the replica's loraplex.metrics.Metrics (refusals, requests billed here); None: none."""
+    `metrics`: the replica's loraplex.metrics.Metrics (refusals, requests billed here); None: none.
+    `dedicated`: the app's dedicated versions and their health (loraplex.dedicated.path_choice.DedicatedPaths)."""
     tenants = None
     # What this replica's queries found of the database: /readyz and the outage mapping below.
     health = tenancy.keys.health if tenancy is not None else StoreHealth()
@@ -86,6 +89,7 @@ def build_ingress_app(
     if registry is not None and tenants is not None:
         routes += AdapterRoutes(tenants, config.registry.max_upload_bytes).routes()
         routes += AdminAdapterRoutes(tenancy, registry, config.engine).routes()
+        routes += DedicatedRoutes(tenancy, registry, dedicated).routes()
     if accounting is not None and tenancy is not None:
         routes += UsageRoutes(accounting, tenants, tenancy).routes()
         routes += LatencyRoutes(tenancy, accounting.db, config.slo, config.console).routes()

@@ -15,7 +15,8 @@ from loraplex.metrics.publisher import Publisher
 
 
 class Ingress:
-    def __init__(self, engine_handle, config: PlatformConfig, home_node_id: str | None = None):
+    def __init__(self, engine_handle, config: PlatformConfig, home_node_id: str | None = None,
+                 dedicated: list | None = None, dedicated_handles: dict | None = None):
         from loraplex.accounting.accounting import Accounting
         from loraplex.cluster import check_on_replica, for_this_node
         from loraplex.db.engine import make_engine
@@ -30,6 +31,19 @@ class Ingress:
         context = serve.get_replica_context()
         self.app_name = context.app_name
         db = make_engine(config.database_url)
+        # Dedicated replicas (loraplex/dedicated): their versions' calls go there while healthy.
+        self.dedicated = self.dedicated_health = None
+        if dedicated:
+            from loraplex.dedicated.engine_client import PathChoosingEngineClient
+            from loraplex.dedicated.health import HealthPoller
+            from loraplex.dedicated.marks import DedicatedMarks
+            from loraplex.dedicated.path_choice import DedicatedPaths
+
+            self.dedicated = DedicatedPaths.of(dedicated, config.dedicated.failure_backoff_s)
+            merged = {i: ServeEngineClient(handle) for i, handle in (dedicated_handles or {}).items()}
+            self.engine = PathChoosingEngineClient(self.engine, merged, self.dedicated)
+            self.dedicated_health = HealthPoller(self.dedicated, DedicatedMarks(db), self.app_name,
+                                                 config.dedicated.health_poll_s).start()
         self.tenancy = Tenancy.from_config(config.tenancy, db)
         self.tenancy.keys.start()  # re-verifies cached keys every refresh_s / 2
         self.registry = build_registry(config, db)
@@ -51,7 +65,7 @@ class Ingress:
     def __serve_build_asgi_app__(self):
         return build_ingress_app(
             self.engine, self.config, self.engine_replica_health, tenancy=self.tenancy, registry=self.registry,
-            accounting=self.accounting, limiter=self.limiter, metrics=self.metrics,
+            accounting=self.accounting, limiter=self.limiter, metrics=self.metrics, dedicated=self.dedicated,
         )
 
     def __del__(self):
@@ -59,6 +73,8 @@ class Ingress:
             self.publisher.stop()
             self.metrics.flush()  # what the last period added up
         self.limiter.close()
+        if self.dedicated_health is not None:
+            self.dedicated_health.close()
         self.tenancy.keys.close()
         self.accounting.close()
 

@@ -15,6 +15,7 @@ from typing import BinaryIO
 from loraplex.config import PlatformConfig, RegistryConfig
 from loraplex.registry.archive import extract_archive, save_upload
 from loraplex.registry.catalog import AdapterCatalog, AdapterVersion
+from loraplex.registry.merged_checkpoint import delete_merged
 from loraplex.registry.model_spec import BaseModelSpec
 from loraplex.registry.store import AdapterStore, check_name
 from loraplex.registry.validator import AdapterValidator
@@ -69,6 +70,7 @@ class AdapterRegistry:
         for sha256 in {v.sha256 for v in versions}:
             if not self.catalog.sha_in_use(tenant, sha256):  # the same weights under another name
                 self.store.delete(tenant, sha256)
+                delete_merged(self.store, tenant, sha256)  # a dedicated replica's, if it had one
         return versions
 
 

@@ -22,3 +22,17 @@ def test_zipf_rates_sum_to_the_total_and_fall_by_rank():
     rates = zipf_rates(20, 4.0)
     assert sum(rates) == pytest.approx(4.0)
     assert rates[0] == pytest.approx(2 * rates[1])
+
+
+def test_served_before_counts_only_what_streamed_before_the_arrivals_ended():
+    from bench.fairness import served_before, tenant_summary
+
+    r = {"tenant": 0, "status": "ok", "http_status": 200, "e2e": 10.0, "ttft": 1.0, "prompt_tokens": 10,
+         "completion_tokens": 100, "first_token_epoch": 100.0, "end_epoch": 110.0}
+    assert served_before(r, 120.0) == 10 + 200  # all before: prompt + 2 x completion
+    assert served_before(r, 105.0) == 10 + 100  # half the completion streamed by then
+    assert served_before(r, 99.0) == 0  # its first token came after
+    assert served_before(r, 105.0, 0, 1) == 50  # completion tokens only
+    late = dict(r, first_token_epoch=130.0, end_epoch=140.0)
+    s = tenant_summary([r, late], 0, 60.0, until_epoch=120.0)
+    assert s["window_service"] == 210 and s["service"] == 420  # the drain's request left out

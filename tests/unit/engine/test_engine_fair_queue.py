@@ -125,3 +125,24 @@ async def test_the_replica_status_shows_the_queue(make):
     assert stats["queued"] == 1 and stats["status"]["tenants"]["ten_w"]["running"] == 1
     llm(replica).gate.set()
     await asyncio.gather(*tasks)
+
+
+def test_the_adaptive_limit_is_fed_ttft_from_vllms_schedule_time_not_from_dispatch():
+    # Time spent waiting in vLLM's own queue is not the batch's prefill cost: counting it would
+    # shrink the limit for waits the limit did not cause.
+    from loraplex.config import PlatformConfig
+    from loraplex.contract import RequestUsage
+    from loraplex.engine.deployment import Engine
+    from loraplex.engine.fair_queue import Entry
+
+    replica = Engine.__new__(Engine)
+    replica.fair_queue = Engine._fair_queue(PlatformConfig.from_args({}))  # adaptive: no dispatch_limit
+    seen = []
+    replica.fair_queue.limit.observe = lambda ttft, tpot: seen.append((ttft, tpot))
+    entry = Entry("ten_a")
+    replica.fair_queue.submit(entry)
+    usage = RequestUsage(status="stop", completion_tokens=11, scheduled_time=103.0,
+                         first_token_time=103.5, finish_time=104.5)
+    replica._slot_freed(entry, usage, dispatched_at=100.0)
+    assert seen == [(pytest.approx(0.5), pytest.approx(0.1))]
+    assert replica.fair_queue.running == 0

@@ -888,3 +888,49 @@ async def test_the_byte_budget_removes_least_recently_used_idle_unpinned_version
         assert fake.resident_loras == {101, 102, 104, 105}
     finally:
         await replica.__del__()
+
+
+async def test_a_dedicated_replica_serves_its_version_merged_and_refuses_every_other_call(tmp_path, monkeypatch):
+    import dataclasses
+
+    import loraplex.engine.deployment as deployment
+    from loraplex.dedicated.targets import DedicatedTarget
+
+    target = DedicatedTarget(ADAPTER.lora_int_id, ADAPTER.tenant, ADAPTER.name, ADAPTER.version, ADAPTER.sha256, "config")
+    built = []
+
+    def merged_engine_config(config, t, store):  # the real one builds the checkpoint with peft
+        built.append(t)
+        return config.model_copy(update={"engine": config.engine.model_copy(update={
+            "model": str(tmp_path / "merged"), "enable_lora": False})})
+
+    monkeypatch.setattr(deployment, "merged_engine_config", merged_engine_config)
+    engine_cls = type("VLLMEngineOverFakeVLLM", (VLLMEngineOverFakeVLLM,), {"fake_store": FakeAdapterStore(tmp_path)})
+    replica = Engine.__new__(Engine)
+    await replica.__init__(make_config(tmp_path), engine_cls=engine_cls, dedicated=target)
+    try:
+        assert built == [target]
+        assert (replica.engine.config.model, replica.engine.config.enable_lora) == (str(tmp_path / "merged"), False)
+        llm(replica).script = Script(tokens=4)
+        merged_call = dataclasses.replace(make_call(adapter=ADAPTER), path="merged")
+        text = b"".join(c.data for c in await drain(replica.generate(merged_call, chat(model="bot@2")))).decode()
+        assert '"model":"bot@2"' in text and f'"model":"{BASE_MODEL}"' not in text  # the client's name
+        _, _, lora = llm(replica).generate_calls[-1]
+        assert lora is None  # no LoRA: the version is in the weights
+        [row] = ledger_rows(replica)
+        assert (row["adapter"], row["path"], row["completion_tokens"]) == ("bot@2", "merged", 4)
+        other = AdapterTarget("ten_a/bot@3:def", 8, "ten_a", "bot", "def", requested_as="bot@3", version=3)
+        for call in [make_call(adapter=ADAPTER), make_call(), dataclasses.replace(make_call(adapter=other), path="merged")]:
+            [refusal] = await drain(replica.generate(call, chat()))
+            assert isinstance(refusal, EngineError) and (refusal.status, refusal.reason) == (503, "wrong_path")
+        assert len(ledger_rows(replica)) == 1  # refusals are never billed
+    finally:
+        await replica.__del__()
+
+
+async def test_a_lora_replica_refuses_a_call_sent_down_the_merged_path(replica):
+    import dataclasses
+
+    [refusal] = await drain(replica.generate(dataclasses.replace(make_call(adapter=ADAPTER), path="merged"), chat()))
+    assert isinstance(refusal, EngineError) and refusal.reason == "wrong_path"
+    assert llm(replica).generate_calls == [] and ledger_rows(replica) == []

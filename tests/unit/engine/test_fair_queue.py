@@ -231,7 +231,7 @@ def test_dispatch_limit_bounds_what_runs():
 
 
 def test_adaptive_limit_rises_while_within_the_slo_and_falls_when_not():
-    limit = AdaptiveLimit(AdaptiveLimitConfig(initial=4, window=4), max_limit=6, ttft_s=1.0, tpot_s=0.1)
+    limit = AdaptiveLimit(AdaptiveLimitConfig(initial=4, window=4, min_limit=1), max_limit=6, ttft_s=1.0, tpot_s=0.1)
     for _ in range(4):
         limit.observe(0.5, 0.05)
     assert limit() == 4  # no demand for more slots: no rise
@@ -248,7 +248,7 @@ def test_adaptive_limit_rises_while_within_the_slo_and_falls_when_not():
     assert limit() == 2
     for _ in range(40):
         limit.observe(3.0, None)
-    assert limit() == 1  # never below 1
+    assert limit() == 1  # never below min_limit (1 here)
 
 
 def test_adaptive_limit_targets_override_the_slo():
@@ -260,7 +260,7 @@ def test_adaptive_limit_targets_override_the_slo():
 
 
 def test_queue_dispatches_more_when_the_limit_rises():
-    limit = AdaptiveLimit(AdaptiveLimitConfig(initial=1, window=1), max_limit=4, ttft_s=1.0, tpot_s=1.0)
+    limit = AdaptiveLimit(AdaptiveLimitConfig(initial=1, window=1, min_limit=1), max_limit=4, ttft_s=1.0, tpot_s=1.0)
     q, _ = make(limit=limit)
     for _ in range(3):
         q.submit(entry("a"))
@@ -279,3 +279,116 @@ def test_snapshot_lists_tenants():
     assert snap["dispatch_limit"] == 1 and snap["dispatched"] == 1 and snap["queued"] == 1
     assert snap["tenants"]["a"] == {"queued": 0, "running": 1, "counter": 3.0}
     assert snap["tenants"]["b"]["queued"] == 1
+
+
+# -- issue 20's benchmark misses, on the fake clock ------------------------------------------------
+def test_an_old_backlog_does_not_jump_a_fresh_tenant_of_the_same_tier():
+    # The noisy neighbour: w's queue is older than aging_s, m's request is fresh. Aging used to
+    # rank w's head as the top tier, so w went first whatever the counters said.
+    q, clock = make(limit=1, aging_s=10.0, max_queued=100)
+    order = []
+    q.submit(entry("w", order))
+    for _ in range(5):
+        q.submit(entry("w", order))
+    q.charge("w", 0, 100)
+    clock.now += 30.0  # w's backlog is old
+    m = entry("m", order)
+    q.submit(m)  # lifted to w's counter
+    q.charge("w", 0, 10)  # w's running request goes on generating
+    q.finish(order[0])
+    assert order[-1] is m
+
+
+def test_a_full_queue_refuses_the_heavy_tenant_not_a_fresh_one_behind_its_old_backlog():
+    # m has one request queued (its previous one still runs), w holds the rest of the queue and
+    # its requests are older than aging_s: the refused request is w's, however old its backlog.
+    q, clock = make(limit=2, aging_s=10.0, max_queued=4)
+    order = []
+    q.submit(entry("w", order))
+    q.submit(entry("m", order))  # m runs
+    w_queued = [entry("w", order) for _ in range(3)]
+    for e in w_queued:
+        q.submit(e)
+    clock.now += 30.0
+    m2 = entry("m", order)
+    q.submit(m2)  # m: one running, so it queues
+    assert m2.state == "queued" and q.queued == 4
+    q.submit(entry("w", order))  # queue full: w is the one over its share
+    assert m2.state == "queued"
+    assert q.refused["fair_share"] == 1
+    assert all(e.state != "refused" for e in w_queued[:2])
+
+
+def test_a_just_lifted_tenant_with_a_long_prompt_is_not_refused_for_the_heavy_ones_backlog():
+    # m was lifted to w's counter and charged a long prompt: its counter is above w's, yet w holds
+    # the queue; a counter rule would refuse m's one queued request.
+    q, _ = make(limit=1, max_queued=3)
+    order = []
+    q.submit(entry("w", order))
+    q.submit(entry("w", order))
+    q.submit(entry("w", order))
+    m = entry("m", order)
+    q.submit(m)  # queued, lifted to w's counter
+    q.charge("m", 2000, 0)  # as if its previous request's long prompt was just prefilled
+    assert q.tenants["m"].counter > q.tenants["w"].counter
+    q.submit(entry("w", order))
+    assert m.state == "queued"
+
+
+def test_held_requests_count_per_unit_of_weight_when_shedding():
+    # With heavy's next request, heavy (weight 2) holds 3 (1.5 per unit of weight), light
+    # (weight 1) holds 2: light is further over its share, though heavy holds more.
+    q, _ = make(limit=1, max_queued=3)
+    order = []
+    q.submit(entry("heavy", order, weight=2.0))
+    heavy = entry("heavy", order, weight=2.0)
+    light = [entry("light", order) for _ in range(2)]
+    for e in [heavy] + light:
+        q.submit(e)
+    nxt = entry("heavy", order, weight=2.0)
+    q.submit(nxt)
+    assert light[-1].state == "refused" and heavy.state == nxt.state == "queued"
+
+
+def test_aging_lets_a_lower_tier_through_once_per_aging_s_not_all_at_once():
+    q, clock = make(limit=1, aging_s=5.0, max_queued=100)
+    order = []
+    q.submit(entry("low", order))  # runs
+    for _ in range(4):
+        q.submit(entry("low", order))
+    for _ in range(4):
+        q.submit(entry("high", order, priority=100))
+    clock.now += 6.0  # low's backlog is old
+    served = []
+    for _ in range(4):
+        q.finish([e for e in order if e.state == "running"][0])
+        served.append(order[-1].tenant)
+    assert served == ["low", "high", "high", "high"]  # one aged pass, then the tier again
+    clock.now += 5.0
+    q.finish([e for e in order if e.state == "running"][0])
+    assert order[-1].tenant == "low"
+
+
+def test_shedding_uses_the_priority_not_the_aged_tier():
+    # Old low-priority requests (aged) may not push out a high-priority tenant's request.
+    q, clock = make(limit=1, aging_s=5.0, max_queued=3)
+    order = []
+    q.submit(entry("low", order))
+    low = [entry("low", order) for _ in range(2)]
+    for e in low:
+        q.submit(e)
+    clock.now += 10.0
+    high = entry("high", order, priority=100)
+    q.submit(high)
+    q.charge("high", 0, 5000)  # high far over on tokens: the tier still comes first
+    q.submit(entry("high", order, priority=100))
+    assert high.state == "queued" and low[-1].state == "refused"
+
+
+def test_adaptive_limit_never_falls_below_its_floor():
+    limit = AdaptiveLimit(AdaptiveLimitConfig(initial=4, window=1, min_limit=3), max_limit=8, ttft_s=1.0, tpot_s=0.1)
+    for _ in range(10):
+        limit.observe(5.0, 1.0)
+    assert limit() == 3
+    capped = AdaptiveLimit(AdaptiveLimitConfig(initial=1, min_limit=6), max_limit=4, ttft_s=1.0, tpot_s=0.1)
+    assert capped() == 4  # the floor is at most max_num_seqs; the start at least the floor
