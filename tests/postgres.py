@@ -1,11 +1,14 @@
 """Throwaway PostgreSQL databases for tests and benchmarks (the local Debian cluster, started here
 as root if it is down, or LORAPLEX_TEST_PG_ADMIN_URL). Test-only: it may run `su postgres`."""
 import contextlib
+import fcntl
 import os
 import shutil
 import subprocess
+import tempfile
 import time
 import uuid
+from pathlib import Path
 from typing import Iterator
 
 from sqlalchemy import create_engine, text
@@ -17,8 +20,25 @@ PASSWORD = "loraplex_test"
 LOCAL_ADMIN_URL = f"postgresql+psycopg://{ROLE}:{PASSWORD}@127.0.0.1:5432/postgres"
 
 
+# Held exclusively while a test has stopped the local cluster on purpose (the outage drill);
+# _local_cluster takes it shared before starting a cluster it found down, so another test on the
+# machine waits for the drill to end instead of starting PostgreSQL in the middle of its outage.
+STOPPED_ON_PURPOSE_LOCK = Path(tempfile.gettempdir()) / "loraplex-test-postgres-stopped.lock"
+
+
 class PostgresUnavailable(RuntimeError):
     pass
+
+
+@contextlib.contextmanager
+def stopped_on_purpose() -> Iterator[None]:
+    """Hold while the local cluster is stopped on purpose: no other test here starts it meanwhile."""
+    with open(STOPPED_ON_PURPOSE_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 @contextlib.contextmanager
@@ -62,6 +82,14 @@ def _local_cluster() -> str:
         raise PostgresUnavailable("LORAPLEX_TEST_PG=0")
     if _can_connect(LOCAL_ADMIN_URL):
         return LOCAL_ADMIN_URL
+    with open(STOPPED_ON_PURPOSE_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_SH)  # a drill that stopped the cluster starts it again itself
+        if _can_connect(LOCAL_ADMIN_URL):
+            return LOCAL_ADMIN_URL
+        return _start_local_cluster()
+
+
+def _start_local_cluster() -> str:
     if os.geteuid() != 0 or not shutil.which("pg_ctlcluster") or not shutil.which("pg_lsclusters"):
         raise PostgresUnavailable("no reachable PostgreSQL and no local cluster we may start (need root + pg_ctlcluster)")
     clusters = subprocess.run(["pg_lsclusters", "-h"], capture_output=True, text=True).stdout.split()

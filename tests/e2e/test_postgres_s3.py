@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 from demo_adapters import trained_adapter  # noqa: E402
 from missing import skip_or_fail  # noqa: E402
 from serve_process import BASE_URL, ROOT, RUN_MARK, has_mark, new_tenant_key, serve_run  # noqa: E402
+from postgres import stopped_on_purpose  # noqa: E402
 from shared_stores import postgres_and_s3, s3_client  # noqa: E402
 from waiting import wait_until  # noqa: E402
 
@@ -198,6 +199,13 @@ def local_cluster() -> tuple[str, str]:
     return version, name
 
 
+def still_down(cluster: tuple[str, str]) -> str:
+    """'' while the cluster is down; else why the drill's outage checks cannot hold."""
+    out = subprocess.run(["pg_lsclusters", "-h", *cluster], capture_output=True, text=True).stdout.split()
+    return "" if out[3:4] == ["down"] else (" -- PostgreSQL is up again mid-drill: something else started it "
+                                            "(another test's throwaway_postgres without this checkout's lock?)")
+
+
 def pg_ctl(cluster: tuple[str, str], action: str) -> None:
     extra = ["-m", "fast"] if action == "stop" else []  # fast: what a crash or failover does to clients
     subprocess.run(["pg_ctlcluster", *cluster, action, *extra], capture_output=True, text=True, check=True, timeout=120)
@@ -255,39 +263,41 @@ def test_postgresql_outage_drill(stack):
     # request id -> the reply's usage, of the requests sent outside Traffic
     served: dict[str, dict] = {first_c.headers["x-loraplex-request-id"]: first_c.json()["usage"]}
     stopped = started = None
-    try:
-        pg_ctl(cluster, "stop")
-        stopped = time.time()
-        db.dispose()
-        # Within a refresh period (refresh_s / 2 = 2.5 s) the ingress knows; still in rotation.
-        degraded = wait_until(lambda: (lambda s, b: b if s == 200 and b["status"] == "degraded" else None)(*readyz()),
-                              30, "/readyz to say degraded")
-        assert degraded["database"] == "unreachable" and degraded["cached_keys"] >= 2, degraded
-        unknown = httpx.post(f"{BASE_URL}/v1/chat/completions", timeout=60,
-                             headers={"Authorization": f"Bearer lpx-{secrets.token_urlsafe(32)}"},
-                             json={"model": MODEL, "messages": QUESTION, "max_tokens": 2})
-        assert_store_unavailable(unknown, "an unknown key")
-        with httpx.Client(base_url=BASE_URL, headers={"Authorization": f"Bearer {a_key}"}, timeout=180) as c:
-            assert_store_unavailable(upload(c, "pirate", with_alpha(pirate, 4)), "an upload")
-            assert_store_unavailable(c.get("/v1/usage"), "/v1/usage")
-        # The limiter actor dies too: the ingress recreates it (its budget read fails: open).
-        killed = limiter_pids(proc)
-        for pid in killed:
-            os.kill(pid, 9)
-        wait_until(lambda: not (killed & limiter_pids(proc)), 30, "the limiter actor to be gone")
-        served_b = len(traffic[1].results)
-        after_kill = [chat(c_key) for _ in range(3)]
-        assert [r.status_code for r in after_kill] == [200] * 3, [r.text for r in after_kill]
-        served.update({r.headers["x-loraplex-request-id"]: r.json()["usage"] for r in after_kill})
-        assert limiter_pids(proc) - killed, "the ingress recreated the limiter actor"
-        wait_until(lambda: len(traffic[1].results) >= served_b + 3, 60, "tenant b served after the actor's death")
-        time.sleep(max(0.0, stopped + OUTAGE_S - time.time()))
-        assert readyz()[1]["status"] == "degraded"
-        pg_ctl(cluster, "start")
-        started = time.time()
-    finally:
-        if started is None:
+    with stopped_on_purpose():  # no other test on the machine starts PostgreSQL meanwhile
+        try:
+            pg_ctl(cluster, "stop")
+            stopped = time.time()
+            db.dispose()
+            # Within a refresh period (refresh_s / 2 = 2.5 s) the ingress knows; still in rotation.
+            degraded = wait_until(lambda: (lambda s, b: b if s == 200 and b["status"] == "degraded" else None)(*readyz()),
+                                  30, "/readyz to say degraded")
+            assert degraded["database"] == "unreachable" and degraded["cached_keys"] >= 2, degraded
+            unknown = httpx.post(f"{BASE_URL}/v1/chat/completions", timeout=60,
+                                 headers={"Authorization": f"Bearer lpx-{secrets.token_urlsafe(32)}"},
+                                 json={"model": MODEL, "messages": QUESTION, "max_tokens": 2})
+            assert_store_unavailable(unknown, "an unknown key" + still_down(cluster))
+            with httpx.Client(base_url=BASE_URL, headers={"Authorization": f"Bearer {a_key}"}, timeout=180) as c:
+                assert_store_unavailable(upload(c, "pirate", with_alpha(pirate, 4)), "an upload" + still_down(cluster))
+                assert_store_unavailable(c.get("/v1/usage"), "/v1/usage" + still_down(cluster))
+            # The limiter actor dies too: the ingress recreates it (its budget read fails: open).
+            killed = limiter_pids(proc)
+            for pid in killed:
+                os.kill(pid, 9)
+            wait_until(lambda: not (killed & limiter_pids(proc)), 30, "the limiter actor to be gone")
+            served_b = len(traffic[1].results)
+            after_kill = [chat(c_key) for _ in range(3)]
+            assert [r.status_code for r in after_kill] == [200] * 3, [r.text for r in after_kill]
+            served.update({r.headers["x-loraplex-request-id"]: r.json()["usage"] for r in after_kill})
+            assert limiter_pids(proc) - killed, "the ingress recreated the limiter actor"
+            wait_until(lambda: len(traffic[1].results) >= served_b + 3, 60, "tenant b served after the actor's death")
+            time.sleep(max(0.0, stopped + OUTAGE_S - time.time()))
+            assert readyz()[1]["status"] == "degraded"
+            assert not still_down(cluster), still_down(cluster)
             pg_ctl(cluster, "start")
+            started = time.time()
+        finally:
+            if started is None and not still_down(cluster):
+                pg_ctl(cluster, "start")
     ready = wait_until(lambda: (lambda s, b: b if s == 200 and b["status"] == "ready" else None)(*readyz()),
                        30, "/readyz to say ready again")
     assert ready["database"] == "reachable"
