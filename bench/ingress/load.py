@@ -5,37 +5,15 @@ raw-asyncio SSE client: TTFT = first token - request sent."""
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 import time
 
 from bench.percentile import or_nan, percentile
-from bench.stream.client import _SSEStream
-
-
-def chat_request(port: int, api_key: str | None, model: str, tokens: int) -> bytes:
-    body = json.dumps({"model": model, "stream": True, "max_tokens": tokens,
-                       "messages": [{"role": "user", "content": "Hi."}]}).encode()
-    auth = f"Authorization: Bearer {api_key}\r\n" if api_key else ""
-    return (f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{auth}"
-            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-            ).encode() + body
+from bench.stream.client import _SSEStream, chat_request, stream
 
 
 async def _one(request: bytes, port: int, timeout_s: float) -> _SSEStream:
-    loop = asyncio.get_running_loop()
-    proto = _SSEStream(request, loop.create_future())
-    try:
-        await loop.create_connection(lambda: proto, "127.0.0.1", port)
-        await asyncio.wait_for(proto.done, timeout_s)
-    except asyncio.TimeoutError:
-        proto.cut = True
-    except OSError:
-        pass
-    finally:
-        if proto.transport is not None:
-            proto.transport.close()
-    return proto
+    return await stream(_SSEStream(request, asyncio.get_running_loop().create_future()), port, timeout_s)
 
 
 def summary(protos: list[_SSEStream], tokens: int, started: float, offered: float | None) -> dict:

@@ -53,6 +53,32 @@ class _SSEStream(asyncio.Protocol):
             self.done.set_result(None)
 
 
+
+def chat_request(port: int, api_key: str | None, model: str, tokens: int, content: str = "Hi.") -> bytes:
+    """One streamed chat request as raw HTTP/1.1 bytes (Connection: close)."""
+    body = json.dumps({"model": model, "stream": True, "max_tokens": tokens,
+                       "messages": [{"role": "user", "content": content}]}).encode()
+    auth = f"Authorization: Bearer {api_key}\r\n" if api_key else ""
+    return (f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{auth}"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+            ).encode() + body
+
+
+async def stream(proto: "_SSEStream", port: int, timeout_s: float) -> "_SSEStream":
+    """Send `proto`'s request and read its reply for at most `timeout_s` (then `cut`, and the
+    connection closed: the server must abort the request); a refused connection leaves it unfinished."""
+    try:
+        await asyncio.get_running_loop().create_connection(lambda: proto, "127.0.0.1", port)
+        await asyncio.wait_for(proto.done, timeout_s)
+    except asyncio.TimeoutError:
+        proto.cut = True
+    except OSError:
+        pass
+    finally:
+        if proto.transport is not None:
+            proto.transport.close()
+    return proto
+
 async def run_streams(port: int, api_key: str | None, model: str, streams: int, tokens: int, duration: float,
                       lifetime: float = 0.0) -> dict:
     """`streams` concurrent streamed chat requests of `tokens` tokens; all cut after `duration` s.
@@ -63,12 +89,7 @@ async def run_streams(port: int, api_key: str | None, model: str, streams: int, 
     streams / lifetime per second. Measured: the requests sent after that ramp, when all
     `streams` run (all requests, if the platform is too slow for any to be sent then)."""
     loop = asyncio.get_running_loop()
-    body = json.dumps({"model": model, "stream": True, "max_tokens": tokens,
-                       "messages": [{"role": "user", "content": "Stream, please."}]}).encode()
-    auth = f"Authorization: Bearer {api_key}\r\n" if api_key else ""
-    request = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{auth}"
-               f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-               ).encode() + body
+    request = chat_request(port, api_key, model, tokens, "Stream, please.")
     protos: list[_SSEStream] = []
     t0 = time.perf_counter()
     deadline = t0 + duration
@@ -76,17 +97,7 @@ async def run_streams(port: int, api_key: str | None, model: str, streams: int, 
     async def one() -> _SSEStream:
         proto = _SSEStream(request, loop.create_future())
         protos.append(proto)
-        try:
-            await loop.create_connection(lambda: proto, "127.0.0.1", port)
-            await asyncio.wait_for(proto.done, max(0.0, deadline - time.perf_counter()))
-        except asyncio.TimeoutError:
-            proto.cut = True
-        except OSError:
-            pass
-        finally:
-            if proto.transport is not None:
-                proto.transport.close()  # cut at the deadline: the platform must abort it
-        return proto
+        return await stream(proto, port, max(0.0, deadline - time.perf_counter()))
 
     async def worker(i: int):
         await asyncio.sleep(lifetime * i / streams)

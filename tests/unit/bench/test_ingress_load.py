@@ -2,7 +2,8 @@
 last token, TTFT percentiles from bench.percentile."""
 from types import SimpleNamespace
 
-from bench.ingress.load import chat_request, summary
+from bench.ingress.load import summary
+from bench.stream.client import chat_request
 
 
 def reply(sent, first, last, tokens=8, finished=True):
