@@ -81,7 +81,7 @@ def report(rows: list[dict], args) -> None:
     by = {(r["variant"], r["load"]): r for r in rows}
     loads = list(dict.fromkeys(r["load"] for r in rows))
     print("\n| load | bare req/s | platform req/s | platform/bare | bare TTFT p50 ms | platform TTFT p50 ms "
-          "| added TTFT p50 ms | bare TTFT p99 ms | platform TTFT p99 ms | added TTFT p99 ms | failed (bare/platform) |")
+          "| added TTFT p50 ms | bare TTFT p99 ms | platform TTFT p99 ms | added TTFT p99 ms | failed (refused 429/503) bare/platform |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for load in loads:
         b, p = by.get(("bare", load)), by.get(("platform", load))
@@ -90,7 +90,8 @@ def report(rows: list[dict], args) -> None:
         ratio = p["rps"] / b["rps"] if b["rps"] else float("nan")
         print(f"| {load} | {b['rps']:.1f} | {p['rps']:.1f} | {ratio:.2f}x | {b['ttft_p50_ms']:.0f} | "
               f"{p['ttft_p50_ms']:.0f} | {p['ttft_p50_ms'] - b['ttft_p50_ms']:+.0f} | {b['ttft_p99_ms']:.0f} | "
-              f"{p['ttft_p99_ms']:.0f} | {p['ttft_p99_ms'] - b['ttft_p99_ms']:+.0f} | {b['failed']}/{p['failed']} |")
+              f"{p['ttft_p99_ms']:.0f} | {p['ttft_p99_ms'] - b['ttft_p99_ms']:+.0f} | {b['failed']}/{p['failed']} "
+              f"({b.get('refused', 0)}/{p.get('refused', 0)}) |")
     best = {v: max((r["rps"] for r in rows if r["variant"] == v and r["load"].startswith("open")), default=0.0)
             for v in ("bare", "platform")}
     bursts = {v: sorted(r["ttft_p50_ms"] for r in rows if r["variant"] == v and r["load"].startswith("burst"))

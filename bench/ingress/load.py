@@ -21,6 +21,7 @@ def summary(protos: list[_SSEStream], tokens: int, started: float, offered: floa
     ttft = [p.first - p.sent for p in ok]
     span = (max(p.last for p in ok) - started) if ok else float("nan")
     return {"offered_rps": offered, "sent": len(protos), "ok": len(ok), "failed": len(protos) - len(ok),
+            "refused": sum(p.status in (429, 503) for p in protos),  # of the failed: refused at once, not cut
             "rps": len(ok) / span if ok else 0.0,
             "ttft_p50_ms": or_nan(percentile(ttft, 50)) * 1e3, "ttft_p99_ms": or_nan(percentile(ttft, 99)) * 1e3}
 
