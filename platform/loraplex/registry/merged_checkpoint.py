@@ -20,13 +20,13 @@ import hashlib
 import json
 import logging
 import shutil
-import struct
 import tempfile
 import uuid
 from pathlib import Path
 
 from loraplex.errors import StatusError
 from loraplex.registry.store import CHUNK, AdapterStore, check_name
+from loraplex.registry.validator import read_header
 
 logger = logging.getLogger(__name__)
 
@@ -41,20 +41,13 @@ class MergedCheckpointInvalid(StatusError):
     status = 422
 
 
-def safetensors_header(path: Path) -> dict:
-    """A safetensors file's header: tensor name -> {dtype, shape, data_offsets} (and __metadata__)."""
-    with open(path, "rb") as f:
-        (size,) = struct.unpack("<Q", f.read(8))
-        return json.loads(f.read(size))
-
-
 def base_fingerprint(model_dir: str | Path) -> str:
     """sha256 of config.json and each weight file's name, size and safetensors header."""
     model_dir = Path(model_dir)
     h = hashlib.sha256((model_dir / "config.json").read_bytes())
     for file in sorted(model_dir.glob("*.safetensors")):
         h.update(f"\n{file.name}\n{file.stat().st_size}\n".encode())
-        h.update(json.dumps(safetensors_header(file), sort_keys=True).encode())
+        h.update(json.dumps(read_header(file), sort_keys=True).encode())
     return h.hexdigest()
 
 
@@ -76,7 +69,7 @@ def merge_dtype(setting: str, engine_dtype: str, base_dir: str | Path) -> str:
 def tensor_shapes(model_dir: Path) -> dict[str, list[int]]:
     shapes = {}
     for file in sorted(model_dir.glob("*.safetensors")):
-        shapes.update({k: v["shape"] for k, v in safetensors_header(file).items() if k != "__metadata__"})
+        shapes.update({k: v["shape"] for k, v in read_header(file).items() if k != "__metadata__"})
     return shapes
 
 

@@ -58,6 +58,7 @@ def is_all_zero(path: Path, header: dict, name: str) -> bool:
 
 
 def read_header(path: Path) -> dict:
+    """A safetensors file's header: tensor name -> {dtype, shape, data_offsets} (and __metadata__)."""
     with open(path, "rb") as f:
         return json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
 
