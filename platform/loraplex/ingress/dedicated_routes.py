@@ -23,6 +23,7 @@ from loraplex.dedicated.marks import DedicatedMarks
 from loraplex.dedicated.path_choice import DedicatedPaths
 from loraplex.ingress.auth import check_admin
 from loraplex.ingress.errors import APIError
+from loraplex.registry.store import AdapterNotFound
 
 TAKES_EFFECT = ("at the app's next build: `serve run` / a restart, or `serve deploy` of a config whose args "
                 "changed (docs/operations.md#merged-dedicated-replicas)")
@@ -76,10 +77,8 @@ class DedicatedRoutes:
         tenant, ref = request.path_params["tenant_id"], request.path_params["ref"]
         try:
             return self.catalog.resolve(tenant, ref)
-        except Exception as exc:
-            if getattr(exc, "status", None) == 404:
-                raise APIError(404, f"The adapter `{tenant}/{ref}` does not exist (or was deleted).") from exc
-            raise
+        except AdapterNotFound as exc:
+            raise APIError(404, f"The adapter `{tenant}/{ref}` does not exist (or was deleted).") from exc
 
     def _entry(self, adapter_id: int, tenant: str, name: str, version: int) -> dict:
         target = self.paths.targets.get(adapter_id)
