@@ -124,8 +124,15 @@ def test_a_limit_patched_through_the_admin_api_takes_effect_at_once(base_url, ad
     tid, key = tenant(admin, "limits-patch")
     assert [chat(base_url, key, model_name).status_code for _ in range(4)] == [200] * 4
     assert admin.patch(f"/admin/tenants/{tid}", json={"limits": {"requests_per_minute": 1}}).status_code == 200
-    assert chat(base_url, key, model_name).status_code == 200
-    refused(chat(base_url, key, model_name), "rate_limit_requests")
+    # At once on the ingress replica that served the PATCH; on the other within the key cache's
+    # documented bound (tenancy.key_cache.refresh_s, 5 s), so a request landing there may still pass.
+    give_up = time.monotonic() + 5 + 2
+    admitted = 0
+    while (r := chat(base_url, key, model_name)).status_code == 200 and time.monotonic() < give_up:
+        admitted += 1
+        time.sleep(0.5)
+    refused(r, "rate_limit_requests")
+    assert admitted >= 1  # the one request a minute the new limit allows
 
 
 def test_two_ingress_replicas_admit_no_more_than_the_limit_together(base_url, admin, model_name):
