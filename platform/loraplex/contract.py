@@ -66,6 +66,17 @@ class EngineError:
         return error_body(self.message, self.status, type=self.type, param=self.param)
 
 
+class EngineLost(Exception):
+    """The replica running `call` was lost after its first chunk. Raised by an EngineClient that
+    sent a different call than the ingress built (the dedicated path's `path="merged"`), so the
+    ingress bills the lost request from the call that actually ran."""
+
+    def __init__(self, call: "EngineCall", cause: BaseException):
+        super().__init__(f"{type(cause).__name__}: {cause}")
+        self.call = call
+        self.cause = cause
+
+
 @dataclass(frozen=True)
 class AdapterTarget:
     """The one adapter version a request runs with, as resolved by the ingress for its tenant."""

@@ -10,7 +10,7 @@ import logging
 import time
 from typing import Any, AsyncIterator
 
-from loraplex.contract import EngineCall, EngineChunk, EngineClient, EngineError
+from loraplex.contract import EngineCall, EngineChunk, EngineClient, EngineError, EngineLost
 from loraplex.dedicated.path_choice import DedicatedPaths
 
 logger = logging.getLogger(__name__)
@@ -26,7 +26,8 @@ class PathChoosingEngineClient:
     async def generate(self, call: EngineCall, request: Any) -> AsyncIterator[EngineChunk | EngineError]:
         if self.paths.choose(call, self.clock()) == "merged":
             adapter_id = call.adapter.lora_int_id
-            stream = self.merged[adapter_id].generate(dataclasses.replace(call, path="merged"), request)
+            merged_call = dataclasses.replace(call, path="merged")
+            stream = self.merged[adapter_id].generate(merged_call, request)
             try:
                 first = await anext(stream)
             except StopAsyncIteration:
@@ -38,8 +39,11 @@ class PathChoosingEngineClient:
                 first = None
             if first is not None and not (isinstance(first, EngineError) and first.reason == "wrong_path"):
                 yield first
-                async for item in stream:
-                    yield item
+                try:
+                    async for item in stream:
+                        yield item
+                except Exception as exc:  # lost mid-stream: billed by the ingress, as merged
+                    raise EngineLost(merged_call, exc) from exc
                 return
             await stream.aclose()
         async for item in self.lora.generate(call, request):

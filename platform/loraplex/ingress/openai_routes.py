@@ -23,7 +23,7 @@ from vllm.exceptions import VLLMValidationError
 
 from loraplex.admission.limiter import Limiter, LocalBackend
 from loraplex.engine.metering import Meter
-from loraplex.contract import (SSE_DONE, EngineCall, EngineChunk, EngineError, RequestUsage,
+from loraplex.contract import (SSE_DONE, EngineCall, EngineChunk, EngineError, EngineLost, RequestUsage,
                                       affinity_key, sse_error)
 from loraplex.errors import StatusError
 from loraplex.ingress.errors import APIError
@@ -250,6 +250,8 @@ class OpenAIRoutes:
         """The replica that would have metered this request is gone: bill what the client got.
         Idempotent on the request id, so if the replica's own record also lands, one wins."""
         logger.warning("engine lost on request %s: %r", call.request_id, exc)
+        if isinstance(exc, EngineLost):  # the client sent another call than ours (its path)
+            call = exc.call
         if call.tenant_id is None:
             return
         usage = RequestUsage(status="engine_error", finish_time=time.time())

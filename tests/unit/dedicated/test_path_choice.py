@@ -114,6 +114,33 @@ def test_a_lost_merged_replica_falls_back_to_lora_and_backs_off():
     assert [i.data for i in run(client, call(7))] == [b"lora"] and len(merged.calls) == 1  # backing off
 
 
+def test_a_merged_replica_lost_mid_stream_raises_engine_lost_with_the_merged_call():
+    from loraplex.contract import EngineLost
+
+    class DiesAfterOneChunk(FakeEngineClient):
+        async def generate(self, call, request):
+            self.calls.append(call)
+            yield chunk(b"m1")
+            raise ConnectionError("actor died")
+
+    lora = FakeEngineClient([chunk(b"lora")])
+    client = PathChoosingEngineClient(lora, {7: DiesAfterOneChunk()}, healthy_paths(), clock=lambda: 0)
+    received = []
+
+    async def collect():
+        async for item in client.generate(call(7), request=None):
+            received.append(item.data)
+
+    try:
+        asyncio.run(collect())
+    except EngineLost as lost:
+        assert lost.call.path == "merged" and lost.call.adapter.lora_int_id == 7
+        assert isinstance(lost.cause, ConnectionError)
+    else:
+        raise AssertionError("a mid-stream loss must end the stream with EngineLost")
+    assert received == [b"m1"] and lora.calls == []  # not retried on LoRA: the client had a token
+
+
 def test_a_wrong_path_refusal_falls_back_other_refusals_reach_the_client():
     wrong = EngineError(status=503, message="wrong", reason="wrong_path")
     lora = FakeEngineClient([chunk(b"lora")])

@@ -235,6 +235,27 @@ def test_engine_lost_mid_stream_bills_what_the_client_received(setup):
     assert refusals == {}  # billed, so not also a refusal
 
 
+def test_engine_lost_mid_stream_on_another_path_is_billed_from_the_call_that_ran(setup):
+    import dataclasses
+
+    from loraplex.contract import EngineLost
+
+    client, keys, engine, _ = setup
+
+    def merged_replica_dies(method, call, request):
+        yield 'data: {"choices":[{"delta":{"content":"a"}}]}\n\n'
+        ran = dataclasses.replace(call, path="merged", adapter=AdapterTarget(
+            "t/pirate@1:" + "a" * 64, 7, call.tenant_id, "pirate", "a" * 64, "pirate", version=1))
+        raise EngineLost(ran, RuntimeError("ActorDiedError: the merged replica was killed"))
+
+    engine.script = merged_replica_dies
+    body = {"model": BASE, "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    reply = client.post("/v1/chat/completions", headers=keys["acme"], json=body)
+    assert reply.status_code == 200 and reply.text.endswith("data: [DONE]\n\n")
+    rows, _ = _rows_and_refusals(client)
+    assert [(r["status"], r["path"]) for r in rows] == [("engine_error", "merged")]
+
+
 def test_adapter_deleted_before_the_engine_ran_is_a_404_refusal(setup):
     from loraplex.contract import EngineError
 
