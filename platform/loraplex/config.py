@@ -117,7 +117,8 @@ class FairQueueConfig(BaseModel):
     newcomer_slots: int = Field(
         2, ge=0,
         description="Slots above the dispatch limit (never above max_num_seqs) that only a tenant "
-        "with nothing running may take: its request starts at once instead of waiting for a slot.",
+        "running fewer than its weighted share of the limit (at least 1: one with nothing running) "
+        "may take: its request starts at once instead of waiting for another tenant's slot to free.",
     )
     max_queued: int = Field(
         24, ge=1,

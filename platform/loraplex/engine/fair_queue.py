@@ -14,8 +14,15 @@ wait here, one FIFO per tenant. When a slot frees:
   generated), divided by its plan's `weight`. A tenant that becomes backlogged has its counter
   lifted to the lowest counter of the active tenants (queued or running), so idle time earns
   no credit to burst with later;
-- newcomer slots: a tenant with nothing running may dispatch up to `newcomer_slots` above the
-  limit (never above max_num_seqs), so it does not wait for another tenant's long request;
+- reserved slots (`newcomer_slots` above the limit, never above max_num_seqs): a tenant running
+  fewer than its share of the limit (limit x its weight / the active tenants' weights, rounded
+  down; at least 1, so a tenant with nothing running always qualifies) may take one, so a light
+  tenant does not wait for another tenant's long request to free a slot. Its share, not just
+  "nothing running": a tenant sending one short request every 2 s has two or three in flight
+  under load, and if only its first could take a reserved slot the others waited for the heavy
+  tenant's slot turnover (a 96-token request holds a slot ~20 s on this CPU: ~3 s per free slot
+  at a limit of 8). A tenant at or over its share never takes one, so two backlogged tenants
+  still share the limit by VTC, not the reserve;
 - queue full (`max_queued`): the request refused is the newest one of the tenant furthest over
   its share among the queued ones: the lowest `priority` (aging does not protect from this), then
   the most requests held on the replica (queued + running) per unit of weight, then the highest
@@ -64,6 +71,11 @@ class _Tenant:
     counter: float = 0.0
     queue: deque = field(default_factory=deque)
     running: int = 0
+    weight: float = 1.0  # its plan's, from its latest request
+    # Since it became active: requests dispatched and the seconds they waited here in total (what
+    # /admin/replicas shows: a tenant's TTFT spent in this queue rather than in vLLM).
+    dispatches: int = 0
+    queue_wait_s: float = 0.0
 
 
 class FairQueue:
@@ -92,6 +104,7 @@ class FairQueue:
         """Dispatch the entry now, queue it, or refuse it; `entry.ready` is called unless queued."""
         self.expire()
         t = self.tenants.setdefault(entry.tenant, _Tenant())
+        t.weight = entry.weight
         if not t.queue and self._has_slot(t):  # it starts now: its deadline is the engine's to keep
             if not t.running:
                 self._lift(entry.tenant)
@@ -167,7 +180,17 @@ class FairQueue:
         if self.running < limit:
             return True
         reserve = min(limit + self.config.newcomer_slots, self.max_num_seqs)
-        return not t.running and self.running < reserve
+        return self.running < reserve and self._under_share(t, limit, self._active_weight(t))
+
+    def _active_weight(self, t: _Tenant) -> float:
+        """The active tenants' weights, `t` counted even if it is not active yet."""
+        total = sum(a.weight for a in self.active.values())
+        return total if t.running or t.queue else total + t.weight  # active: something queued or running
+
+    @staticmethod
+    def _under_share(t: _Tenant, limit: int, active_weight: float) -> bool:
+        """May take a reserved slot: runs fewer than its share of the limit (at least 1)."""
+        return t.running < max(1, int(limit * t.weight / max(active_weight, 1e-9)))
 
     @staticmethod
     def tier(entry: Entry) -> int:
@@ -178,12 +201,13 @@ class FairQueue:
         if self.running < limit:
             newcomers_only = False
         elif self.running < min(limit + self.config.newcomer_slots, self.max_num_seqs):
-            newcomers_only = True  # only a tenant with nothing running may take a newcomer slot
+            newcomers_only = True  # only a tenant under its share may take a reserved slot
         else:
             return None
+        weight = sum(a.weight for a in self.active.values()) if newcomers_only else 0.0
         best, best_key = None, None  # by tier, then VTC
         for name, t in self.backlog.items():
-            if newcomers_only and t.running:
+            if newcomers_only and not self._under_share(t, limit, weight):
                 continue
             # Equal counters (a tenant just lifted to another's): the one running fewer goes first.
             key = (-self.tier(t.queue[0]), t.counter, t.running)
@@ -199,7 +223,7 @@ class FairQueue:
         aged, aged_counter = None, None
         for name, t in self.backlog.items():
             head = t.queue[0]
-            if ((newcomers_only and t.running) or self.tier(head) >= -best_key[0]
+            if ((newcomers_only and not self._under_share(t, limit, weight)) or self.tier(head) >= -best_key[0]
                     or now - head.enqueued_at < aging):
                 continue
             if aged_counter is None or t.counter < aged_counter:
@@ -234,9 +258,12 @@ class FairQueue:
 
     # -- bookkeeping -----------------------------------------------------------------------------
     def _dispatch(self, entry: Entry, t: _Tenant) -> None:
+        if entry.state == "queued":
+            t.queue_wait_s += self.clock() - entry.enqueued_at
         entry.state, entry.dispatched_at = "running", self.clock()
         self.running += 1
         t.running += 1
+        t.dispatches += 1
         self.active[entry.tenant] = t
         entry.ready(entry)
 
@@ -261,6 +288,7 @@ class FairQueue:
         if t is None or t.queue or t.running:
             return
         self.active.pop(tenant, None)
+        t.dispatches, t.queue_wait_s = 0, 0.0
         if t.counter == 0.0 or (self.active and t.counter <= min(a.counter for a in self.active.values())):
             del self.tenants[tenant]
 
@@ -273,7 +301,8 @@ class FairQueue:
             "dispatch_limit": min(self.limit(), self.max_num_seqs),
             "dispatched": self.running,
             "queued": self.queued,
-            "tenants": {n: {"queued": len(t.queue), "running": t.running, "counter": round(t.counter, 1)}
+            "tenants": {n: {"queued": len(t.queue), "running": t.running, "counter": round(t.counter, 1),
+                            "dispatches": t.dispatches, "queue_wait_s": round(t.queue_wait_s, 3)}
                         for n, t in busy},
         }
 
