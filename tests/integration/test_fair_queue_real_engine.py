@@ -14,6 +14,7 @@ import pytest
 from sqlalchemy import select, text
 
 from loraplex.accounting.tables import usage_records
+from tenant_keys import ADMIN_TOKEN
 
 pytestmark = pytest.mark.integration
 
@@ -52,19 +53,36 @@ def ledger(usage_db, tenant_id, n, timeout_s=20.0):
         time.sleep(0.2)
 
 
+async def watch_queue(client, until: asyncio.Task, seen: list) -> None:
+    """The replica's per-tenant queue entries (GET /admin/replicas) until `until` is done."""
+    while not until.done():
+        r = await client.get("/admin/replicas", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+        if r.status_code == 200:
+            seen.extend(replica["tenants"] for replica in r.json()["data"])
+        await asyncio.sleep(0.2)
+
+
 def test_a_newcomer_runs_at_once_while_the_neighbours_surplus_waits(base_url, admin, model_name, usage_db):
     w_id, w = tenant(admin, "fair-noisy")
     m_id, m = tenant(admin, "fair-meek")
+    seen: list = []
 
     async def run():
         async with httpx.AsyncClient(base_url=base_url, timeout=300) as client:
             flood = [asyncio.create_task(stream(client, w, model_name, 48)) for _ in range(W_REQUESTS)]
             await asyncio.sleep(1.5)  # W's requests are at the replica: 3 run, 5 queue
             late = asyncio.create_task(stream(client, w, model_name, 48, timeout_s=1.0))
-            meek = await stream(client, m, model_name, 16)
-            return meek, await late, await asyncio.gather(*flood)
+            meek = asyncio.create_task(stream(client, m, model_name, 16))
+            await watch_queue(client, meek, seen)
+            return await meek, await late, await asyncio.gather(*flood)
 
     meek, late, flood = asyncio.run(run())
+    # While W was backlogged, M's request ran having waited 0 s in the fair queue (a reserved slot):
+    # its time to first token was the engine's, not the queue's.
+    m_running = [t[m_id] for t in seen if m_id in t and t[m_id]["running"]]
+    assert m_running, seen
+    assert all(e["queue_wait_s"] == 0.0 and e["dispatches"] == 1 and e["queued"] == 0 for e in m_running), m_running
+    assert any(t.get(w_id, {}).get("queued") for t in seen if m_id in t), seen
     m_status, _, _, m_end = meek
     assert m_status == 200
     assert all(status == 200 for status, *_ in flood), flood
