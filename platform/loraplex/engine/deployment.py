@@ -296,6 +296,8 @@ class Engine:
             if adapters is not None and self._residency is not None else [],
             "adapter_cpu_bytes": sum(self._residency.cpu_bytes.values()) if self._residency is not None else 0,
             "max_cpu_lora_bytes": adapters.max_cpu_bytes if adapters is not None else None,
+            # Adapters vLLM moved into its GPU slots so far: slot churn, what placement can save.
+            "slot_loads": self._residency.slot_loads if self._residency is not None else 0,
         }
 
     def _meter(self, call: EngineCall, usage: RequestUsage) -> None:

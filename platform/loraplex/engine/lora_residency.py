@@ -37,13 +37,15 @@ class LoRAResidency:
     pinned: frozenset[int] = frozenset()  # never evicted by vLLM's LRU
     cpu_bytes: dict[int, int] = field(default_factory=dict)  # host bytes of each CPU-tier adapter
     known_slots: bool = True  # False: the engine could not list its slots (CPU tier only)
+    slot_loads: int = 0  # adapters moved into a slot since the first sample (vLLM counts none)
 
     @classmethod
     def of(cls, reply: dict | None, cpu_ids: set[int] | None = None) -> "LoRAResidency":
         if not reply:
             return cls(cpu=frozenset(cpu_ids or ()), known_slots=False)
         return cls(slots=frozenset(reply["slots"]), cpu=frozenset(reply["cpu"]), pinned=frozenset(reply["pinned"]),
-                   cpu_bytes={int(k): int(v) for k, v in reply["cpu_bytes"].items()})
+                   cpu_bytes={int(k): int(v) for k, v in reply["cpu_bytes"].items()},
+                   slot_loads=int(reply.get("slot_loads", 0)))
 
 
 def _nbytes(weights) -> int:
@@ -53,6 +55,24 @@ def _nbytes(weights) -> int:
             if part is not None and hasattr(part, "element_size"):
                 total += part.numel() * part.element_size()
     return total
+
+
+def count_slot_loads(manager) -> int:
+    """Slot loads counted on `manager` (a LoRAModelManager) so far; the first call starts the
+    count by wrapping the instance's activate_adapter (vLLM's worker calls it through the
+    instance for every adapter of a batch; it returns True when it moved one into a slot)."""
+    if not hasattr(manager, "_loraplex_slot_loads"):
+        manager._loraplex_slot_loads = 0
+        activate = manager.activate_adapter
+
+        def counted(lora_id: int) -> bool:
+            moved = activate(lora_id)
+            if moved:
+                manager._loraplex_slot_loads += 1
+            return moved
+
+        manager.activate_adapter = counted
+    return manager._loraplex_slot_loads
 
 
 class LoRAResidencyExtension:
@@ -84,4 +104,5 @@ class LoRAResidencyExtension:
             "pinned": [int(k) for k in registered.pinned_items],
             "cpu_bytes": {int(k): sum(_nbytes(w) for w in model.loras.values())
                           for k, model in registered.cache.items()},
+            "slot_loads": count_slot_loads(manager),
         }

@@ -89,6 +89,7 @@ class FakeAsyncLLM(AsyncLLM):
         self.slot_loras: list[int] = []  # vLLM's GPU slots, as our worker extension lists them
         self.pinned_loras: set[int] = set()
         self.lora_bytes = 1000  # each adapter's bytes in the CPU tier
+        self.slot_loads = 0  # adapters moved into a slot, as our worker extension counts them
         self.generate_calls: list[tuple[str, SamplingParams, object]] = []
         self.unfinished: set[str] = set()
         self.stalled = asyncio.Event()  # set when a request reaches script.stall_after
@@ -156,7 +157,8 @@ class FakeAsyncLLM(AsyncLLM):
             return [True]
         assert method == RPC, method
         return [{"slots": list(self.slot_loras), "cpu": sorted(self.resident_loras),
-                 "pinned": sorted(self.pinned_loras), "cpu_bytes": {i: self.lora_bytes for i in self.resident_loras}}]
+                 "pinned": sorted(self.pinned_loras), "cpu_bytes": {i: self.lora_bytes for i in self.resident_loras},
+                 "slot_loads": self.slot_loads}]
 
     def shutdown(self, timeout=None) -> None:
         self.shut_down = True
@@ -855,9 +857,11 @@ async def test_a_pinned_version_is_loaded_and_pinned_at_once_and_unpinned_when_t
     adapters, fake = replica.engine.adapters, llm(replica)
     await adapters.sync_pins([target(1)])
     assert fake.added_loras == [101] and fake.pinned_loras == {101} == adapters.pinned
+    fake.slot_loads = 3
     await replica.record_routing_stats()  # samples vLLM's tiers: GET /admin/replicas shows the pin
     status = replica.replica_status()
     assert status["pinned_adapters"] == [target(1).lora_name] and status["adapter_cpu_bytes"] == 1000
+    assert status["slot_loads"] == 3
     await adapters.sync_pins([target(1)])  # a second sync changes nothing
     assert fake.added_loras == [101]
     fake.resident_loras.discard(101)  # vLLM lost it (a restart of its worker): reloaded and pinned again
