@@ -391,7 +391,12 @@ class IngressDeploymentConfig(BaseModel):
         "`deployments: [{name: Ingress, num_replicas: N}]` (applied in place).",
     )
     num_cpus: float = Field(0.5, ge=0, description="Logical CPUs Ray reserves per replica.")
-    max_ongoing_requests: int = Field(256, gt=0, description="Concurrent HTTP requests per replica.")
+    max_ongoing_requests: int = Field(
+        256, gt=0,
+        description="Generation requests (chat, completions; streams until their end) in progress per "
+        "replica; one more gets 503 + Retry-After at once (refusal `503:ingress_busy`), never a wait. "
+        "Health, admin and usage routes are not counted (ingress/overload.py).",
+    )
     max_request_body_bytes: int = Field(
         1 << 20, gt=0, description="Bigger JSON bodies on /v1 generation routes get 413."
     )

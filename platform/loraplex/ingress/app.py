@@ -8,6 +8,7 @@ from ray.exceptions import TaskCancelledError
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 
 from loraplex.admission.limiter import Limiter, LocalBackend
@@ -25,6 +26,7 @@ from loraplex.ingress.errors import error_response
 from loraplex.ingress.health_routes import HealthRoutes, ReplicaHealth
 from loraplex.ingress.latency_routes import LatencyRoutes
 from loraplex.ingress.openai_routes import OpenAIRoutes
+from loraplex.ingress.overload import GenerationBound
 from loraplex.ingress.tenant_context import TenantContext
 from loraplex.ingress.usage_routes import UsageRoutes
 from loraplex.tenancy.service import Tenancy
@@ -119,8 +121,17 @@ def build_ingress_app(
         return error_response(StatusError(
             f"Internal error: {type(exc).__name__}. The server keeps serving; retry or report it."))
 
+    def count_refusal(reason: str) -> None:  # before auth: no tenant
+        if accounting is not None:
+            accounting.ledger.reject(None, reason)
+        if metrics is not None:
+            metrics.requests.refused(None, reason)
+
+    # Outermost but for Starlette's error middleware: a request past the bound costs no routing.
+    bound = Middleware(GenerationBound, limit=config.ingress.max_ongoing_requests, on_refused=count_refusal)
     return Starlette(
         routes=routes,
         exception_handlers={StatusError: on_status_error, HTTPException: on_http_error,
                             SQLAlchemyError: on_database_error, Exception: on_unexpected},
+        middleware=[bound],
     )

@@ -9,6 +9,7 @@ from ray import serve
 from loraplex.config import IngressDeploymentConfig, PlatformConfig
 from loraplex.ingress.app import build_ingress_app
 from loraplex.ingress.engine_client import ServeEngineClient
+from loraplex.ingress.overload import serve_max_ongoing_requests
 from loraplex.metrics.recorder import Metrics
 from loraplex.metrics import recorder as process_metrics
 from loraplex.metrics.publisher import Publisher
@@ -102,6 +103,8 @@ def ingress_deployment(config: IngressDeploymentConfig):
         serve.ingress()(Ingress),
         name="Ingress",
         num_replicas=config.num_replicas,
-        max_ongoing_requests=config.max_ongoing_requests,
+        # Far above the app's own bound (ingress/overload.py), which refuses at once: a replica
+        # at Serve's bound stalls the HTTP proxy's routing to it.
+        max_ongoing_requests=serve_max_ongoing_requests(config.max_ongoing_requests),
         ray_actor_options={"num_cpus": config.num_cpus},
     )
