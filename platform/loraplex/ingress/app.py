@@ -76,13 +76,14 @@ def build_ingress_app(
             health=health, outage_ttl_s=key_cache.ttl_s, outage_entries=key_cache.max_entries,
             plan_weight=config.tenancy.plan_weight,
         )
+    openai = OpenAIRoutes(engine, config.ingress.max_request_body_bytes, tenants,
+                          ledger=accounting.ledger if accounting is not None else None,
+                          base_model=config.engine.model_id,
+                          request_timeout_s=config.ingress.request_timeout_s,
+                          limits=limiter or Limiter(LocalBackend(), config.tenancy.limiter),
+                          metrics=metrics.requests if metrics is not None else None)
     routes = [
-        *OpenAIRoutes(engine, config.ingress.max_request_body_bytes, tenants,
-                      ledger=accounting.ledger if accounting is not None else None,
-                      base_model=config.engine.model_id,
-                      request_timeout_s=config.ingress.request_timeout_s,
-                      limits=limiter or Limiter(LocalBackend(), config.tenancy.limiter),
-                      metrics=metrics.requests if metrics is not None else None).routes(),
+        *openai.routes(),
         *HealthRoutes(engine, replica_health, store_health=health if tenancy is not None else None,
                       cached_keys=(lambda: len(tenancy.keys)) if tenancy is not None else None).routes(),
     ]
@@ -121,14 +122,10 @@ def build_ingress_app(
         return error_response(StatusError(
             f"Internal error: {type(exc).__name__}. The server keeps serving; retry or report it."))
 
-    def count_refusal(reason: str) -> None:  # before auth: no tenant
-        if accounting is not None:
-            accounting.ledger.reject(None, reason)
-        if metrics is not None:
-            metrics.requests.refused(None, reason)
-
     # Outermost but for Starlette's error middleware: a request past the bound costs no routing.
-    bound = Middleware(GenerationBound, limit=config.ingress.max_ongoing_requests, on_refused=count_refusal)
+    # Its refusal is counted before authentication: no tenant.
+    bound = Middleware(GenerationBound, limit=config.ingress.max_ongoing_requests,
+                       paths=OpenAIRoutes.GENERATION_PATHS, on_refused=lambda reason: openai.refused(None, reason))
     return Starlette(
         routes=routes,
         exception_handlers={StatusError: on_status_error, HTTPException: on_http_error,

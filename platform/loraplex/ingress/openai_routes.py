@@ -110,10 +110,13 @@ class OpenAIRoutes:
         self.metrics = metrics if metrics is not None else NoRequestMetrics()
         self.meter = Meter(ledger, self.metrics, base_model)
 
+    CHAT_PATH, COMPLETIONS_PATH = "/v1/chat/completions", "/v1/completions"
+    GENERATION_PATHS = frozenset({CHAT_PATH, COMPLETIONS_PATH})  # what ingress/overload.py bounds
+
     def routes(self) -> list[Route]:
         return [
-            Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
-            Route("/v1/completions", self.completions, methods=["POST"]),
+            Route(self.CHAT_PATH, self.chat_completions, methods=["POST"]),
+            Route(self.COMPLETIONS_PATH, self.completions, methods=["POST"]),
             Route("/v1/models", self.models, methods=["GET"]),
         ]
 
@@ -148,16 +151,18 @@ class OpenAIRoutes:
                 raise
         except StatusError as exc:  # auth, adapter and request errors alike: a refusal
             if not isinstance(exc, EngineFailed):
-                tenant_id = principal.tenant_id if principal else None
-                reason = exc.refusal_reason
-                if self.ledger is not None:
-                    self.ledger.reject(tenant_id, reason)
-                self.metrics.refused(tenant_id, reason, call)
+                self.refused(principal.tenant_id if principal else None, exc.refusal_reason, call)
             if call is not None:  # the id a billed failure (504, 503 engine lost) is in the ledger under
                 exc.headers[REQUEST_ID_HEADER] = call.request_id
             raise
         response.headers[REQUEST_ID_HEADER] = call.request_id
         return response
+
+    def refused(self, tenant_id: str | None, reason: str, call: EngineCall | None = None) -> None:
+        """Count a request refused before the engine: the ledger's refusals and the metrics'."""
+        if self.ledger is not None:
+            self.ledger.reject(tenant_id, reason)
+        self.metrics.refused(tenant_id, reason, call)
 
     def _timeout_s(self, request: Request) -> float:
         """The server's deadline, or less if the client asks for less (never more)."""

@@ -21,7 +21,6 @@ from typing import Callable, Optional
 from loraplex.errors import StatusError
 from loraplex.ingress.errors import error_response
 
-GENERATION_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
 REASON = "503:ingress_busy"  # the ledger's and the metrics' word for this refusal
 # What Serve's bound adds to ours: refusals still pass through Serve for the ms they take (under
 # a heavy overload, hundreds at once), plus every non-generation route.
@@ -43,12 +42,12 @@ class IngressBusy(StatusError):
 
 
 class GenerationBound:
-    """ASGI middleware: counts the generation requests in progress (from arrival to the end of
-    their response, streams included, however they end) and refuses those past `limit`.
-    `on_refused(reason)`: counts a refusal (the ledger's and the metrics' refusal counters)."""
+    """ASGI middleware: counts the requests in progress on `paths` (the generation routes, from
+    arrival to the end of their response, streams included, however they end) and refuses those
+    past `limit`. `on_refused(reason)`: counts a refusal (the ledger's and the metrics' counters)."""
 
-    def __init__(self, app, limit: int, on_refused: Optional[Callable[[str], None]] = None,
-                 paths: frozenset = GENERATION_PATHS):
+    def __init__(self, app, limit: int, paths: frozenset[str],
+                 on_refused: Optional[Callable[[str], None]] = None):
         self.app = app
         self.limit = limit
         self.on_refused = on_refused

@@ -3,7 +3,10 @@
 import asyncio
 import json
 
+from loraplex.ingress.openai_routes import OpenAIRoutes
 from loraplex.ingress.overload import REASON, GenerationBound, serve_max_ongoing_requests
+
+PATHS = OpenAIRoutes.GENERATION_PATHS
 
 
 class HeldApp:
@@ -41,7 +44,7 @@ async def call(app, path="/v1/chat/completions"):
 def test_requests_past_the_limit_get_503_with_retry_after_at_once_and_are_counted():
     async def run():
         inner, refusals = HeldApp(), []
-        bound = GenerationBound(inner, limit=2, on_refused=refusals.append)
+        bound = GenerationBound(inner, limit=2, paths=PATHS, on_refused=refusals.append)
         held = [asyncio.create_task(call(bound)) for _ in range(2)]
         await asyncio.sleep(0)
         assert bound.in_flight == 2
@@ -61,7 +64,7 @@ def test_requests_past_the_limit_get_503_with_retry_after_at_once_and_are_counte
 def test_only_generation_routes_count_so_health_and_admin_answer_under_overload():
     async def run():
         inner = HeldApp()
-        bound = GenerationBound(inner, limit=1)
+        bound = GenerationBound(inner, limit=1, paths=PATHS)
         held = asyncio.create_task(call(bound, "/v1/completions"))
         await asyncio.sleep(0)
         assert bound.in_flight == 1  # at the limit
@@ -79,7 +82,7 @@ def test_a_request_that_fails_or_is_cancelled_frees_its_slot():
         raise RuntimeError("client went away")
 
     async def run():
-        bound = GenerationBound(failing, limit=1)
+        bound = GenerationBound(failing, limit=1, paths=PATHS)
         for _ in range(3):
             try:
                 await call(bound)
@@ -87,7 +90,7 @@ def test_a_request_that_fails_or_is_cancelled_frees_its_slot():
                 pass
         assert bound.in_flight == 0
         inner = HeldApp()
-        bound = GenerationBound(inner, limit=1)
+        bound = GenerationBound(inner, limit=1, paths=PATHS)
         task = asyncio.create_task(call(bound))
         await asyncio.sleep(0)
         task.cancel()  # a disconnect cancels the request's task
