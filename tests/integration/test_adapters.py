@@ -186,7 +186,7 @@ def test_a_pinned_adapter_survives_an_eviction_storm(acme, admin, pirate_archive
         assert len(evicted) >= 4, f"no storm: only {sorted(evicted)} left the CPU tier"
         assert is_pirate(answer(acme, "keeper"))
         # The base model is untouched by the storm, also in a batch with an adapter's request while
-        # every slot holds an adapter (vLLM's CPU ops gave it the last slot's: cpu_lora_fix).
+        # every slot holds an adapter (vLLM's CPU ops gave it the last slot's: cpu_lora_ops).
         assert "Paris" in answer(acme, model_name)
         stream = Stream(base_url, acme.headers, "keeper", 64)
         stream.start()

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from loraplex.engine import cpu_lora_fix
+from loraplex.engine import cpu_lora_ops
 
-cpu_lora_fix.install()  # in vLLM's worker, which imports this module as its extension
+cpu_lora_ops.install()  # in vLLM's worker, which imports this module as its extension
 
 EXTENSION = "loraplex.engine.lora_residency.LoRAResidencyExtension"  # vLLM resolves a dotted qualname
 RPC = "loraplex_lora_residency"
