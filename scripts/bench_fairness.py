@@ -166,7 +166,7 @@ def reasons(t: dict) -> str:
 
 
 def tables(runs: dict, cost: dict, args) -> str:
-    off = runs["off"]
+    off = runs.get("off", {})  # absent when only on@N variants ran
     full = [n for n in runs if n != "on@max_num_seqs"]  # the variants that ran every scenario
     out = []
     def table(title, header, rows):
@@ -191,11 +191,12 @@ def tables(runs: dict, cost: dict, args) -> str:
     for name in full:
         r = runs[name]
         h, ha, lo = r["hi_flood"], r["hi_alone"], r["lo_flood"]
-        rows.append([name, f"{h['ok']}/{h['sent']}", h["refused"], reasons(h), fmt(h["p95"]), fmt(ha["p95"]),
-                     ratio(h["p95"], ha["p95"]), f"{lo['ok']}/{lo['sent']}", lo["refused"], reasons(lo)])
-    table(f"Priority flood (priority 0 open loop at 3x capacity = {3 * off['capacity_rps']:.2f} req/s x {args.tokens} tokens; "
-          "priority 100: one 16-token request every 2 s)",
-          ["queue", "P100 served", "P100 refused", "P100 refusal reasons", "P100 p95 s", "P100 alone p95 s",
+        rows.append([name, f"{3 * r['capacity_rps']:.2f}", f"{h['ok']}/{h['sent']}", h["refused"], reasons(h),
+                     fmt(h["p95"]), fmt(ha["p95"]), ratio(h["p95"], ha["p95"]), f"{lo['ok']}/{lo['sent']}",
+                     lo["refused"], reasons(lo)])
+    table(f"Priority flood (priority 0 open loop at 3x capacity x {args.tokens} tokens, capacity = W alone's requests/s "
+          "in `off`, or in the variant itself when `off` did not run; priority 100: one 16-token request every 2 s)",
+          ["queue", "P0 offered req/s", "P100 served", "P100 refused", "P100 refusal reasons", "P100 p95 s", "P100 alone p95 s",
            "p95 / alone", "P0 served", "P0 refused", "P0 refusal reasons"], rows)
     rows = []
     for name in full:
@@ -222,8 +223,8 @@ def tables(runs: dict, cost: dict, args) -> str:
     rows = []
     for name in [n for n in ("off", "on@max_num_seqs", "on") if n in runs and "goodput" in runs[n]]:
         r = runs[name]
-        rows.append([name, fmt(r["throughput"], ".1f"), ratio(r["throughput"], off["throughput"]),
-                     fmt(r["goodput"], ".1f"), ratio(r["goodput"], off["goodput"]),
+        rows.append([name, fmt(r["throughput"], ".1f"), ratio(r["throughput"], off.get("throughput")),
+                     fmt(r["goodput"], ".1f"), ratio(r["goodput"], off.get("goodput")),
                      fmt(r["solo"]["ttft_p95"]), r["solo"]["refused"]])
     table(f"One tenant alone (16 in flight x {args.tokens} tokens; goodput: requests with TTFT <= {args.slo_ttft} s and "
           f"TPOT <= {args.slo_tpot} s)",
