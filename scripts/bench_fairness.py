@@ -8,7 +8,8 @@ Each variant is its own `serve run` of the shipped config (fresh database and sp
 bench/loadtest/targets.py): `off` (fair_queue.enabled: false), `on` (the shipped fair_queue:
 a fixed dispatch_limit 8 on the CPU profile), for the goodput table only `on@max_num_seqs`
 (dispatch_limit = max_num_seqs), and `on@N` (N a number: the shipped queue at dispatch_limit N)
-for the noisy-neighbour and priority-flood scenarios only. With --out, what ran is also written
+for the noisy-neighbour and priority-flood scenarios only (`on@adaptive`: the limit unset, so the
+adaptive one, from the `slo:` targets). With --out, what ran is also written
 to FILE.json after each variant.
 The config adds one plan, `heavy` (weight 2), for the weights scenario. Prompts are ShareGPT
 openings (bench/fairness.py); every request makes exactly max_tokens (ignore_eos).
@@ -268,9 +269,11 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-fairness-") as tmp:
         tmp = Path(tmp)
         for name in args.variants.split(","):
-            # on@N (N a number): the shipped queue at dispatch_limit N, the latency scenarios only
+            # on@N (N a number, or `adaptive`: the limit unset): the shipped queue at dispatch_limit
+            # N, the latency scenarios only
             fixed = name.removeprefix("on@")
-            queue = variants.get(name) or {"enabled": True, "dispatch_limit": int(fixed)}
+            queue = variants.get(name) or {"enabled": True,
+                                            "dispatch_limit": None if fixed == "adaptive" else int(fixed)}
             print(f"variant {name}: serve run ... ({queue})", flush=True)
             with start_platform(variant_config(tmp, queue), args.port, tmp) as (base, token):
                 platform = f.Platform(base, token, MODEL)
