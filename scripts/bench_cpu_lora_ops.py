@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT / "platform"))
 from loraplex.engine import cpu_lora_ops  # noqa: E402
 
 SLOTS = 4  # the shipped max_loras
-# name: (tokens, slot per token): the batches a step sees; -1 is a base-model token
+# name: the slot of each token in the batch (a step's batch); -1 is a base-model token
 SCENARIOS = {
     "decode, 1 sequence": [0],
     "decode, 8 sequences, 1 adapter": [0] * 8,
@@ -83,7 +83,7 @@ def main() -> None:
     config = json.loads((args.model / "config.json").read_text())
     from vllm.lora.ops.torch_ops import lora_ops
     vllm_ops = {name: getattr(lora_ops, name) for name in cpu_lora_ops.GROUPED}
-    assert not any(getattr(op, "_loraplex_grouped_by_adapter", False) for op in vllm_ops.values())
+    assert not set(vllm_ops.values()) & set(cpu_lora_ops.GROUPED.values()), "vLLM's ops are already replaced"
     print(f"{args.model.name}: {config['num_hidden_layers']} layers, rank {args.rank}, {SLOTS} slots, "
           f"1 thread; median of {args.repeats} forward passes\n")
     print("| batch | tokens | vLLM's ops ms | grouped ms | vLLM's / grouped |")

@@ -26,9 +26,6 @@ from __future__ import annotations
 
 import torch
 
-_PATCHED = "_loraplex_grouped_by_adapter"
-
-
 def lora_product(inputs: torch.Tensor, weights: torch.Tensor, indices: torch.Tensor,
                  dtype: torch.dtype) -> torch.Tensor:
     """Row i of the result is `weights[indices[i]] @ inputs[i]` (zero where indices[i] < 0), in
@@ -89,8 +86,6 @@ def bgmv_expand_slice(inputs, lora_b_weights, output_tensor, lora_indices_tensor
 
 
 GROUPED = {"bgmv_shrink": bgmv_shrink, "bgmv_expand": bgmv_expand, "bgmv_expand_slice": bgmv_expand_slice}
-for _op in GROUPED.values():
-    setattr(_op, _PATCHED, True)
 VLLM_OPS: dict = {}  # vLLM's own ops, as install() found them (tests and bench_cpu_lora_ops compare)
 
 
@@ -101,7 +96,7 @@ def install() -> bool:
         from vllm.lora.punica_wrapper import punica_cpu
     except ImportError:
         return False
-    if getattr(lora_ops.bgmv_shrink, _PATCHED, False):
+    if lora_ops.bgmv_shrink is bgmv_shrink:
         return False
     import vllm.lora.ops.torch_ops as torch_ops
     for name, op in GROUPED.items():

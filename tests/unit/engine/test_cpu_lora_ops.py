@@ -9,9 +9,8 @@ from loraplex.engine import cpu_lora_ops
 
 
 def vllm_op(name):
-    from vllm.lora.ops.torch_ops import lora_ops
     cpu_lora_ops.install()
-    return cpu_lora_ops.VLLM_OPS[name] if cpu_lora_ops.VLLM_OPS else getattr(lora_ops, name)
+    return cpu_lora_ops.VLLM_OPS[name]
 
 
 def shrink_rows(op):
