@@ -31,7 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/ sits at the repository root
 
 from bench.ingress.load import burst, open_loop  # noqa: E402
-from bench.ingress.profile import replica_pids, start_recording, summarise  # noqa: E402
+from bench.ingress.profile import cpu_seconds_by_kind, replica_pids, start_recording, summarise  # noqa: E402
 from bench.processes import free_port  # noqa: E402
 from bench.stream.bare_app import bare_app  # noqa: E402
 from bench.stream.client import arun  # noqa: E402
@@ -43,13 +43,21 @@ TODAY_TTFT_P50_MS = 986.0  # issue 21: 128 streams arriving together through one
 def measure(variant: str, port: int, key, model: str, args) -> list[dict]:
     rows = []
     arun(burst(port, key, model, 16, args.tokens))  # warm-up (not measured)
+    recorders = profile_replicas(variant, "burst", args, seconds=args.reps * 3 + 2)
+    cpu_before = cpu_seconds_by_kind()
     for rep in range(args.reps):
         r = arun(burst(port, key, model, args.burst, args.tokens))
         rows.append({"variant": variant, "load": f"burst {args.burst} (rep {rep + 1})", **r})
         print(f"  [{variant}] {rows[-1]['load']}: TTFT p50 {r['ttft_p50_ms']:.0f} ms, {r['failed']} failed", flush=True)
         time.sleep(1)
+    cpu = cpu_seconds_by_kind() - cpu_before  # Counter subtraction keeps the positive
+    requests = args.reps * args.burst
+    print(f"  [{variant}] CPU ms per request in the bursts (the 1 s pauses included): " + ", ".join(
+        f"{k.rsplit(':', 1)[-1]} {v / requests * 1e3:.2f}" for k, v in cpu.most_common()) +
+        f"; total {sum(cpu.values()) / requests * 1e3:.2f}", flush=True)
+    print_profiles(recorders)
     for rate in args.rates:
-        recorders = profile_replicas(variant, rate, args)
+        recorders = profile_replicas(variant, rate, args, seconds=args.duration)
         r = arun(open_loop(port, key, model, rate, args.duration, args.tokens))
         print_profiles(recorders)
         rows.append({"variant": variant, "load": f"open {rate:g}/s", **r})
@@ -59,12 +67,13 @@ def measure(variant: str, port: int, key, model: str, args) -> list[dict]:
     return rows
 
 
-def profile_replicas(variant: str, rate: float, args) -> list:
-    """py-spy on the platform's Ingress and Engine replicas for the open-loop phase at --profile's rate."""
-    if variant != "platform" or args.profile is None or rate != args.profile:
+def profile_replicas(variant: str, phase, args, seconds: float) -> list:
+    """py-spy on the platform's Ingress and Engine replicas for --profile's phase: the bursts
+    ("burst") or the open-loop phase at a rate."""
+    if variant != "platform" or args.profile is None or phase != args.profile:
         return []
     out = Path(tempfile.mkdtemp(prefix="bench-ingress-profile-"))
-    return [(name, out / f"{name}-{pid}.txt", start_recording(pid, args.duration, out / f"{name}-{pid}.txt"))
+    return [(name, out / f"{name}-{pid}.txt", start_recording(pid, seconds, out / f"{name}-{pid}.txt"))
             for name in ("Ingress", "Engine") for pid in replica_pids(APP, name)]
 
 
@@ -117,9 +126,9 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3, help="bursts per variant")
     ap.add_argument("--tokens", type=int, default=8, help="output tokens per request")
     ap.add_argument("--variants", default="bare,platform")
-    ap.add_argument("--profile", type=float, default=None, metavar="RATE",
+    ap.add_argument("--profile", type=lambda s: s if s == "burst" else float(s), default=None, metavar="RATE|burst",
                     help="record the platform's Ingress and Engine replicas with py-spy during the open-loop phase "
-                         "at this rate and print where their time goes")
+                         "at this rate, or during the bursts, and print where their time goes")
     args = ap.parse_args()
 
     import ray

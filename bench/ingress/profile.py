@@ -18,6 +18,23 @@ def replica_pids(app: str, deployment: str) -> list[int]:
     return [p.pid for p in psutil.process_iter(["cmdline"]) if any(title in part for part in p.info["cmdline"] or [])]
 
 
+KINDS = ("ServeReplica:benchstream:Ingress", "ServeReplica:benchstream:Engine", "ServeReplica:benchstream:BareIngress",
+         "ServeReplica:benchstream:BareTokens", "ProxyActor", "ServeController", "raylet", "gcs_server",
+         "bench_ingress.py")
+
+
+def cpu_seconds_by_kind() -> Counter:
+    """CPU seconds (user + system) every process has used so far, summed per kind: the Serve
+    replica or actor it is, this benchmark (its client), else "other". Two snapshots' difference
+    over the requests between them is what each process spent per request."""
+    seconds = Counter()
+    for p in psutil.process_iter(["cmdline", "cpu_times"]):
+        times, cmd = p.info["cpu_times"], " ".join(p.info["cmdline"] or [])
+        if times is not None:
+            seconds[next((k for k in KINDS if k in cmd), "other")] += times.user + times.system
+    return seconds
+
+
 def start_recording(pid: int, seconds: float, out: Path) -> subprocess.Popen:
     """py-spy record in collapsed-stack form ("frame;frame;frame count" per line), idle frames left out."""
     return subprocess.Popen(["py-spy", "record", "--pid", str(pid), "--duration", str(int(seconds)),

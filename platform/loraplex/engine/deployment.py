@@ -9,6 +9,7 @@ import time
 from typing import TYPE_CHECKING, Any, AsyncIterator
 
 from ray import serve
+from vllm.utils.gc_utils import freeze_gc_heap
 
 from loraplex.dedicated.replica import merged_engine_config, path_refusal
 from loraplex.engine.dispatch_limit import AdaptiveLimit, FixedLimit
@@ -101,6 +102,8 @@ class Engine:
                 self.metrics.flush, self._publish_engine_stats, self._publish_adapters, self._publish_ledger,
                 self._publish_fair_queue,
             ], name=f"metrics-{replica_id}").start()
+        if replica_id != "local":  # as the Ingress does: what init built stays out of every full
+            freeze_gc_heap()       # collection (never in a test process: its garbage would stay)
 
     @staticmethod
     def _fair_queue(config: PlatformConfig) -> FairQueue | None:
