@@ -122,7 +122,7 @@ class BenchmarkFakeEngine:
             while i < due:
                 usage.completion_tokens += 1
                 if i == 0:
-                    usage.first_token_time = time.time()
+                    usage.first_token()
                 yield i
                 i += 1
                 if self.clock is None:

@@ -9,7 +9,8 @@ bench/loadtest/targets.py): `off` (fair_queue.enabled: false), `on` (the shipped
 a fixed dispatch_limit 8 on the CPU profile), for the goodput table only `on@max_num_seqs`
 (dispatch_limit = max_num_seqs), and `on@N` (N a number: the shipped queue at dispatch_limit N)
 for the noisy-neighbour and priority-flood scenarios only (`on@adaptive`: the limit unset, so the
-adaptive one, from the `slo:` targets). With --out, what ran is also written
+adaptive one, from the `slo:` targets; `on@N+paceK`: and fair_queue.max_prefilling_per_tenant K,
+0 for none). With --out, what ran is also written
 to FILE.json after each variant.
 The config adds one plan, `heavy` (weight 2), for the weights scenario. Prompts are ShareGPT
 openings (bench/fairness.py); every request makes exactly max_tokens (ignore_eos).
@@ -270,10 +271,12 @@ def main() -> int:
         tmp = Path(tmp)
         for name in args.variants.split(","):
             # on@N (N a number, or `adaptive`: the limit unset): the shipped queue at dispatch_limit
-            # N, the latency scenarios only
-            fixed = name.removeprefix("on@")
+            # N, the latency scenarios only; on@N+paceK: and max_prefilling_per_tenant K (0: none)
+            fixed, _, pace = name.removeprefix("on@").partition("+pace")
             queue = variants.get(name) or {"enabled": True,
                                             "dispatch_limit": None if fixed == "adaptive" else int(fixed)}
+            if pace:
+                queue["max_prefilling_per_tenant"] = int(pace) or None
             print(f"variant {name}: serve run ... ({queue})", flush=True)
             with start_platform(variant_config(tmp, queue), args.port, tmp) as (base, token):
                 platform = f.Platform(base, token, MODEL)

@@ -131,6 +131,12 @@ class FairQueueConfig(BaseModel):
         description="While a higher priority is backlogged, a lower one whose oldest request waited "
         "this long still gets one dispatch per aging_s: no tier starves. Never reorders one priority's tenants.",
     )
+    max_prefilling_per_tenant: Optional[int] = Field(
+        None, ge=1,
+        description="Requests of one tenant in prefill at once (dispatched, first token not out); "
+        "its next waits for one's first token. Spreads a backlogged tenant's refills over the steps, "
+        "so other tenants' decodes never stall behind all its prompts at once. None: no pacing.",
+    )
     prompt_token_cost: float = Field(1.0, ge=0, description="Virtual-counter cost of one prompt token.")
     completion_token_cost: float = Field(
         2.0, ge=0, description="Virtual-counter cost of one completion token (the paper's 2: a decode "

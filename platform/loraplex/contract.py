@@ -11,8 +11,9 @@ implementation against these Protocols, signatures included.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, NamedTuple, Optional, Protocol, runtime_checkable
+from typing import Any, AsyncIterator, Callable, NamedTuple, Optional, Protocol, runtime_checkable
 
 # OpenAI's error `type` per status; others: server_error (5xx) or invalid_request_error.
 ERROR_TYPES = {
@@ -171,6 +172,16 @@ class RequestUsage:
     # The vLLM request ids serving this client request (one per prompt of a batched completion).
     engine_request_ids: list = field(default_factory=list, repr=False)
     _completion_by_output: dict = field(default_factory=dict, repr=False)
+    # Called once, when the first completion token is out: the Engine replica's fair queue paces
+    # a tenant's prefills by it. Never sent anywhere (a callable does not pickle).
+    on_first_token: Optional[Callable[[], None]] = field(default=None, repr=False, compare=False)
+
+    def first_token(self) -> None:
+        """The first completion token is out (engines call this): note when, tell on_first_token."""
+        if self.first_token_time is None:
+            self.first_token_time = time.time()
+            if self.on_first_token is not None:
+                self.on_first_token()
 
     def longest_output(self) -> int:
         """Tokens of the longest choice (what time per output token divides by); completion_tokens

@@ -148,6 +148,8 @@ class Engine:
         dispatched_at = time.time()
         self.in_flight += 1
         usage = RequestUsage(replica_id=self.replica_id)
+        if entry is not None:  # its tenant's next request may start now (prefill pacing)
+            usage.on_first_token = lambda: self.fair_queue.first_token(entry)
         source = self.engine.generate(call, request, usage)
         batches = self.batcher.batches(source, call.deadline)
         metered = refused = False

@@ -23,6 +23,14 @@ wait here, one FIFO per tenant. When a slot frees:
   tenant's slot turnover (a 96-token request holds a slot ~20 s on this CPU: ~3 s per free slot
   at a limit of 8). A tenant at or over its share never takes one, so two backlogged tenants
   still share the limit by VTC, not the reserve;
+- prefill pacing (`max_prefilling_per_tenant`, None: off): a tenant with that many requests
+  dispatched but not yet at their first token (in prefill) waits for one of them to get there
+  before its next is dispatched. A backlogged tenant's slots otherwise free together (its
+  requests started together and are as long) and refill together: one step then prefills all
+  their prompts, and every other tenant's decode stalls for it (on this CPU ~0.5-1 s for 8
+  ShareGPT prompts; a light tenant's request that meets such a step is its p95). Paced, the
+  refills spread over the steps, and so do the slots' next ends. Each tenant is paced alone:
+  two tenants never wait for each other's prefills;
 - queue full (`max_queued`): the request refused is the newest one of the tenant furthest over
   its share among the queued ones: the lowest `priority` (aging does not protect from this), then
   the most requests held on the replica (queued + running) per unit of weight, then the highest
@@ -64,6 +72,7 @@ class Entry:
     reason: Optional[str] = None  # why refused: fair_share, queue_deadline
     enqueued_at: float = 0.0
     dispatched_at: Optional[float] = None
+    prefilling: bool = False  # dispatched, its first token not out yet (first_token() ends it)
 
 
 @dataclass
@@ -71,6 +80,7 @@ class _Tenant:
     counter: float = 0.0
     queue: deque = field(default_factory=deque)
     running: int = 0
+    prefilling: int = 0  # of the running: dispatched, no first token yet
     weight: float = 1.0  # its plan's, from its latest request
     # Since it became active: requests dispatched and the seconds they waited here in total (what
     # /admin/replicas shows: a tenant's TTFT spent in this queue rather than in vLLM).
@@ -105,7 +115,8 @@ class FairQueue:
         self.expire()
         t = self.tenants.setdefault(entry.tenant, _Tenant())
         t.weight = entry.weight
-        if not t.queue and self._has_slot(t):  # it starts now: its deadline is the engine's to keep
+        has_slot = self._has_slot(t)
+        if not t.queue and has_slot and not self._paced(t):  # it starts now: its deadline is the engine's
             if not t.running:
                 self._lift(entry.tenant)
             return self._dispatch(entry, t)
@@ -119,7 +130,8 @@ class FairQueue:
                 return self._refuse(entry, "fair_share")
             self._remove(victim)
             self._refuse(victim, "fair_share")
-        self.limit.saw_full()
+        if not has_slot:  # the limit held it (not its tenant's pacing): what the adaptive limit hears
+            self.limit.saw_full()
         entry.state, entry.enqueued_at = "queued", self.clock()
         t.queue.append(entry)
         self.backlog[entry.tenant] = self.active[entry.tenant] = t
@@ -132,12 +144,23 @@ class FairQueue:
         if entry.state == "running":
             entry.state = "done"
             self.running -= 1
-            self.tenants[entry.tenant].running -= 1
+            t = self.tenants[entry.tenant]
+            t.running -= 1
+            if entry.prefilling:
+                entry.prefilling = False
+                t.prefilling -= 1
         elif entry.state == "queued":
             self._remove(entry)
             entry.state = "done"
         self._forget(entry.tenant)
         self.pump()
+
+    def first_token(self, entry: Entry) -> None:
+        """The request's first token is out: its prefill no longer paces its tenant."""
+        if entry.prefilling and entry.state == "running":
+            entry.prefilling = False
+            self.tenants[entry.tenant].prefilling -= 1
+            self.pump()
 
     def charge(self, tenant: str, prompt_tokens: int, completion_tokens: int, weight: float = 1.0) -> None:
         """Add tokens just served to the tenant's virtual counter."""
@@ -182,6 +205,10 @@ class FairQueue:
         reserve = min(limit + self.config.newcomer_slots, self.max_num_seqs)
         return self.running < reserve and self._under_share(t, limit, self._active_weight(t))
 
+    def _paced(self, t: _Tenant) -> bool:
+        cap = self.config.max_prefilling_per_tenant
+        return cap is not None and t.prefilling >= cap
+
     def _active_weight(self, t: _Tenant) -> float:
         """The active tenants' weights, `t` counted even if it is not active yet."""
         total = sum(a.weight for a in self.active.values())
@@ -207,7 +234,7 @@ class FairQueue:
         weight = sum(a.weight for a in self.active.values()) if newcomers_only else 0.0
         best, best_key = None, None  # by tier, then VTC
         for name, t in self.backlog.items():
-            if newcomers_only and not self._under_share(t, limit, weight):
+            if (newcomers_only and not self._under_share(t, limit, weight)) or self._paced(t):
                 continue
             # Equal counters (a tenant just lifted to another's): the one running fewer goes first.
             key = (-self.tier(t.queue[0]), t.counter, t.running)
@@ -224,7 +251,7 @@ class FairQueue:
         for name, t in self.backlog.items():
             head = t.queue[0]
             if ((newcomers_only and not self._under_share(t, limit, weight)) or self.tier(head) >= -best_key[0]
-                    or now - head.enqueued_at < aging):
+                    or now - head.enqueued_at < aging or self._paced(t)):
                 continue
             if aged_counter is None or t.counter < aged_counter:
                 aged, aged_counter = name, t.counter
@@ -261,8 +288,10 @@ class FairQueue:
         if entry.state == "queued":
             t.queue_wait_s += self.clock() - entry.enqueued_at
         entry.state, entry.dispatched_at = "running", self.clock()
+        entry.prefilling = True
         self.running += 1
         t.running += 1
+        t.prefilling += 1
         t.dispatches += 1
         self.active[entry.tenant] = t
         entry.ready(entry)
@@ -301,7 +330,8 @@ class FairQueue:
             "dispatch_limit": min(self.limit(), self.max_num_seqs),
             "dispatched": self.running,
             "queued": self.queued,
-            "tenants": {n: {"queued": len(t.queue), "running": t.running, "counter": round(t.counter, 1),
+            "tenants": {n: {"queued": len(t.queue), "running": t.running, "prefilling": t.prefilling,
+                            "counter": round(t.counter, 1),
                             "dispatches": t.dispatches, "queue_wait_s": round(t.queue_wait_s, 3)}
                         for n, t in busy},
         }

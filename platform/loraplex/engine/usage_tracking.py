@@ -38,7 +38,7 @@ def record_output(usage: RequestUsage, output: RequestOutput, kind: RequestOutpu
     for choice in output.outputs:
         n = len(choice.token_ids)
         if n and usage.first_token_time is None:
-            usage.first_token_time = time.time()
+            usage.first_token()
         if kind == RequestOutputKind.DELTA:
             per_choice[choice.index] = per_choice.get(choice.index, 0) + n
         else:

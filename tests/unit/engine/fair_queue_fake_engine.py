@@ -86,11 +86,13 @@ def run(senders: list[Sender], steps: int, **overrides) -> Run:
                 submit(s)
         out.running.append(len(engine))
         done = []
-        for r in engine:
+        for r in list(engine):  # a request dispatched in this step (pacing) makes its first next step
             e, s, made = r
             prompt = s.prompt if made == 0 else 0
             r[2] += 1
             q.charge(e.tenant, prompt, 1, e.weight)
+            if made == 0:
+                q.first_token(e)
             out.served[e.tenant] += config.prompt_token_cost * prompt + config.completion_token_cost
             out.tokens[e.tenant] += 1
             if r[2] >= s.tokens:

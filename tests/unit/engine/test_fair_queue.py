@@ -277,7 +277,8 @@ def test_snapshot_lists_tenants():
     q.charge("a", 1, 1)
     snap = q.snapshot()
     assert snap["dispatch_limit"] == 1 and snap["dispatched"] == 1 and snap["queued"] == 1
-    assert snap["tenants"]["a"] == {"queued": 0, "running": 1, "counter": 3.0, "dispatches": 1, "queue_wait_s": 0.0}
+    assert snap["tenants"]["a"] == {"queued": 0, "running": 1, "prefilling": 1, "counter": 3.0, "dispatches": 1,
+                                    "queue_wait_s": 0.0}
     assert snap["tenants"]["b"]["queued"] == 1
 
 
@@ -453,3 +454,52 @@ def test_snapshot_shows_what_each_tenant_waited_in_the_queue():
     q.finish(order[0])
     b = q.snapshot()["tenants"]["b"]
     assert (b["dispatches"], b["queue_wait_s"]) == (1, 3.0)
+
+
+# -- prefill pacing (max_prefilling_per_tenant) ----------------------------------------------------
+def test_pacing_dispatches_a_tenants_next_request_at_its_previous_ones_first_token():
+    q, _ = make(limit=8, max_prefilling_per_tenant=1)
+    order = []
+    first, second = entry("w", order), entry("w", order)
+    q.submit(first)
+    q.submit(second)
+    assert [e.state for e in (first, second)] == ["running", "queued"]  # a free slot, but w is in prefill
+    q.first_token(first)
+    assert second.state == "running"
+    q.first_token(first)  # told twice: no second release
+    assert q.snapshot()["tenants"]["w"]["prefilling"] == 1
+
+
+def test_pacing_holds_only_the_tenant_in_prefill():
+    q, _ = make(limit=8, max_prefilling_per_tenant=1)
+    w0, w1, m = entry("w"), entry("w"), entry("m")
+    for e in (w0, w1, m):
+        q.submit(e)
+    assert [e.state for e in (w0, w1, m)] == ["running", "queued", "running"]
+
+
+def test_a_request_ending_in_prefill_releases_its_tenant():
+    q, _ = make(limit=8, max_prefilling_per_tenant=1)
+    w0, w1 = entry("w"), entry("w")
+    q.submit(w0)
+    q.submit(w1)
+    q.finish(w0)  # failed or cancelled before its first token
+    assert w1.state == "running"
+
+
+def test_requests_held_by_pacing_do_not_tell_the_adaptive_limit_it_was_full():
+    full = []
+    limit = FixedLimit(8)
+    limit.saw_full = lambda: full.append(1)
+    q, _ = make(limit=limit, max_prefilling_per_tenant=1)
+    q.submit(entry("w"))
+    q.submit(entry("w"))
+    assert full == []
+
+
+def test_without_pacing_a_tenants_requests_start_together():
+    q, _ = make(limit=8)
+    es = [entry("w") for _ in range(3)]
+    for e in es:
+        q.submit(e)
+    assert [e.state for e in es] == ["running"] * 3
