@@ -25,7 +25,7 @@ wait here, one FIFO per tenant. When a slot frees:
   still share the limit by VTC, not the reserve;
 - prefill pacing (`max_prefilling_per_tenant`, None: off): a tenant with that many requests
   dispatched but not yet at their first token (in prefill) waits for one of them to get there
-  before its next is dispatched. A backlogged tenant's slots otherwise free together (its
+  before its next is dispatched; when it is the next by VTC, the free slot waits with it. A backlogged tenant's slots otherwise free together (its
   requests started together and are as long) and refill together: one step then prefills all
   their prompts, and every other tenant's decode stalls for it (on this CPU ~0.5-1 s for 8
   ShareGPT prompts; a light tenant's request that meets such a step is its p95). Paced, the
@@ -234,13 +234,18 @@ class FairQueue:
         weight = sum(a.weight for a in self.active.values()) if newcomers_only else 0.0
         best, best_key = None, None  # by tier, then VTC
         for name, t in self.backlog.items():
-            if (newcomers_only and not self._under_share(t, limit, weight)) or self._paced(t):
+            if newcomers_only and not self._under_share(t, limit, weight):
                 continue
             # Equal counters (a tenant just lifted to another's): the one running fewer goes first.
             key = (-self.tier(t.queue[0]), t.counter, t.running)
             if best_key is None or key < best_key:
                 best, best_key = name, key
         if best is None:
+            return None
+        if self._paced(self.backlog[best]):
+            # The slot waits for the best tenant's prefill (one step or so) rather than going to a
+            # tenant further over its share: given away, a paced tenant would get one refill per
+            # step whatever its weight, and slots freed together would split evenly.
             return None
         # Aging: a lower tier than the best gets one dispatch per aging_s while it is passed over
         # (its head queued aging_s or more; the lowest counter of those).
