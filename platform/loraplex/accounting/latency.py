@@ -25,11 +25,6 @@ class LedgerLatency:
     tpot_p95_s: Optional[float]  # None: no record had two tokens or more
 
 
-def percentile(values: list[float], q: float) -> Optional[float]:
-    """The q-quantile (0 <= q <= 1), linearly interpolated; None for no values."""
-    return float(np.quantile(values, q)) if values else None
-
-
 def ledger_latency(engine: Engine, start: datetime, end: datetime, q: float = 0.95) -> LedgerLatency:
     """The q-quantiles of TTFT and TPOT of the requests that finished in [start, end)."""
     check_range(start, end)
@@ -44,4 +39,6 @@ def ledger_latency(engine: Engine, start: datetime, end: datetime, q: float = 0.
             ttft.append(max((first - arrival).total_seconds(), 0.0))
             if tokens > 1:
                 tpot.append(max((finish - first).total_seconds(), 0.0) / (tokens - 1))
-    return LedgerLatency(n, percentile(ttft, q), percentile(tpot, q))
+    # numpy's "linear" quantile, the definition bench/percentile.py names for every benchmark
+    return LedgerLatency(n, float(np.quantile(ttft, q)) if ttft else None,
+                         float(np.quantile(tpot, q)) if tpot else None)

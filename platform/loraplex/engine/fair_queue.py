@@ -30,7 +30,8 @@ wait here, one FIFO per tenant. When a slot frees:
   their prompts, and every other tenant's decode stalls for it (on this CPU ~0.5-1 s for 8
   ShareGPT prompts; a light tenant's request that meets such a step is its p95). Paced, the
   refills spread over the steps, and so do the slots' next ends. Each tenant is paced alone:
-  two tenants never wait for each other's prefills;
+  two tenants never wait for each other's prefills; and only while another tenant is active (a
+  tenant alone would only start its requests more slowly, for nobody);
 - queue full (`max_queued`): the request refused is the newest one of the tenant furthest over
   its share among the queued ones: the lowest `priority` (aging does not protect from this), then
   the most requests held on the replica (queued + running) per unit of weight, then the highest
@@ -116,7 +117,7 @@ class FairQueue:
         t = self.tenants.setdefault(entry.tenant, _Tenant())
         t.weight = entry.weight
         has_slot = self._has_slot(t)
-        if not t.queue and has_slot and not self._paced(t):  # it starts now: its deadline is the engine's
+        if not t.queue and has_slot and not self._paced(entry.tenant, t):  # it starts now: its deadline is the engine's
             if not t.running:
                 self._lift(entry.tenant)
             return self._dispatch(entry, t)
@@ -205,9 +206,12 @@ class FairQueue:
         reserve = min(limit + self.config.newcomer_slots, self.max_num_seqs)
         return self.running < reserve and self._under_share(t, limit, self._active_weight(t))
 
-    def _paced(self, t: _Tenant) -> bool:
+    def _paced(self, name: str, t: _Tenant) -> bool:
+        """Held by its own prefills, while another tenant is active: pacing protects the others'
+        decodes, and a tenant alone would only start its requests more slowly for nobody."""
         cap = self.config.max_prefilling_per_tenant
-        return cap is not None and t.prefilling >= cap
+        return (cap is not None and t.prefilling >= cap
+                and (len(self.active) > 1 or (len(self.active) == 1 and name not in self.active)))
 
     def _active_weight(self, t: _Tenant) -> float:
         """The active tenants' weights, `t` counted even if it is not active yet."""
@@ -242,7 +246,7 @@ class FairQueue:
                 best, best_key = name, key
         if best is None:
             return None
-        if self._paced(self.backlog[best]):
+        if self._paced(best, self.backlog[best]):
             # The slot waits for the best tenant's prefill (one step or so) rather than going to a
             # tenant further over its share: given away, a paced tenant would get one refill per
             # step whatever its weight, and slots freed together would split evenly.
@@ -256,7 +260,7 @@ class FairQueue:
         for name, t in self.backlog.items():
             head = t.queue[0]
             if ((newcomers_only and not self._under_share(t, limit, weight)) or self.tier(head) >= -best_key[0]
-                    or now - head.enqueued_at < aging or self._paced(t)):
+                    or now - head.enqueued_at < aging or self._paced(name, t)):
                 continue
             if aged_counter is None or t.counter < aged_counter:
                 aged, aged_counter = name, t.counter

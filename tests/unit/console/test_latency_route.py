@@ -21,7 +21,7 @@ from live_server import serving  # noqa: E402
 from loraplex.accounting.accounting import Accounting  # noqa: E402
 from loraplex.accounting.config import AccountingConfig  # noqa: E402
 from loraplex.accounting.record import UsageRecord  # noqa: E402
-from loraplex.accounting.latency import percentile  # noqa: E402
+from loraplex.accounting.latency import ledger_latency  # noqa: E402
 from loraplex.config import PlatformConfig  # noqa: E402
 from loraplex.db.engine import make_engine  # noqa: E402
 from loraplex.ingress.app import build_ingress_app  # noqa: E402
@@ -58,14 +58,19 @@ def build(tmp_path, args: dict):
     return TestClient(app, raise_server_exceptions=False), key, acc
 
 
-def test_percentile_interpolates_like_the_benchmarks():
+def test_the_ledger_percentiles_interpolate_like_the_benchmarks(tmp_path):
     from bench.percentile import percentile as bench_percentile  # the repository root is on pytest's path
 
-    assert percentile([], 0.95) is None
-    assert percentile([3.0], 0.95) == 3.0
-    for values in ([float(i) for i in range(1, 21)], [float(i) for i in range(1, 101)], [0.3, 0.1, 7.0]):
-        assert percentile(values, 0.95) == pytest.approx(bench_percentile(values, 95))
-    assert percentile([float(i) for i in range(1, 21)], 0.95) == pytest.approx(19.05)
+    build(tmp_path, {})
+    now = datetime.now(timezone.utc)
+    lat = ledger_latency(make_engine(f"sqlite:///{tmp_path}/lat.db"), now - timedelta(hours=1), now)
+    ttft = [0.1 * i for i in range(1, 21)] + [0.05]  # the single-token record has a TTFT, no TPOT
+    tpot = [0.01 * i for i in range(1, 21)]
+    assert lat.requests == 21
+    assert lat.ttft_p95_s == pytest.approx(bench_percentile(ttft, 95), abs=1e-5)
+    assert lat.tpot_p95_s == pytest.approx(bench_percentile(tpot, 95), abs=1e-5)
+    empty = ledger_latency(make_engine(f"sqlite:///{tmp_path}/lat.db"), now - timedelta(hours=9), now - timedelta(hours=8))
+    assert (empty.requests, empty.ttft_p95_s, empty.tpot_p95_s) == (0, None, None)
 
 
 def test_from_the_ledger_when_no_prometheus_is_configured(tmp_path):

@@ -151,14 +151,16 @@ def test_the_adaptive_limit_is_fed_ttft_from_vllms_schedule_time_not_from_dispat
 async def test_prefill_pacing_holds_a_tenants_next_request_until_its_first_token(make):
     replica = await make(dispatch_limit=4, newcomer_slots=0, max_prefilling_per_tenant=1)
     llm(replica).script = Script(tokens=3, stall_after=0)  # no first token until the gate opens
-    w = [asyncio.create_task(drain(replica.generate(make_call(f"w{i}", tenant="ten_w"), chat()))) for i in range(2)]
     m = asyncio.create_task(drain(replica.generate(make_call("m0", tenant="ten_m"), chat())))
     await settle()
-    # w1 waits for w0's first token, though slots are free; ten_m is never held by ten_w's prefill
-    assert in_vllm(replica) == ["w0", "m0"]
+    w = [asyncio.create_task(drain(replica.generate(make_call(f"w{i}", tenant="ten_w"), chat()))) for i in range(2)]
+    await settle()
+    # ten_m is active: w1 waits for w0's first token, though slots are free; ten_w's prefill
+    # never held ten_m
+    assert in_vllm(replica) == ["m0", "w0"]
     assert replica.fair_queue.snapshot()["tenants"]["ten_w"] == {**replica.fair_queue.snapshot()["tenants"]["ten_w"],
                                                                  "queued": 1, "prefilling": 1}
     llm(replica).gate.set()
     await asyncio.gather(*w, m)
-    assert in_vllm(replica) == ["w0", "m0", "w1"]  # the first token (the engine's usage hook) let it go
+    assert in_vllm(replica) == ["m0", "w0", "w1"]  # the first token (the engine's usage hook) let it go
     assert len(ledger_rows(replica)) == 3

@@ -462,6 +462,7 @@ def test_snapshot_shows_what_each_tenant_waited_in_the_queue():
 def test_pacing_dispatches_a_tenants_next_request_at_its_previous_ones_first_token():
     q, _ = make(limit=8, max_prefilling_per_tenant=1)
     order = []
+    q.submit(entry("other"))  # pacing protects another active tenant
     first, second = entry("w", order), entry("w", order)
     q.submit(first)
     q.submit(second)
@@ -474,14 +475,19 @@ def test_pacing_dispatches_a_tenants_next_request_at_its_previous_ones_first_tok
 
 def test_pacing_holds_only_the_tenant_in_prefill():
     q, _ = make(limit=8, max_prefilling_per_tenant=1)
-    w0, w1, m = entry("w"), entry("w"), entry("m")
-    for e in (w0, w1, m):
+    m0, w0, w1, m1 = entry("m"), entry("w"), entry("w"), entry("m")
+    for e in (m0, w0, w1, m1):
         q.submit(e)
-    assert [e.state for e in (w0, w1, m)] == ["running", "queued", "running"]
+    # w's second waits for its first's prefill; m's own pacing holds m1, never w's
+    assert [e.state for e in (m0, w0, w1, m1)] == ["running", "running", "queued", "queued"]
+    q.charge("w", 0, 10)  # m is next by VTC (were w next, the free slot would wait for w's prefill)
+    q.first_token(m0)
+    assert [w1.state, m1.state] == ["queued", "running"]
 
 
 def test_a_request_ending_in_prefill_releases_its_tenant():
     q, _ = make(limit=8, max_prefilling_per_tenant=1)
+    q.submit(entry("other"))
     w0, w1 = entry("w"), entry("w")
     q.submit(w0)
     q.submit(w1)
@@ -494,6 +500,7 @@ def test_requests_held_by_pacing_do_not_tell_the_adaptive_limit_it_was_full():
     limit = FixedLimit(8)
     limit.saw_full = lambda: full.append(1)
     q, _ = make(limit=limit, max_prefilling_per_tenant=1)
+    q.submit(entry("other"))
     q.submit(entry("w"))
     q.submit(entry("w"))
     assert full == []
@@ -527,3 +534,20 @@ def test_a_paced_tenant_next_by_vtc_keeps_the_free_slot_rather_than_lose_its_wei
     assert [heavy[0].state, heavy[1].state, light.state] == ["running", "queued", "queued"]
     q.first_token(heavy[0])
     assert heavy[1].state == "running" and light.state == "queued"
+
+
+def test_a_tenant_alone_is_not_paced_and_is_once_another_arrives():
+    q, _ = make(limit=8, max_prefilling_per_tenant=1)
+    alone = [entry("w") for _ in range(3)]
+    for e in alone:
+        q.submit(e)
+    assert [e.state for e in alone] == ["running"] * 3  # nobody to protect: all start at once
+    q.submit(entry("m"))
+    later = entry("w")
+    q.submit(later)
+    assert later.state == "queued"  # m is active now: w waits for its prefills to end
+    q.first_token(alone[0])
+    q.first_token(alone[1])
+    assert later.state == "queued"
+    q.first_token(alone[2])
+    assert later.state == "running"
