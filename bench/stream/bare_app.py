@@ -23,6 +23,7 @@ def bare_app(interval: float, model: str, whole_reply: bool = False):
     from starlette.responses import StreamingResponse
 
     from loraplex.config import EngineConfig
+    from loraplex.contract import RequestUsage
 
     @serve.deployment(max_ongoing_requests=4096)
     class BareTokens:
@@ -32,7 +33,7 @@ def bare_app(interval: float, model: str, whole_reply: bool = False):
 
         async def stream(self, n: int, request_id: str = "bare"):
             request = SimpleNamespace(stream=True, max_tokens=n, model=model, request_id=request_id)
-            usage = SimpleNamespace(engine_request_ids=[], completion_tokens=0, finish_time=None)
+            usage = RequestUsage()
             if whole_reply:
                 yield "".join([event async for event in self.engine.generate(None, request, usage)])
                 return
@@ -79,6 +80,7 @@ def direct_server(port: int, interval: float, model: str) -> None:
     from types import SimpleNamespace
 
     from loraplex.config import EngineConfig
+    from loraplex.contract import RequestUsage
 
     engine = BenchmarkFakeEngine(EngineConfig(model=model, engine_kwargs={"benchmark_token_interval_s": interval}))
 
@@ -90,7 +92,7 @@ def direct_server(port: int, interval: float, model: str) -> None:
             writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
                          b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n")
             request = SimpleNamespace(stream=True, max_tokens=body["max_tokens"], model=model, request_id="direct")
-            usage = SimpleNamespace(engine_request_ids=[], completion_tokens=0, finish_time=None)
+            usage = RequestUsage()
             async for event in engine.generate(None, request, usage):
                 data = event.encode()
                 writer.write(b"%x\r\n%s\r\n" % (len(data), data))
