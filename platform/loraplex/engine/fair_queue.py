@@ -25,13 +25,13 @@ wait here, one FIFO per tenant. When a slot frees:
   still share the limit by VTC, not the reserve;
 - prefill pacing (`max_prefilling_per_tenant`, None: off): a tenant with that many requests
   dispatched but not yet at their first token (in prefill) waits for one of them to get there
-  before its next is dispatched; when it is the next by VTC, the free slot waits with it. A backlogged tenant's slots otherwise free together (its
-  requests started together and are as long) and refill together: one step then prefills all
-  their prompts, and every other tenant's decode stalls for it (on this CPU ~0.5-1 s for 8
-  ShareGPT prompts; a light tenant's request that meets such a step is its p95). Paced, the
-  refills spread over the steps, and so do the slots' next ends. Each tenant is paced alone:
-  two tenants never wait for each other's prefills; and only while another tenant is active (a
-  tenant alone would only start its requests more slowly, for nobody);
+  before its next is dispatched; when it is the next by VTC, the free slot waits with it. A
+  backlogged tenant's slots otherwise free together (its requests started together and are as
+  long) and refill together: one step then prefills all their prompts, and every other tenant's
+  decode stalls for it (a light tenant's request that meets such a step is its p95). Paced, the
+  refills spread over the steps, and so do the slots' next ends. Each tenant is paced by its own
+  prefills, and only while another tenant is active (a tenant alone would only start its
+  requests more slowly, for nobody);
 - queue full (`max_queued`): the request refused is the newest one of the tenant furthest over
   its share among the queued ones: the lowest `priority` (aging does not protect from this), then
   the most requests held on the replica (queued + running) per unit of weight, then the highest
@@ -117,7 +117,7 @@ class FairQueue:
         t = self.tenants.setdefault(entry.tenant, _Tenant())
         t.weight = entry.weight
         has_slot = self._has_slot(t)
-        if not t.queue and has_slot and not self._paced(entry.tenant, t):  # it starts now: its deadline is the engine's
+        if not t.queue and has_slot and not self._paced(entry.tenant, t):  # it starts now (its deadline: the engine's)
             if not t.running:
                 self._lift(entry.tenant)
             return self._dispatch(entry, t)
@@ -210,8 +210,8 @@ class FairQueue:
         """Held by its own prefills, while another tenant is active: pacing protects the others'
         decodes, and a tenant alone would only start its requests more slowly for nobody."""
         cap = self.config.max_prefilling_per_tenant
-        return (cap is not None and t.prefilling >= cap
-                and (len(self.active) > 1 or (len(self.active) == 1 and name not in self.active)))
+        another_active = len(self.active) > (1 if name in self.active else 0)
+        return cap is not None and t.prefilling >= cap and another_active
 
     def _active_weight(self, t: _Tenant) -> float:
         """The active tenants' weights, `t` counted even if it is not active yet."""
