@@ -126,6 +126,7 @@ def run_variant(name: str, a, shipped: dict, model_dir: str, model: str, w: wl.W
             reps = replica_of(doc["applications"][0]["args"]["database_url"], [r["request_id"] for r in results
                                                                                if r["request_id"]])
     (out / f"requests_{name}.json").write_text(json.dumps(results, default=str))
+    (out / f"replicas_{name}.json").write_text(json.dumps(statuses, default=str))  # /admin/replicas at the end
     print(f"bench_placement: {name}: {summary['ok']}/{summary['requests']} ok, {summary['output_tokens_per_s']:.1f} "
           f"output tok/s, {time.time() - t0:.0f} s in all", file=sys.stderr)
     return pl.variant_summary(results, summary, reps, counters, statuses)

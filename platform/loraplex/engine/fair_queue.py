@@ -335,6 +335,11 @@ class FairQueue:
         # list() of the items is one C call: safe from the metrics publisher's thread.
         busy = sorted(list(self.active.items()),
                       key=lambda nt: (-len(nt[1].queue), -nt[1].running, nt[0]))[:max_tenants]
+        # Then the idle tenants whose counter is kept (see _forget): it is still what their
+        # next request is weighed by, and a gauge that was never set is not exported at all.
+        idle = sorted(((n, t) for n, t in list(self.tenants.items()) if n not in self.active),
+                      key=lambda nt: (-nt[1].counter, nt[0]))
+        busy += idle[:max_tenants - len(busy)]
         return {
             "dispatch_limit": min(self.limit(), self.max_num_seqs),
             "dispatched": self.running,

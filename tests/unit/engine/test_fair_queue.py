@@ -551,3 +551,17 @@ def test_a_tenant_alone_is_not_paced_and_is_once_another_arrives():
     assert later.state == "queued"
     q.first_token(alone[2])
     assert later.state == "running"
+
+
+def test_snapshot_shows_an_idle_tenant_whose_counter_is_kept():
+    # Its counter still weighs its next request; a metrics publish between two of its requests
+    # must see it (a gauge never set is not exported at all).
+    q, _ = make(limit=1)
+    order = []
+    q.submit(entry("a", order))
+    q.charge("a", 2, 2)
+    q.finish(order[0])
+    assert "a" not in q.active and q.tenants["a"].counter > 0
+    assert q.snapshot()["tenants"]["a"] == {"queued": 0, "running": 0, "prefilling": 0,
+                                            "counter": q.tenants["a"].counter,
+                                            "dispatches": 0, "queue_wait_s": 0.0}
