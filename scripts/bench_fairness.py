@@ -8,7 +8,8 @@ Each variant is its own `serve run` of the shipped config (fresh database and sp
 bench/loadtest/targets.py): `off` (fair_queue.enabled: false), `on` (the shipped fair_queue:
 a fixed dispatch_limit 8 on the CPU profile), for the goodput table only `on@max_num_seqs`
 (dispatch_limit = max_num_seqs), and `on@N` (N a number: the shipped queue at dispatch_limit N)
-for the noisy-neighbour and priority-flood scenarios only (`on@adaptive`: the limit unset, so the
+for the noisy-neighbour and priority-flood scenarios only (--goodput-only: every variant the
+goodput scenario only; `on@adaptive`: the limit unset, so the
 adaptive one, from the `slo:` targets; `on@N+paceK`: and fair_queue.max_prefilling_per_tenant K,
 0 for none). With --out, what ran is also written
 to FILE.json after each variant.
@@ -169,7 +170,7 @@ def reasons(t: dict) -> str:
 
 def tables(runs: dict, cost: dict, args) -> str:
     off = runs.get("off", {})  # absent when only on@N variants ran
-    full = [n for n in runs if n != "on@max_num_seqs"]  # the variants that ran every scenario
+    full = [n for n in runs if "m_noisy" in runs[n]]  # the variants that ran the latency scenarios
     out = []
     def table(title, header, rows):
         out.append(f"\n**{title}**\n")
@@ -223,7 +224,7 @@ def tables(runs: dict, cost: dict, args) -> str:
           ["queue", "Jain's index vs max-min (target >= 0.95)", "refused", "refusal reasons",
            "served out tok, top 5 tenants", "max-min share, top 5", "demand, top 5"], rows)
     rows = []
-    for name in [n for n in ("off", "on@max_num_seqs", "on") if n in runs and "goodput" in runs[n]]:
+    for name in [n for n in runs if "goodput" in runs[n]]:
         r = runs[name]
         rows.append([name, fmt(r["throughput"], ".1f"), ratio(r["throughput"], off.get("throughput")),
                      fmt(r["goodput"], ".1f"), ratio(r["goodput"], off.get("goodput")),
@@ -235,7 +236,7 @@ def tables(runs: dict, cost: dict, args) -> str:
           "24 queued behind 8 running)",
           ["µs/request without queue", "with queue", "queue's own µs/request"],
           [[f"{cost['off_us']:.1f}", f"{cost['on_us']:.1f}", f"{cost['queue_us']:.1f}"]])
-    for name in full:
+    for name in runs:
         limits = {k: (min(v), max(v)) for k, v in runs[name].get("limits", {}).items() if v}
         if limits:
             out.append(f"\n{name}: dispatch limit (min, max) per phase, from /admin/replicas: {limits}")
@@ -255,6 +256,8 @@ def main() -> int:
     p.add_argument("--tokens", type=int, default=96, help="max_tokens of the loaded tenants' requests (M's: 16)")
     p.add_argument("--out", type=Path, help="also write the tables here")
     p.add_argument("--variants", default="off,on,on@max_num_seqs")
+    p.add_argument("--goodput-only", action="store_true",
+                   help="each variant runs the one-tenant goodput scenario only (~3 min a variant)")
     args = p.parse_args()
     shipped = yaml.safe_load((ROOT / "serve_config.yaml").read_text())["applications"][0]["args"]
     args.slo_ttft, args.slo_tpot = shipped["slo"]["ttft_p95_s"], shipped["slo"]["tpot_p95_s"]
@@ -281,8 +284,8 @@ def main() -> int:
             with start_platform(variant_config(tmp, queue), args.port, tmp) as (base, token):
                 platform = f.Platform(base, token, MODEL)
                 capacity = runs.get("off", {}).get("capacity_rps")
-                if name == "on@max_num_seqs":
-                    runs[name] = asyncio.run(goodput_phase(platform, args))
+                if name == "on@max_num_seqs" or args.goodput_only:
+                    runs[name] = asyncio.run(goodput_phase(platform, args)) | {"limits": dict(LIMITS)}
                     LIMITS.clear()
                 else:
                     runs[name] = asyncio.run(run_variant(name, platform, args, capacity,
