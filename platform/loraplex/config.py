@@ -34,6 +34,10 @@ class AdaptiveLimitConfig(BaseModel):
     slow_share: float = Field(
         0.05, ge=0, lt=1, description="Share of a window's requests over a target that lowers the limit (p95: 0.05).")
     backoff: float = Field(0.75, gt=0, lt=1, description="The limit is multiplied by this when lowered.")
+    slow_start: bool = Field(
+        True, description="Until the limit is first lowered, a window within the targets with demand for "
+        "more slots doubles it (TCP's slow start) instead of adding 1: from 4 to a GPU's 256 in 6 windows, "
+        "not 252, and on a slow CPU to a batch the SLO allows within a minute, not ten.")
 
 
 class SheddingConfig(BaseModel):

@@ -4,7 +4,7 @@ Each finished request reports the latency vLLM gave it (time to first token from
 scheduling of it, and time per output token). Every `window` such reports the limit is judged:
 more than `slow_share` of them over a target (the p95 objectives) -> multiply the limit by
 `backoff` (at least `min_limit`); otherwise, if the limit was reached during the window (there was more
-work than slots), add 1 (at most max_num_seqs). Queue wait is left out on purpose: it is the
+work than slots), add 1 (at most max_num_seqs), or double it until the first lowering (`slow_start`). Queue wait is left out on purpose: it is the
 fair queue's doing, and counting it would shrink the limit exactly when a backlog needs slots;
 the caller measures TTFT from when vLLM first scheduled the request, so vLLM's own waiting
 queue is left out too (it only grows when the limit is already too high, which TPOT shows).
@@ -15,7 +15,6 @@ from __future__ import annotations
 import math
 from typing import Optional
 
-from pydantic import BaseModel, ConfigDict, Field
 from loraplex.config import AdaptiveLimitConfig  # noqa: F401, E402  (config models live in loraplex/config.py)
 
 
@@ -29,6 +28,7 @@ class AdaptiveLimit:
         self.value = min(max(config.initial, self.min_limit), max_limit)
         self._seen = self._slow = 0
         self._saturated = False
+        self._starting = config.slow_start  # doubling until the first lowering
 
     def __call__(self) -> int:
         return self.value
@@ -49,8 +49,9 @@ class AdaptiveLimit:
         before = self.value
         if self._slow > self.config.slow_share * self._seen:
             self.value = max(self.min_limit, math.floor(self.value * self.config.backoff))
+            self._starting = False
         elif self._saturated:
-            self.value = min(self.max_limit, self.value + 1)
+            self.value = min(self.max_limit, self.value * 2 if self._starting else self.value + 1)
         self._seen = self._slow = 0
         self._saturated = False
         return self.value != before

@@ -52,7 +52,6 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
 
 from loraplex.engine.dispatch_limit import AdaptiveLimitConfig
 from loraplex.config import FairQueueConfig  # noqa: F401, E402  (config models live in loraplex/config.py)

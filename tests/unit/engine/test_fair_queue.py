@@ -231,7 +231,8 @@ def test_dispatch_limit_bounds_what_runs():
 
 
 def test_adaptive_limit_rises_while_within_the_slo_and_falls_when_not():
-    limit = AdaptiveLimit(AdaptiveLimitConfig(initial=4, window=4, min_limit=1), max_limit=6, ttft_s=1.0, tpot_s=0.1)
+    limit = AdaptiveLimit(AdaptiveLimitConfig(initial=4, window=4, min_limit=1, slow_start=False), max_limit=6,
+                          ttft_s=1.0, tpot_s=0.1)
     for _ in range(4):
         limit.observe(0.5, 0.05)
     assert limit() == 4  # no demand for more slots: no rise
@@ -249,6 +250,24 @@ def test_adaptive_limit_rises_while_within_the_slo_and_falls_when_not():
     for _ in range(40):
         limit.observe(3.0, None)
     assert limit() == 1  # never below min_limit (1 here)
+
+
+def test_adaptive_limit_doubles_until_it_is_first_lowered_then_adds_one():
+    limit = AdaptiveLimit(AdaptiveLimitConfig(initial=4, window=2), max_limit=256, ttft_s=1.0, tpot_s=0.1)
+
+    def window(tpot_s):
+        limit.saw_full()
+        for _ in range(2):
+            limit.observe(0.5, tpot_s)
+        return limit()
+    assert [window(0.05) for _ in range(3)] == [8, 16, 32]  # slow start
+    assert window(0.2) == 24  # over the target: lowered, slow start over
+    assert [window(0.05) for _ in range(2)] == [25, 26]
+    assert [window(0.05) for _ in range(10)][-1] == 36
+    capped = AdaptiveLimit(AdaptiveLimitConfig(initial=4, window=1), max_limit=6, ttft_s=1.0, tpot_s=0.1)
+    capped.saw_full()
+    capped.observe(0.5, 0.05)
+    assert capped() == 6  # doubling stops at max_num_seqs
 
 
 def test_adaptive_limit_targets_override_the_slo():
