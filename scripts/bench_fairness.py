@@ -5,14 +5,11 @@ off and on, side by side in one run; one table per scenario.
     python scripts/bench_fairness.py [--duration 45] [--short 20] [--port 8011] [--out FILE]
 
 Each variant is its own `serve run` of the shipped config (fresh database and spool; pieces in
-bench/loadtest/targets.py): `off` (fair_queue.enabled: false), `on` (the shipped fair_queue:
-a fixed dispatch_limit 8 on the CPU profile), for the goodput table only `on@max_num_seqs`
-(dispatch_limit = max_num_seqs), and `on@N` (N a number: the shipped queue at dispatch_limit N)
-for the noisy-neighbour and priority-flood scenarios only (--goodput-only: every variant the
-goodput scenario only; `on@adaptive`: the limit unset, so the
-adaptive one, from the `slo:` targets; `on@N+paceK`: and fair_queue.max_prefilling_per_tenant K,
-0 for none). With --out, what ran is also written
-to FILE.json after each variant.
+bench/loadtest/targets.py): `off` (fair_queue.enabled: false), `on` (the shipped fair_queue),
+`on@max_num_seqs` (dispatch_limit = max_num_seqs; the goodput table only), `on@N` (dispatch_limit
+N, or `adaptive`: unset; `+paceK`: max_prefilling_per_tenant K, 0 for none; the noisy-neighbour
+and priority-flood scenarios only). --goodput-only: every variant the goodput scenario only.
+With --out, what ran is also written to FILE.json after each variant.
 The config adds one plan, `heavy` (weight 2), for the weights scenario. Prompts are ShareGPT
 openings (bench/fairness.py); every request makes exactly max_tokens (ignore_eos).
 
