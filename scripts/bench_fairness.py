@@ -7,8 +7,8 @@ off and on, side by side in one run; one table per scenario.
 Each variant is its own `serve run` of the shipped config (fresh database and spool; pieces in
 bench/loadtest/targets.py): `off` (fair_queue.enabled: false), `on` (the shipped fair_queue),
 `on@max_num_seqs` (dispatch_limit = max_num_seqs; the goodput table only), `on@N` (dispatch_limit
-N, or `adaptive`: unset; `+paceK`: max_prefilling_per_tenant K, 0 for none; the noisy-neighbour
-and priority-flood scenarios only). --goodput-only: every variant the goodput scenario only.
+N, or `adaptive`: unset; the noisy-neighbour and priority-flood scenarios only); a variant may add
+`+paceK` (max_prefilling_per_tenant K, 0 for none) and `+tokK` (the engine's max_num_batched_tokens). --goodput-only: every variant the goodput scenario only.
 With --out, what ran is also written to FILE.json after each variant.
 The config adds one plan, `heavy` (weight 2), for the weights scenario. Prompts are ShareGPT
 openings (bench/fairness.py); every request makes exactly max_tokens (ignore_eos).
@@ -55,9 +55,10 @@ from bench.loadtest.targets import start_platform  # noqa: E402
 MODEL = "SmolLM2-135M-Instruct"
 
 
-def variant_config(tmp: Path, fair_queue: dict) -> Path:
+def variant_config(tmp: Path, fair_queue: dict, engine: dict | None = None) -> Path:
     doc = yaml.safe_load((ROOT / "serve_config.yaml").read_text())
     args = doc["applications"][0]["args"]
+    args["engine"].update(engine or {})
     args["engine"]["model"] = str((ROOT / args["engine"]["model"]).resolve())
     args.setdefault("tenancy", {})["plans"] = {"heavy": {"weight": 2.0}}
     queue = dict(args["engine_deployment"].get("fair_queue") or {})
@@ -271,22 +272,30 @@ def main() -> int:
         tmp = Path(tmp)
         for name in args.variants.split(","):
             # on@N (N a number, or `adaptive`: the limit unset): the shipped queue at dispatch_limit
-            # N, the latency scenarios only; on@N+paceK: and max_prefilling_per_tenant K (0: none)
-            fixed, _, pace = name.removeprefix("on@").partition("+pace")
-            queue = variants.get(name) or {"enabled": True,
-                                            "dispatch_limit": None if fixed == "adaptive" else int(fixed)}
-            if pace:
-                queue["max_prefilling_per_tenant"] = int(pace) or None
-            print(f"variant {name}: serve run ... ({queue})", flush=True)
-            with start_platform(variant_config(tmp, queue), args.port, tmp) as (base, token):
+            # N, the latency scenarios only; +paceK: max_prefilling_per_tenant K (0: none);
+            # +tokK: the engine's max_num_batched_tokens K (any variant, `off` included)
+            base, *extras = name.split("+")
+            fixed = base.removeprefix("on@")
+            queue = dict(variants.get(base) or {"enabled": True,
+                                                "dispatch_limit": None if fixed == "adaptive" else int(fixed)})
+            engine = {}
+            for extra in extras:
+                if extra.startswith("pace"):
+                    queue["max_prefilling_per_tenant"] = int(extra[4:]) or None
+                elif extra.startswith("tok"):
+                    engine["max_num_batched_tokens"] = int(extra[3:])
+                else:
+                    raise SystemExit(f"variant {name}: unknown suffix +{extra} (use +paceK or +tokK)")
+            print(f"variant {name}: serve run ... ({queue}, engine {engine})", flush=True)
+            with start_platform(variant_config(tmp, queue, engine), args.port, tmp) as (base, token):
                 platform = f.Platform(base, token, MODEL)
                 capacity = runs.get("off", {}).get("capacity_rps")
-                if name == "on@max_num_seqs" or args.goodput_only:
+                if base == "on@max_num_seqs" or args.goodput_only:
                     runs[name] = asyncio.run(goodput_phase(platform, args)) | {"limits": dict(LIMITS)}
                     LIMITS.clear()
                 else:
                     runs[name] = asyncio.run(run_variant(name, platform, args, capacity,
-                                                         latency_only=name not in variants))
+                                                         latency_only=base not in variants))
             if args.out:  # what ran so far, should a later variant not finish
                 args.out.with_suffix(".json").write_text(json.dumps({"runs": runs, "cost": cost}, default=str))
     text = tables(runs, cost, args)

@@ -31,6 +31,10 @@ class AdaptiveLimitConfig(BaseModel):
     tpot_s: Optional[float] = Field(
         None, gt=0, description="Target time per output token; None: the `slo:` tpot_p95_s.")
     window: int = Field(20, ge=1, description="Finished requests per decision to raise or lower the limit.")
+    window_s: Optional[float] = Field(
+        10.0, gt=0, description="A decision is also taken this many seconds into a window once it holds a report "
+        "per slot (at least min(window, limit) finished requests): on a CPU, where a request holds its slot "
+        "10-20 s, 20 reports at a limit of 4 take a minute. None: by `window` alone.")
     slow_share: float = Field(
         0.05, ge=0, lt=1, description="Share of a window's requests over a target that lowers the limit (p95: 0.05).")
     backoff: float = Field(0.75, gt=0, lt=1, description="The limit is multiplied by this when lowered.")

@@ -270,6 +270,33 @@ def test_adaptive_limit_doubles_until_it_is_first_lowered_then_adds_one():
     assert capped() == 6  # doubling stops at max_num_seqs
 
 
+def test_adaptive_limit_decides_after_window_s_once_each_slot_reported():
+    clock = Clock()
+    limit = AdaptiveLimit(AdaptiveLimitConfig(initial=4, window=20, window_s=10.0), max_limit=32,
+                          ttft_s=1.0, tpot_s=0.1, clock=clock)
+    limit.saw_full()
+    for _ in range(4):
+        limit.observe(0.5, 0.05)
+    assert limit() == 4  # a report per slot, but not yet window_s into the window
+    clock.now += 10.0
+    limit.observe(0.5, 0.05)
+    assert limit() == 8  # 10 s and 5 reports >= the limit of 4: judged (slow start doubles)
+    clock.now += 10.0
+    limit.saw_full()
+    for _ in range(7):
+        limit.observe(0.5, 0.05)
+    assert limit() == 8  # 10 s, but fewer reports than the 8 slots
+    limit.observe(0.5, 0.05)
+    assert limit() == 16
+    untimed = AdaptiveLimit(AdaptiveLimitConfig(initial=4, window=20, window_s=None), max_limit=32,
+                            ttft_s=1.0, tpot_s=0.1, clock=clock)
+    untimed.saw_full()
+    clock.now += 100.0
+    for _ in range(19):
+        untimed.observe(0.5, 0.05)
+    assert untimed() == 4  # window_s None: 20 reports or nothing
+
+
 def test_adaptive_limit_targets_override_the_slo():
     limit = AdaptiveLimit(AdaptiveLimitConfig(initial=4, window=1, tpot_s=0.5), max_limit=8, ttft_s=1.0, tpot_s=0.1)
     limit.observe(0.5, 0.3)  # over the slo's 0.1, within the config's 0.5
