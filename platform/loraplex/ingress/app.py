@@ -29,6 +29,7 @@ from loraplex.ingress.openai_routes import OpenAIRoutes
 from loraplex.ingress.overload import GenerationBound
 from loraplex.ingress.tenant_context import TenantContext
 from loraplex.ingress.usage_routes import UsageRoutes
+from loraplex.routing.served_keys import replica_statuses
 from loraplex.tenancy.service import Tenancy
 
 logger = logging.getLogger(__name__)
@@ -37,8 +38,6 @@ logger = logging.getLogger(__name__)
 async def engine_replicas(engine) -> list[dict]:
     """Every Engine replica as its last routing stats reported it (up to stats_period_s old);
     before this ingress has routed anything, the one replica a call reaches, asked now."""
-    from loraplex.routing.serve_router import replica_statuses
-
     statuses = replica_statuses()
     if statuses:
         return statuses

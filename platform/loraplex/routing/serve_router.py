@@ -38,6 +38,7 @@ from loraplex.metrics import recorder as process_metrics
 from loraplex.routing.config import RoutingConfig
 from loraplex.routing.decision import FALLBACK, routing_decision
 from loraplex.routing.policy import RoutingPolicy
+from loraplex.routing import served_keys
 from loraplex.routing.served_keys import EngineReport
 from loraplex.routing.snapshot import ReplicaSnapshot, RouteRequest
 
@@ -51,16 +52,6 @@ _HOLDERS_ATTR = "_loraplex_holders"
 _ERROR_LOG_INTERVAL_S = 60.0
 # A choice not sent within this long (its request was cancelled) stops counting as load.
 _CHOSEN_TTL_S = 2.0
-# Replica unique id -> its last report as GET /admin/replicas shows it; every router of this
-# process (the ingress's handles) writes it.
-_LAST_STATUS: dict[str, dict] = {}
-
-
-def replica_statuses() -> list[dict]:
-    """Each Engine replica as its last routing stats described it (see Engine.status)."""
-    return [dict(v) for _, v in sorted(_LAST_STATUS.items())]
-
-
 class TenantAffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
     # No FIFOMixin: a replica chosen for a request's key must go to that request, not to
     # whichever request waits longest.
@@ -295,8 +286,9 @@ class TenantAffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
 
     def _forget_replica(self, replica_id: ReplicaID) -> None:
         uid = replica_id.unique_id
-        for d in (self._pending_tokens, self._recent, self._reported, self._reports, _LAST_STATUS):
+        for d in (self._pending_tokens, self._recent, self._reported, self._reports):
             d.pop(uid, None)
+        served_keys.forget_status(uid)
         self._chosen = {k: v for k, v in self._chosen.items() if v[0] != uid}
         self._in_flight = {k: v for k, v in self._in_flight.items() if v[0] != uid}
         if self._policy is not None:
@@ -316,9 +308,9 @@ class TenantAffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
         uid = replica.replica_id.unique_id
         self._reports[uid] = report
         stats = replica.routing_stats
-        _LAST_STATUS[uid] = {
+        served_keys.record_status(uid, {
             "replica_id": uid, "running": report.running, "waiting": report.waiting, "queued": report.queued,
-            "kv_usage": round(report.kv_usage, 4), **(stats.get("status") or {}), "reported_at": time.time()}
+            "kv_usage": round(report.kv_usage, 4), **(stats.get("status") or {}), "reported_at": time.time()})
         held = report.held_keys
         if held is None or self._policy is None:
             return

@@ -176,3 +176,24 @@ class EngineReport:
 
 def _count(value: Any) -> int:
     return max(int(value), 0) if isinstance(value, (int, float)) else 0
+
+
+# -- the last report of each replica, as GET /admin/replicas shows it -----------------------------
+# Here, not in serve_router: Serve pickles a request router's module by value
+# (RequestRouterConfig._serialize_request_router_cls), so a dict global there becomes a copy of
+# its own inside the router that the ingress's code never sees. Module functions here are
+# pickled by reference: the router and the ingress share this one dict.
+_LAST_STATUS: dict[str, dict] = {}
+
+
+def record_status(replica_uid: str, status: dict) -> None:
+    _LAST_STATUS[replica_uid] = status
+
+
+def forget_status(replica_uid: str) -> None:
+    _LAST_STATUS.pop(replica_uid, None)
+
+
+def replica_statuses() -> list[dict]:
+    """Each Engine replica as its last routing stats described it (see Engine.status)."""
+    return [dict(v) for _, v in sorted(_LAST_STATUS.items())]

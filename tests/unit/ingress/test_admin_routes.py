@@ -196,7 +196,7 @@ def test_a_tenant_shows_its_own_limits_and_the_effective_ones_over_its_plan(tmp_
 
 
 def test_admin_replicas_lists_each_engine_replica_behind_the_admin_token(service, monkeypatch):
-    from loraplex.routing import serve_router
+    from loraplex.routing import served_keys
 
     status = {"replica_id": "r1", "running": 2, "waiting": 0, "queued": 3, "kv_usage": 0.1, "in_flight": 2,
               "dispatch_limit": 2, "dispatched": 2, "tenants": {"ten_a": {"queued": 3, "running": 2, "counter": 9.0}},
@@ -206,8 +206,8 @@ def test_admin_replicas_lists_each_engine_replica_behind_the_admin_token(service
     client = TestClient(app, raise_server_exceptions=False)
     assert client.get("/admin/replicas").status_code == 401
     # Before this ingress has routed anything: the one replica a call reaches, asked now.
-    monkeypatch.setattr(serve_router, "_LAST_STATUS", {})
+    monkeypatch.setattr(served_keys, "_LAST_STATUS", {})
     assert client.get("/admin/replicas", headers=AUTH).json() == {"object": "list", "data": [status]}
     # Then: every replica, as its routing stats last reported it.
-    monkeypatch.setattr(serve_router, "_LAST_STATUS", {"r2": {**status, "replica_id": "r2"}, "r1": status})
+    monkeypatch.setattr(served_keys, "_LAST_STATUS", {"r2": {**status, "replica_id": "r2"}, "r1": status})
     assert [r["replica_id"] for r in client.get("/admin/replicas", headers=AUTH).json()["data"]] == ["r1", "r2"]

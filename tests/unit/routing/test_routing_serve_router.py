@@ -419,3 +419,48 @@ async def test_every_policy_routes_through_the_config(policy):
     router.update_replicas(fleet(3))
     assert await route(router, *tenant_call("ten_a", "bot")) in {"r0", "r1", "r2"}
     assert await route(router) in {"r0", "r1", "r2"}
+
+
+_SHIPPED_ROUTER = """
+import asyncio, json, sys
+from ray import cloudpickle
+from ray.serve._private.common import DeploymentHandleSource, DeploymentID, ReplicaID
+from ray.serve.request_router import RunningReplica
+from loraplex.routing.config import RoutingConfig
+from loraplex.routing.served_keys import replica_statuses
+
+class Replica(RunningReplica):  # what _apply_stats reads of one
+    replica_id = routing_stats = None
+    def __init__(self, uid, stats):
+        self.replica_id = ReplicaID(unique_id=uid, deployment_id=DeploymentID(name="Engine", app_name="loraplex"))
+        self.routing_stats = stats
+    node_id, availability_zone, multiplexed_model_ids, max_ongoing_requests, is_cross_language = "", None, set(), 9, False
+    def push_proxy_handle(self, handle): pass
+
+async def main():  # Serve builds and updates a router on its event loop
+    shipped = cloudpickle.loads(sys.stdin.buffer.read())  # as an ingress replica gets the router
+    router = shipped(deployment_id=DeploymentID(name="Engine", app_name="loraplex"),
+                     handle_source=DeploymentHandleSource.REPLICA, use_replica_queue_len_cache=True)
+    router.initialize_state(**RoutingConfig().request_router_kwargs())
+    router.update_replicas([Replica(f"r{i}", {"held_keys": [], "status": {"slot_loads": i}}) for i in range(2)])
+    print(json.dumps([(s["replica_id"], s["slot_loads"]) for s in replica_statuses()]))
+
+asyncio.run(main())
+"""
+
+
+def test_a_router_as_serve_ships_it_writes_the_statuses_the_ingress_reads():
+    """Serve pickles the router's module by value, so the class an ingress replica runs is a
+    copy whose module globals are its own: GET /admin/replicas fell back to one replica, asked
+    now, on every pool (bench_placement's 0 slot loads on r1). Unpickled in a fresh process, as
+    Serve does, the router must write where replica_statuses() reads."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    config = RoutingConfig().request_router_config(TenantAffinityRouter)
+    out = subprocess.run([sys.executable, "-c", _SHIPPED_ROUTER], input=config.get_serialized_request_router_cls(),
+                         capture_output=True, check=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)})
+    assert json.loads(out.stdout.decode().strip().splitlines()[-1]) == [["r0", 0], ["r1", 1]]
