@@ -271,24 +271,10 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-fairness-") as tmp:
         tmp = Path(tmp)
         for name in args.variants.split(","):
-            # on@N (N a number, or `adaptive`: the limit unset): the shipped queue at dispatch_limit
-            # N, the latency scenarios only; +paceK: max_prefilling_per_tenant K (0: none);
-            # +tokK: the engine's max_num_batched_tokens K (any variant, `off` included)
-            base, *extras = name.split("+")
-            fixed = base.removeprefix("on@")
-            queue = dict(variants.get(base) or {"enabled": True,
-                                                "dispatch_limit": None if fixed == "adaptive" else int(fixed)})
-            engine = {}
-            for extra in extras:
-                if extra.startswith("pace"):
-                    queue["max_prefilling_per_tenant"] = int(extra[4:]) or None
-                elif extra.startswith("tok"):
-                    engine["max_num_batched_tokens"] = int(extra[3:])
-                else:
-                    raise SystemExit(f"variant {name}: unknown suffix +{extra} (use +paceK or +tokK)")
+            base, queue, engine = f.parse_variant(name, variants)
             print(f"variant {name}: serve run ... ({queue}, engine {engine})", flush=True)
-            with start_platform(variant_config(tmp, queue, engine), args.port, tmp) as (base, token):
-                platform = f.Platform(base, token, MODEL)
+            with start_platform(variant_config(tmp, queue, engine), args.port, tmp) as (url, token):
+                platform = f.Platform(url, token, MODEL)
                 capacity = runs.get("off", {}).get("capacity_rps")
                 if base == "on@max_num_seqs" or args.goodput_only:
                     runs[name] = asyncio.run(goodput_phase(platform, args)) | {"limits": dict(LIMITS)}

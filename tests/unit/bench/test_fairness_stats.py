@@ -1,7 +1,8 @@
-"""bench/fairness.py's arithmetic: the max-min fair allocation, Jain's index, Zipf demand."""
+"""bench/fairness.py's arithmetic: the max-min fair allocation, Jain's index, Zipf demand; variant names."""
 
 import pytest
 
+from bench import fairness as f
 from bench.fairness import jain, max_min_fair, zipf_rates
 
 
@@ -36,3 +37,18 @@ def test_served_before_counts_only_what_streamed_before_the_arrivals_ended():
     late = dict(r, first_token_epoch=130.0, end_epoch=140.0)
     s = tenant_summary([r, late], 0, 60.0, until_epoch=120.0)
     assert s["window_service"] == 210 and s["service"] == 420  # the drain's request left out
+
+
+def test_a_variant_name_sets_the_queue_and_engine_it_runs():
+    named = {"off": {"enabled": False}, "on": {"enabled": True}}
+    assert f.parse_variant("on", named) == ("on", {"enabled": True}, {})
+    assert f.parse_variant("off+tok256", named) == ("off", {"enabled": False}, {"max_num_batched_tokens": 256})
+    assert f.parse_variant("on@adaptive", named) == ("on@adaptive", {"enabled": True, "dispatch_limit": None}, {})
+    assert f.parse_variant("on@8+pace0+tok512", named) == (
+        "on@8", {"enabled": True, "dispatch_limit": 8, "max_prefilling_per_tenant": None},
+        {"max_num_batched_tokens": 512})
+    assert named["on"] == {"enabled": True}  # a suffix changes the variant's copy only
+    f.parse_variant("on+pace1", named)
+    assert named["on"] == {"enabled": True}
+    with pytest.raises(SystemExit, match="unknown suffix"):
+        f.parse_variant("on@8+fast", named)
