@@ -36,13 +36,13 @@ logger = logging.getLogger(__name__)
 
 
 async def engine_replicas(engine) -> list[dict]:
-    """Every Engine replica as its last routing stats reported it (up to stats_period_s old);
-    before this ingress has routed anything, the one replica a call reaches, asked now."""
-    statuses = replica_statuses()
-    if statuses:
-        return statuses
-    status = await engine.replica_status()
-    return [status] if isinstance(status, dict) else []
+    """Every Engine replica: the one a call reaches, asked now, and the others as their last
+    routing stats reported them (up to routing.stats_period_s old; each carries reported_at)."""
+    statuses = {s["replica_id"]: s for s in replica_statuses()}
+    live = await engine.replica_status()
+    if isinstance(live, dict):
+        statuses[live.get("replica_id")] = live
+    return [statuses[k] for k in sorted(statuses, key=str)]
 
 
 def build_ingress_app(

@@ -208,6 +208,9 @@ def test_admin_replicas_lists_each_engine_replica_behind_the_admin_token(service
     # Before this ingress has routed anything: the one replica a call reaches, asked now.
     monkeypatch.setattr(served_keys, "_LAST_STATUS", {})
     assert client.get("/admin/replicas", headers=AUTH).json() == {"object": "list", "data": [status]}
-    # Then: every replica, as its routing stats last reported it.
-    monkeypatch.setattr(served_keys, "_LAST_STATUS", {"r2": {**status, "replica_id": "r2"}, "r1": status})
-    assert [r["replica_id"] for r in client.get("/admin/replicas", headers=AUTH).json()["data"]] == ["r1", "r2"]
+    # Then: every replica as its routing stats last reported it, but the one a call reaches as
+    # it is now (r1's last report still had nothing queued).
+    monkeypatch.setattr(served_keys, "_LAST_STATUS", {"r2": {**status, "replica_id": "r2"},
+                                                      "r1": {**status, "queued": 0, "reported_at": 0.5}})
+    data = client.get("/admin/replicas", headers=AUTH).json()["data"]
+    assert [(r["replica_id"], r["queued"], r["reported_at"]) for r in data] == [("r1", 3, 1.0), ("r2", 3, 1.0)]
