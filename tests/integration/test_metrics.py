@@ -98,7 +98,11 @@ def test_every_replica_exports_per_tenant_metrics_that_agree_with_the_ledger(
             want = {k: sums[k] for k in ("prompt", "cached", "completion", "requests")} | {"ttft": sums["requests"]}
             if got != want:
                 return None
-        if not total(samples, c.REFUSALS.exported, tenant=c_id, reason="429:rate_limit_requests"):
+        # Each refusal is counted by the ingress replica that made it, and the two publish on
+        # their own clocks: wait for all three, not only the first.
+        if not (total(samples, c.REFUSALS.exported, tenant=c_id, reason="429:rate_limit_requests")
+                and total(samples, c.REFUSALS.exported, tenant=c.UNKNOWN, reason="401")
+                and total(samples, c.REFUSALS.exported, tenant=a_id, reason="404")):
             return None
         # Every metric is there, under the name Ray exports it by (a process that started late,
         # like the limiter actor, shows its series at its first export period, not at once).
