@@ -8,7 +8,8 @@ Each variant is its own `serve run` of the shipped config (fresh database and sp
 bench/loadtest/targets.py): `off` (fair_queue.enabled: false), `on` (the shipped fair_queue),
 `on@max_num_seqs` (dispatch_limit = max_num_seqs; the goodput table only), `on@N` (dispatch_limit
 N, or `adaptive`: unset; the noisy-neighbour and priority-flood scenarios only); a variant may add
-`+paceK` (max_prefilling_per_tenant K, 0 for none) and `+tokK` (the engine's max_num_batched_tokens). --goodput-only: every variant the goodput scenario only.
+`+paceK` (max_prefilling_per_tenant K, 0 for none) and `+tokK` (the engine's
+max_num_batched_tokens K). --goodput-only: every variant the goodput scenario only.
 With --out, what ran is also written to FILE.json after each variant.
 The config adds one plan, `heavy` (weight 2), for the weights scenario. Prompts are ShareGPT
 openings (bench/fairness.py); every request makes exactly max_tokens (ignore_eos).

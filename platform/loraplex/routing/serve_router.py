@@ -52,6 +52,8 @@ _HOLDERS_ATTR = "_loraplex_holders"
 _ERROR_LOG_INTERVAL_S = 60.0
 # A choice not sent within this long (its request was cancelled) stops counting as load.
 _CHOSEN_TTL_S = 2.0
+
+
 class TenantAffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
     # No FIFOMixin: a replica chosen for a request's key must go to that request, not to
     # whichever request waits longest.
