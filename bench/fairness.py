@@ -79,23 +79,26 @@ class Platform:
         return Spec(next(self._index), tenant, max_tokens, prompts.next())
 
 
-def parse_variant(name: str, named: dict[str, dict]) -> tuple[str, dict, dict]:
-    """A variant's name -> (its base name, fair_queue overrides, engine overrides). The base is
-    one of `named` (e.g. "off", "on") or on@N: the queue at dispatch_limit N (`adaptive`: unset).
-    Suffixes: +paceK max_prefilling_per_tenant K (0: none); +tokK the engine's
-    max_num_batched_tokens K."""
+def parse_variant(name: str, named: dict[str, dict]) -> tuple[str, dict, dict, dict]:
+    """A variant's name -> (its base name, fair_queue overrides, engine overrides, environment of
+    the app's replicas). The base is one of `named` (e.g. "off", "on") or on@N: the queue at
+    dispatch_limit N (`adaptive`: unset). Suffixes: +paceK max_prefilling_per_tenant K (0: none);
+    +tokK the engine's max_num_batched_tokens K; +mpK VLLM_ENABLE_V1_MULTIPROCESSING=K (1: vLLM's
+    own worker process on CPU, engine/cpu_backend.py)."""
     base, *extras = name.split("+")
     fixed = base.removeprefix("on@")
     queue = dict(named.get(base) or {"enabled": True, "dispatch_limit": None if fixed == "adaptive" else int(fixed)})
-    engine = {}
+    engine, env = {}, {}
     for extra in extras:
         if extra.startswith("pace"):
             queue["max_prefilling_per_tenant"] = int(extra[4:]) or None
         elif extra.startswith("tok"):
             engine["max_num_batched_tokens"] = int(extra[3:])
+        elif extra in ("mp0", "mp1"):
+            env["VLLM_ENABLE_V1_MULTIPROCESSING"] = extra[2:]
         else:
-            raise SystemExit(f"variant {name}: unknown suffix +{extra} (use +paceK or +tokK)")
-    return base, queue, engine
+            raise SystemExit(f"variant {name}: unknown suffix +{extra} (use +paceK, +tokK or +mp0/+mp1)")
+    return base, queue, engine, env
 
 
 GRACE_S = 45.0  # after a phase's end, how long its requests may still run before they are cut

@@ -8,8 +8,9 @@ Each variant is its own `serve run` of the shipped config (fresh database and sp
 bench/loadtest/targets.py): `off` (fair_queue.enabled: false), `on` (the shipped fair_queue),
 `on@max_num_seqs` (dispatch_limit = max_num_seqs; the goodput table only), `on@N` (dispatch_limit
 N, or `adaptive`: unset; the noisy-neighbour and priority-flood scenarios only); a variant may add
-`+paceK` (max_prefilling_per_tenant K, 0 for none) and `+tokK` (the engine's
-max_num_batched_tokens K). --goodput-only: every variant the goodput scenario only.
+`+paceK` (max_prefilling_per_tenant K, 0 for none), `+tokK` (the engine's
+max_num_batched_tokens K) and `+mp0`/`+mp1` (VLLM_ENABLE_V1_MULTIPROCESSING, the app's runtime_env).
+--goodput-only: every variant the goodput scenario only.
 With --out, what ran is also written to FILE.json after each variant.
 The config adds one plan, `heavy` (weight 2), for the weights scenario. Prompts are ShareGPT
 openings (bench/fairness.py); every request makes exactly max_tokens (ignore_eos).
@@ -56,8 +57,10 @@ from bench.loadtest.targets import start_platform  # noqa: E402
 MODEL = "SmolLM2-135M-Instruct"
 
 
-def variant_config(tmp: Path, fair_queue: dict, engine: dict | None = None) -> Path:
+def variant_config(tmp: Path, fair_queue: dict, engine: dict | None = None, env: dict | None = None) -> Path:
     doc = yaml.safe_load((ROOT / "serve_config.yaml").read_text())
+    if env:  # the app's runtime_env: every replica of it, and the vLLM processes they start
+        doc["applications"][0].setdefault("runtime_env", {}).setdefault("env_vars", {}).update(env)
     args = doc["applications"][0]["args"]
     args["engine"].update(engine or {})
     args["engine"]["model"] = str((ROOT / args["engine"]["model"]).resolve())
@@ -272,9 +275,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-fairness-") as tmp:
         tmp = Path(tmp)
         for name in args.variants.split(","):
-            base, queue, engine = f.parse_variant(name, variants)
+            base, queue, engine, env = f.parse_variant(name, variants)
             print(f"variant {name}: serve run ... ({queue}, engine {engine})", flush=True)
-            with start_platform(variant_config(tmp, queue, engine), args.port, tmp) as (url, token):
+            with start_platform(variant_config(tmp, queue, engine, env), args.port, tmp) as (url, token):
                 platform = f.Platform(url, token, MODEL)
                 capacity = runs.get("off", {}).get("capacity_rps")
                 if base == "on@max_num_seqs" or args.goodput_only:

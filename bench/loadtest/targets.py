@@ -34,6 +34,7 @@ import yaml
 from bench.loadtest.client import Target
 from bench.processes import port_in_use, start_marked, stop_marked
 from bench.serve_run import ServeRun
+from loraplex.engine.cpu_backend import CPU_BACKEND_ENV
 
 
 
@@ -210,9 +211,8 @@ def start_bare_vllm(engine_cfg, port: int, log_dir: Path, workload, adapter_arch
         extra = {}
         if omp_threads and "OMP_NUM_THREADS" not in os.environ:
             extra["OMP_NUM_THREADS"] = str(omp_threads)  # what Ray gives an actor with num_cpus
-        if "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
-            # What the Engine replica sets on the CPU backend (vllm_engine.unpin_cpu_workers).
-            extra["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
+        # What the Engine replica sets on the CPU backend (engine/cpu_backend.py), unless set here.
+        extra.update({k: v for k, v in CPU_BACKEND_ENV.items() if k not in os.environ})
         mark = (RUN_MARK, uuid.uuid4().hex)
         proc = start_marked(argv, mark=mark, log_path=log_path, env=extra, log_header=" ".join(argv))
         try:

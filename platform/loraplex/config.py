@@ -52,12 +52,16 @@ class SheddingConfig(BaseModel):
     enabled: bool = Field(True, description="Refuse new work when the replica is overloaded.")
     shed_requests: int = Field(
         48, ge=0,
-        description="Requests in flight on a replica (running + waiting in vLLM) at which "
-        "priority-0 requests are refused. Above max_num_seqs they wait: this bounds the wait.",
+        description="Requests in vLLM on a replica (running + waiting there) at which priority-0 "
+        "requests are refused. With the fair queue on, vLLM holds only what the queue dispatched (at "
+        "most max_num_seqs) and the queue bounds the rest (fair_queue.max_queued, refused by share): "
+        "the default 48 is then never reached on the CPU profile; set it below max_num_seqs to refuse "
+        "low priorities before the batch is full (a value at or above it is refused as unreachable).",
     )
     max_requests: int = Field(
-        128, ge=0, description="Requests in flight at which every request is refused (priority 100); "
-        "priorities in between are refused at a linear share of the way.",
+        128, ge=0, description="Requests in vLLM at which every request is refused (priority 100); "
+        "priorities in between are refused at a linear share of the way. Above max_num_seqs with the "
+        "fair queue on: the top priority is never refused by count.",
     )
     requests_by_priority: Optional[dict[int, int]] = Field(
         None,
@@ -564,6 +568,20 @@ class PlatformConfig(BaseModel):
     @classmethod
     def _allow_none(cls, value: Any) -> Any:
         return {} if value is None else value
+
+    @model_validator(mode="after")
+    def _shedding_reachable(self) -> "PlatformConfig":
+        """With the fair queue on, vLLM holds at most max_num_seqs of a replica's requests: a
+        priority-0 count threshold set at or above it would be stored and never act."""
+        shedding, seqs = self.engine_deployment.shedding, self.engine.max_num_seqs
+        if (self.engine_deployment.fair_queue.enabled and "shed_requests" in shedding.model_fields_set
+                and shedding.requests_by_priority is None and shedding.shed_requests >= seqs):
+            raise ValueError(
+                f"engine_deployment.shedding.shed_requests={shedding.shed_requests} can never be reached: with "
+                f"fair_queue on, vLLM holds at most max_num_seqs={seqs} of a replica's requests and the queue "
+                "holds the rest. Set it below max_num_seqs to refuse priority 0 before the batch is full, or "
+                "bound the queue with engine_deployment.fair_queue.max_queued instead.")
+        return self
 
     @classmethod
     def from_args(cls, args: Optional[dict[str, Any]]) -> "PlatformConfig":

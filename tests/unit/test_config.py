@@ -77,3 +77,17 @@ def test_empty_args_give_the_cpu_defaults():
     platform = PlatformConfig.from_args(None)
     assert platform.engine.model == "models/SmolLM2-135M-Instruct"
     assert platform.engine_deployment.num_replicas == 1
+
+
+def test_a_shed_threshold_the_fair_queue_makes_unreachable_is_refused_with_the_fix():
+    # With the fair queue on, vLLM holds at most max_num_seqs of a replica's requests: 384 of 256
+    # would be stored and never shed anyone (the GPU profile had it).
+    too_high = {"engine": {"max_num_seqs": 256},
+                "engine_deployment": {"shedding": {"shed_requests": 384, "max_requests": 1024}}}
+    with pytest.raises(ValidationError, match="shed_requests=384 can never be reached.*fair_queue.max_queued"):
+        PlatformConfig.from_args(too_high)
+    PlatformConfig.from_args({"engine": {"max_num_seqs": 4},  # below: priority 0 refused before the batch fills
+                              "engine_deployment": {"shedding": {"shed_requests": 1, "max_requests": 64}}})
+    too_high["engine_deployment"]["fair_queue"] = {"enabled": False}  # vLLM's own waiting queue: reachable
+    PlatformConfig.from_args(too_high)
+    PlatformConfig.from_args({})  # the default 48 was not the operator's choice

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import time
 import uuid
 from typing import TYPE_CHECKING, Any, AsyncIterator, Union
@@ -26,6 +25,7 @@ from vllm.entrypoints.serve.engine.protocol import ErrorResponse
 from vllm.exceptions import VLLMClientError
 from vllm.utils.argparse_utils import FlexibleArgumentParser
 
+from loraplex.engine.cpu_backend import set_cpu_backend_env
 from loraplex.engine.loaded_adapters import AdapterGone, LoadedAdapters
 from loraplex.engine.lora_residency import EXTENSION, RPC, LoRAResidency
 from loraplex.engine.orphan_guard import start_guard
@@ -43,29 +43,6 @@ _STATUS_OF_FINISH = {"stop": "stop", "length": "length", "abort": "aborted"}
 
 
 _SSE_ERROR = 'data: {"error"'
-_CPU_BIND = "VLLM_CPU_OMP_THREADS_BIND"
-
-
-def unpin_cpu_workers(environ=os.environ, is_cpu: bool | None = None) -> bool:
-    """On vLLM's CPU backend, let the OS place this replica's model threads unless the operator
-    chose a binding: returns whether it set VLLM_CPU_OMP_THREADS_BIND=nobind.
-
-    vLLM's default ("auto") binds the model's threads to the same cores in every engine of a
-    node (all but the last): two Engine replicas on one node then time-slice one core while
-    the other idles (measured on 2 cores: 1.9x the throughput with nobind, docs/benchmarks.md).
-    An operator who gives each replica its own cores sets the variable in the replica's
-    runtime_env (or the environment `serve run` starts in) and it is left alone.
-    """
-    if _CPU_BIND in environ:
-        return False
-    if is_cpu is None:
-        from vllm.platforms import current_platform
-
-        is_cpu = current_platform.is_cpu()
-    if not is_cpu:
-        return False
-    environ[_CPU_BIND] = "nobind"  # EngineCore and its worker inherit it when vLLM spawns them
-    return True
 
 
 def _in_band_error(chunk: str) -> EngineError:
@@ -102,9 +79,9 @@ class VLLMEngine:
     async def start(self) -> None:
         # Before vLLM forks EngineCore: if this replica is killed, the guard kills EngineCore.
         self._orphan_guard = start_guard()
-        if unpin_cpu_workers():
-            logger.info("vLLM CPU backend: %s=nobind (the OS places the model's threads; set it to "
-                        "bind them yourself)", _CPU_BIND)
+        added = set_cpu_backend_env()
+        if added:  # docs/operations.md: set either in the replica's runtime_env to choose yourself
+            logger.info("vLLM CPU backend: %s", " ".join(f"{k}={v}" for k, v in added.items()))
         args = self.config.engine_args()
         if self.config.enable_lora:  # lists vLLM's GPU slots (lora_residency), unless the operator has one
             args.setdefault("worker_extension_cls", EXTENSION)

@@ -41,12 +41,12 @@ def test_served_before_counts_only_what_streamed_before_the_arrivals_ended():
 
 def test_a_variant_name_sets_the_queue_and_engine_it_runs():
     named = {"off": {"enabled": False}, "on": {"enabled": True}}
-    assert f.parse_variant("on", named) == ("on", {"enabled": True}, {})
-    assert f.parse_variant("off+tok256", named) == ("off", {"enabled": False}, {"max_num_batched_tokens": 256})
-    assert f.parse_variant("on@adaptive", named) == ("on@adaptive", {"enabled": True, "dispatch_limit": None}, {})
-    assert f.parse_variant("on@8+pace0+tok512", named) == (
+    assert f.parse_variant("on", named) == ("on", {"enabled": True}, {}, {})
+    assert f.parse_variant("off+tok256", named) == ("off", {"enabled": False}, {"max_num_batched_tokens": 256}, {})
+    assert f.parse_variant("on@adaptive", named) == ("on@adaptive", {"enabled": True, "dispatch_limit": None}, {}, {})
+    assert f.parse_variant("on@8+pace0+tok512+mp1", named) == (
         "on@8", {"enabled": True, "dispatch_limit": 8, "max_prefilling_per_tenant": None},
-        {"max_num_batched_tokens": 512})
+        {"max_num_batched_tokens": 512}, {"VLLM_ENABLE_V1_MULTIPROCESSING": "1"})
     assert named["on"] == {"enabled": True}  # a suffix changes the variant's copy only
     f.parse_variant("on+pace1", named)
     assert named["on"] == {"enabled": True}
