@@ -36,6 +36,14 @@ class LimiterActor:
     def ready(self) -> str:
         return self.core.epoch
 
+    def configure(self, database_url: str | None, budget_cache_s: float, on_unavailable: str) -> None:
+        """The settings of the ingress replicas calling now. The actor is detached and outlives a
+        `serve deploy` that changes them (its constructor runs only when it is first created), so
+        every replica sends its own when it first looks the actor up; the limits' state stays."""
+        if database_url != self.database_url:
+            self.database_url, self._db = database_url, None  # the next budget read opens the new one
+        self.budget_cache_s, self.on_unavailable = budget_cache_s, on_unavailable
+
     async def acquire(self, tenant: str, holder: str, limits: dict, need: dict, want: dict,
                       deadline: float | None = None):
         if "budget" in limits:

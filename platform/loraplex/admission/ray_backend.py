@@ -1,7 +1,8 @@
 """RayBackend: the shared limiter state in named Ray actors, one per shard of tenants.
 
 The first ingress replica to call creates a shard's actor (`get_if_exists`, detached, num_cpus=0,
-named after the Serve app, in the replica's namespace); every replica then calls the same one.
+named after the Serve app, in the replica's namespace); every replica then calls the same one,
+after sending it its settings (the database, budget_cache_s, on_unavailable: LimiterActor.configure).
 An actor that died is looked up again (or recreated empty) at once and the call retried; only
 when that fails too does the admission fail open (or closed, by config). Calls that time out
 grant nothing (they carry a deadline the actor checks).
@@ -46,10 +47,14 @@ class RayBackend:
 
             from loraplex.admission.actor import LimiterActor
 
-            self.handles[shard] = ray.remote(LimiterActor).options(
+            handle = ray.remote(LimiterActor).options(
                 name=actor_name(self.app_name, shard), namespace=self.namespace, get_if_exists=True,
                 lifetime="detached", num_cpus=0, max_concurrency=1000,
             ).remote(self.database_url, self.budget_cache_s, on_unavailable=self.on_unavailable)
+            # An actor that already existed kept its constructor's settings: send ours (a deploy
+            # may have changed them); calls from one caller run in order, so before our acquires.
+            handle.configure.remote(self.database_url, self.budget_cache_s, self.on_unavailable)
+            self.handles[shard] = handle
         return self.handles[shard]
 
     async def acquire(self, tenant, holder, limits, need, want):
