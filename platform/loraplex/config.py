@@ -8,7 +8,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from loraplex.accounting.config import AccountingConfig
+from loraplex.accounting.config import DEFAULT_PLAN, AccountingConfig
 from loraplex.console.config import ConsoleConfig
 from loraplex.metrics.config import MetricsConfig
 from loraplex.routing.config import RoutingConfig
@@ -130,7 +130,8 @@ class FairQueueConfig(BaseModel):
         2, ge=0,
         description="Slots above the dispatch limit (never above max_num_seqs) that only a tenant "
         "running fewer than its weighted share of the limit (at least 1: one with nothing running) "
-        "may take: its request starts at once instead of waiting for another tenant's slot to free.",
+        "may take: its request starts at once instead of waiting for another tenant's slot to free. "
+        "None while the limit is at max_num_seqs (an adaptive limit may get there): vLLM's batch is full.",
     )
     max_queued: int = Field(
         24, ge=1,
@@ -164,8 +165,9 @@ class FairQueueConfig(BaseModel):
         description="How the dispatch limit adapts when dispatch_limit is None.",
     )
 
-# The service-level objectives the alert rules and the dashboard are generated from. Nothing in
-# the replicas reads them: `python -m loraplex.observability` turns them (with the rest of
+# The service-level objectives the alert rules and the dashboard are generated from. Replicas
+# read only the TTFT/TPOT targets (the adaptive dispatch limit's, PlatformConfig.for_replicas, and
+# GET /admin/latency's): `python -m loraplex.observability` turns them (with the rest of
 # PlatformConfig: replica counts, prices) into Prometheus rules and a Grafana dashboard, so the
 # targets live in serve_config.yaml once and the alerts never drift from them. Pick latency
 # targets on a bucket boundary of the latency histograms: P95 is interpolated inside a bucket.
@@ -262,8 +264,19 @@ class EngineConfig(BaseModel):
     )
     engine_kwargs: dict[str, Any] = Field(
         default_factory=dict,
-        description="Any other vllm AsyncEngineArgs field, passed through unchanged.",
+        description="Any other vllm AsyncEngineArgs field, passed through unchanged. A field this "
+        "config has (max_num_seqs, max_loras, ...) is refused here: the platform reads its own "
+        "(the fair queue's cap, the pin limit, the model id), so vLLM and it would disagree.",
     )
+
+    @field_validator("engine_kwargs")
+    @classmethod
+    def _no_typed_fields(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
+        typed = sorted(k for k in kwargs if k in cls.model_fields and k != "engine_kwargs")
+        if typed:
+            raise ValueError(f"engine_kwargs sets {', '.join(typed)}: set engine.{typed[0]} (and the others) "
+                             "directly, where the platform reads them too")
+        return kwargs
 
     @property
     def model_id(self) -> str:
@@ -329,7 +342,8 @@ class EngineDeploymentConfig(BaseModel):
         64, gt=0, description="Requests Serve sends one replica at once before queueing."
     )
     health_check_period_s: float = Field(
-        10.0, gt=0, description="How often Serve probes each replica with a 1-token generation."
+        10.0, gt=0, description="How often Serve runs each replica's health check: a 1-token generation, "
+        "skipped while the engine made progress within ready_probe_max_age_s / 2."
     )
     health_check_timeout_s: float = Field(
         60.0, gt=0, description="A probe slower than this marks the replica unhealthy."
@@ -341,7 +355,9 @@ class EngineDeploymentConfig(BaseModel):
         "database and exits. Requests still running then are cut (and billed for what they made).",
     )
     ready_probe_max_age_s: float = Field(
-        30.0, gt=0, description="/readyz accepts a replica whose last real generation is this fresh."
+        30.0, gt=0, description="The health check probes an engine that made no progress (a token "
+        "generated, or a probe) for half this long; a busy engine is not probed, since a probe waits "
+        "behind its queued prefills. GET /readyz always runs a probe."
     )
     stream_window_s: float = Field(
         0.05, ge=0,
@@ -582,6 +598,11 @@ class PlatformConfig(BaseModel):
                 "holds the rest. Set it below max_num_seqs to refuse priority 0 before the batch is full, or "
                 "bound the queue with engine_deployment.fair_queue.max_queued instead.")
         return self
+
+    def plan_names(self) -> set[str]:
+        """The plans a tenant may be put on: those with limits (tenancy.plans) or prices
+        (accounting.pricing.plans), and the default."""
+        return {DEFAULT_PLAN, *self.tenancy.plans, *self.accounting.pricing.plans}
 
     @classmethod
     def from_args(cls, args: Optional[dict[str, Any]]) -> "PlatformConfig":

@@ -91,3 +91,10 @@ def test_a_shed_threshold_the_fair_queue_makes_unreachable_is_refused_with_the_f
     too_high["engine_deployment"]["fair_queue"] = {"enabled": False}  # vLLM's own waiting queue: reachable
     PlatformConfig.from_args(too_high)
     PlatformConfig.from_args({})  # the default 48 was not the operator's choice
+
+
+def test_engine_kwargs_may_not_shadow_a_typed_engine_field():
+    # The fair queue caps dispatch at engine.max_num_seqs: vLLM must not get another value.
+    with pytest.raises(ValidationError, match="engine_kwargs sets max_num_seqs: set engine.max_num_seqs"):
+        EngineConfig(engine_kwargs={"max_num_seqs": 64, "enforce_eager": True})
+    assert EngineConfig(engine_kwargs={"enforce_eager": True}).engine_args()["enforce_eager"] is True

@@ -19,7 +19,9 @@ class ServedPlatform:
     def deployments(self) -> dict[str, int]:
         """The deployments' names in Serve (loraplex.app) and how many replicas each should
         have at least: `deployments:` wins over `args` (as in Serve), autoscaling its minimum."""
-        built = {"Engine": self.config.engine_deployment.num_replicas, "Ingress": self.config.ingress.num_replicas}
+        engine = self.config.engine_deployment
+        built = {"Engine": int(engine.autoscaling.get("min_replicas", 1)) if engine.autoscaling else engine.num_replicas,
+                 "Ingress": self.config.ingress.num_replicas}
         for name in built:
             entry = self.overrides.get(name) or {}
             autoscaling = entry.get("autoscaling_config")

@@ -68,8 +68,9 @@ class RoutingConfig(BaseModel):
     )
     output_tokens: int = Field(
         128, gt=0,
-        description="Completion tokens assumed for pending-token counts when a request sets no "
-        "max_tokens.",
+        description="Completion tokens assumed for pending-token counts (ReplicaView.pending_tokens) "
+        "when a request sets no max_tokens. Only a policy that weighs pending tokens reads them: none "
+        "of the built-in ones does (e.g. 'bench.routing.baselines:LeastPendingTokensPolicy' does).",
     )
     policy_options: dict[str, Any] = Field(
         default_factory=dict,

@@ -17,7 +17,8 @@ from loraplex.db.migrations import Migration
 from loraplex.db.types import UTCDateTime
 
 class TenantLimits(BaseModel):
-    """A missing or null limit means unlimited; suspend the tenant to block it entirely."""
+    """A missing or null limit means the plan's (unlimited when the plan sets none, `over`);
+    suspend the tenant to block it entirely."""
 
     # Unknown keys are refused: a typo like "request_per_minute" would otherwise be silently unlimited.
     model_config = ConfigDict(extra="forbid")
@@ -77,7 +78,8 @@ class TenantUpdate(BaseModel):
     plan: Optional[str] = Field(None, min_length=1, max_length=64, description="New pricing plan name.")
     limits: Optional[dict[str, Any]] = Field(
         None,
-        description="Limits to change; keys left out keep their value, a null value clears that limit.",
+        description="Limits to change; keys left out keep their value, a null value clears the tenant's "
+        "own (the plan's applies again, unlimited if the plan sets none).",
     )
     status: Optional[Literal["active", "suspended"]] = Field(
         None, description="'suspended' refuses the tenant's keys with 403 from the next request on; "

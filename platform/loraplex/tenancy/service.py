@@ -77,10 +77,13 @@ def check_key_format(bearer_key: Optional[str]) -> None:
 
 class TenantService:
     def __init__(self, engine: Engine, run_migrations: bool = True,
-                 plans: Optional[dict[str, TenantLimits]] = None):
+                 plans: Optional[dict[str, TenantLimits]] = None, known_plans: Optional[set[str]] = None):
         self.engine = engine
         # Plan name -> default limits (TenancyConfig.plans); applied to principals, not stored.
         self.plans = plans or {}
+        # Plan names a tenant may be put on (limits or prices configured); None: any. A typo
+        # would otherwise be stored and silently give the default plan's limits and prices.
+        self.known_plans = known_plans
         if run_migrations:
             migrate(engine, MIGRATIONS)
 
@@ -91,6 +94,7 @@ class TenantService:
     # -- tenants ------------------------------------------------------------------------------
     def create_tenant(self, name: str, plan: str = DEFAULT_PLAN, limits: TenantLimits | dict | None = None) -> Tenant:
         body = _validated(TenantCreate, {"name": name, "plan": plan, "limits": _as_dict(limits)})
+        self._check_plan(body.plan)
         now = _now()
         row = {"id": new_id("ten"), "name": body.name, "plan": body.plan, "limits": body.limits.model_dump(),
                "status": "active", "created_at": now, "updated_at": now}
@@ -102,6 +106,11 @@ class TenantService:
         except IntegrityError as e:  # a concurrent create of the same name won the race
             raise _duplicate(body.name) from e
         return _tenant(row)
+
+    def _check_plan(self, plan: str) -> None:
+        if self.known_plans is not None and plan not in self.known_plans:
+            raise InvalidTenantField(f"plan: unknown plan {plan!r}; configured: {', '.join(sorted(self.known_plans))}. "
+                                     "Add it under tenancy.plans (limits, weight) or accounting.pricing.plans (prices)")
 
     def list_tenants(self) -> list[Tenant]:
         with self.engine.connect() as conn:
@@ -120,6 +129,8 @@ class TenantService:
                       status: Optional[str] = None) -> Tenant:
         """Change the plan, some limits (see TenantUpdate), or suspend / reactivate."""
         body = _validated(TenantUpdate, {"plan": plan, "limits": _as_dict(limits), "status": status})
+        if body.plan is not None:
+            self._check_plan(body.plan)
         with self._write() as conn:
             current = _tenant(self._tenant_row(conn, tenant_id, for_update=True)._mapping)
             changes: dict[str, Any] = {}
@@ -244,11 +255,12 @@ class Tenancy:
             self.keys = KeyCache(self.service)
 
     @classmethod
-    def from_config(cls, cfg: TenancyConfig, engine: Engine) -> "Tenancy":
-        """`engine`: make_engine(PlatformConfig.database_url), shared with registry and accounting."""
+    def from_config(cls, cfg: TenancyConfig, engine: Engine, known_plans: Optional[set[str]] = None) -> "Tenancy":
+        """`engine`: make_engine(PlatformConfig.database_url), shared with registry and accounting;
+        `known_plans`: the plan names tenants may be put on (None: any)."""
         from loraplex.tenancy.key_cache import KeyCache
 
-        service = TenantService(engine, plans=cfg.plan_limits())
+        service = TenantService(engine, plans=cfg.plan_limits(), known_plans=known_plans)
         return cls(service=service, admin_token=cfg.resolved_admin_token(), keys=KeyCache(service, cfg.key_cache))
 
 

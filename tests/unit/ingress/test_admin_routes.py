@@ -195,6 +195,21 @@ def test_a_tenant_shows_its_own_limits_and_the_effective_ones_over_its_plan(tmp_
     engine.dispose()
 
 
+def test_a_plan_with_neither_limits_nor_prices_is_refused_with_the_configured_ones(tmp_path):
+    # A typo ("por") would be stored and silently give the default plan's limits and prices.
+    config = PlatformConfig.from_args({"tenancy": {"admin_token": ADMIN, "plans": {"pro": {"limits": {"requests_per_minute": 600}}}}})
+    engine = make_engine(f"sqlite:///{tmp_path}/plans.db")
+    client = build(Tenancy.from_config(config.tenancy, engine, known_plans=config.plan_names()))
+    error = error_of(client.post("/admin/tenants", headers=AUTH, json={"name": "acme", "plan": "por"}), 400)
+    assert "unknown plan 'por'; configured: default, pro" in error["message"]
+    created = client.post("/admin/tenants", headers=AUTH, json={"name": "acme", "plan": "pro"})
+    assert created.status_code == 201, created.text
+    tenant = created.json()["id"]
+    error_of(client.patch(f"/admin/tenants/{tenant}", headers=AUTH, json={"plan": "por"}), 400)
+    assert client.patch(f"/admin/tenants/{tenant}", headers=AUTH, json={"plan": "default"}).status_code == 200
+    engine.dispose()
+
+
 def test_admin_replicas_lists_each_engine_replica_behind_the_admin_token(service, monkeypatch):
     from loraplex.routing import served_keys
 

@@ -18,3 +18,10 @@ applications:
   - {name: app, import_path: loraplex.app:build_app, args: {engine_deployment: {num_replicas: 5}}}
 """)
     assert load_served(config).deployments() == {"Engine": 5, "Ingress": 1}
+    config.write_text("""
+applications:
+  - name: app
+    import_path: loraplex.app:build_app
+    args: {engine_deployment: {autoscaling: {min_replicas: 3, max_replicas: 6}}}
+""")
+    assert load_served(config).deployments() == {"Engine": 3, "Ingress": 1}  # the args' autoscaling minimum
