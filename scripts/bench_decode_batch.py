@@ -33,6 +33,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "platform"))
 BATCHES = (1, 2, 4, 5, 6, 8, 9, 10, 12, 16)
+LIMITS = (4, 5, 8, 9)  # dispatch limits N whose N + 1 is in BATCHES
 
 
 def random_adapter(base: str, out: Path, seed: int) -> Path:
@@ -87,13 +88,13 @@ def main() -> None:
         print(f"| {b} | {ms:.1f} | {b * 1000 / ms:.1f} | {ms / base[1]:.2f}x |")
     print("\n| dispatch limit N | light request's decode beside N (step(N+1) / step(1)) "
           "| backlogged tenant's share of alone (N/(N+1) x tok/s(N+1) / tok/s(N)) |\n|---:|---:|---:|")
-    for n in (4, 5, 8, 9):
-        if n in base and n + 1 in base:
-            keep = (n / (n + 1)) * ((n + 1) / base[n + 1]) / (n / base[n])
-            print(f"| {n} | {base[n + 1] / base[1]:.2f}x | {keep:.2f}x |")
+    # W keeps N of the N+1 sequences: (N/(N+1)) x tok/s(N+1) / tok/s(N) = step(N) / step(N+1).
+    kept = {n: base[n] / base[n + 1] for n in LIMITS}
+    for n in LIMITS:
+        print(f"| {n} | {base[n + 1] / base[1]:.2f}x | {kept[n]:.2f}x |")
 
     # A light tenant's request costs the others its prompt too: a ShareGPT opening is ~130 tokens
-    # with the chat template (bench/fairness.py's prompts). Its prefill, beside 8 decoding ones:
+    # with the chat template (bench/fairness.py's prompts). Its prefill, timed alone:
     long_prompt = " ".join(f"word{i}" for i in range(args.prompt_tokens // 3))  # ~3 tokens a word
     one = SamplingParams(max_tokens=1, temperature=0)
     n_tokens = len(llm.get_tokenizer()(long_prompt)["input_ids"])
@@ -102,13 +103,12 @@ def main() -> None:
     # What the prompt adds to the step it rides in (a step of the batch runs anyway).
     prefill_ms = (time.perf_counter() - t) / 4 * 1000 - base[1]
     every_s = 2.0
+    prefill_share = prefill_ms / 1000 / every_s
     print(f"\nprefill of a {n_tokens}-token prompt, beyond a decode step: {prefill_ms:.0f} ms; one every "
-          f"{every_s:.0f} s takes {prefill_ms / 10 / every_s:.0f} % of the engine's time")
+          f"{every_s:.0f} s takes {prefill_share:.0%} of the engine's time")
     print("| dispatch limit N | backlogged tenant's share of alone, after the light tenant's prefills |\n|---:|---:|")
-    for n in (4, 5, 8, 9):
-        if n in base and n + 1 in base:
-            keep = (n / base[n + 1]) / (n / base[n]) * (1 - prefill_ms / 1000 / every_s)
-            print(f"| {n} | {keep:.2f}x |")
+    for n in LIMITS:
+        print(f"| {n} | {kept[n] * (1 - prefill_share):.2f}x |")
 
     requests = [LoRARequest(f"a{i}", i + 1, str(path)) for i, path in enumerate(adapters)]
     print("\n| batch | adapters | step ms | out tok/s | vs base |\n|---:|---|---:|---:|---:|")

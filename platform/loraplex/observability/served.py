@@ -20,16 +20,18 @@ class ServedPlatform:
         """The deployments' names in Serve (loraplex.app) and how many replicas each should
         have at least: `deployments:` wins over `args` (as in Serve), autoscaling its minimum."""
         engine = self.config.engine_deployment
-        built = {"Engine": int(engine.autoscaling.get("min_replicas", 1)) if engine.autoscaling else engine.num_replicas,
+        built = {"Engine": _at_least(engine.num_replicas, engine.autoscaling),
                  "Ingress": self.config.ingress.num_replicas}
         for name in built:
             entry = self.overrides.get(name) or {}
-            autoscaling = entry.get("autoscaling_config")
-            if isinstance(autoscaling, dict):
-                built[name] = int(autoscaling.get("min_replicas", 1))
-            elif isinstance(entry.get("num_replicas"), int):
-                built[name] = entry["num_replicas"]
+            count = entry.get("num_replicas")
+            built[name] = _at_least(count if isinstance(count, int) else built[name], entry.get("autoscaling_config"))
         return built
+
+
+def _at_least(num_replicas: int, autoscaling) -> int:
+    """Replicas a deployment has at least: its autoscaling minimum, else its fixed count."""
+    return int(autoscaling.get("min_replicas", 1)) if isinstance(autoscaling, dict) else num_replicas
 
 
 def load_served(path: str | Path) -> ServedPlatform:
