@@ -82,8 +82,9 @@ class TenantUpdate(BaseModel):
         "own (the plan's applies again, unlimited if the plan sets none).",
     )
     status: Optional[Literal["active", "suspended"]] = Field(
-        None, description="'suspended' refuses the tenant's keys with 403 from the next request on; "
-        "'active' reactivates it.",
+        None, description="'suspended' refuses the tenant's keys with 403: from the next request on the "
+        "ingress replica that served the change, on every other one within tenancy.key_cache.refresh_s; "
+        "'active' reactivates it (within the same bound).",
     )
 
 

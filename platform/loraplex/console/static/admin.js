@@ -97,7 +97,7 @@ async function createTenant(event) {
 async function setStatus(tenant, status) {
   const message = $("#tenants-message");
   if (status === "suspended" && !(await confirmAction(
-    `Suspend ${tenant.name}? Its keys get 403 from the next request on.`, "Suspend"))) return;
+    `Suspend ${tenant.name}? Its keys get 403 within seconds on every ingress replica (tenancy.key_cache.refresh_s).`, "Suspend"))) return;
   try {
     await session.send("PATCH", `/admin/tenants/${encodeURIComponent(tenant.id)}`, { status });
     say(message, `${tenant.name} is ${status}.`, "ok");
