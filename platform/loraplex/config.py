@@ -26,10 +26,20 @@ class AdaptiveLimitConfig(BaseModel):
         description="The lowest the adaptive limit falls (at most max_num_seqs): on an engine that "
         "misses its targets even at small batches (a loaded CPU), backing off to 1 runs one request "
         "at a time and cuts throughput without meeting the targets either.")
-    ttft_s: Optional[float] = Field(
-        None, gt=0, description="Target time from dispatch to first token; None: the `slo:` ttft_p95_s.")
     tpot_s: Optional[float] = Field(
-        None, gt=0, description="Target time per output token; None: the `slo:` tpot_p95_s.")
+        None, gt=0, description="Target time per output token, the one latency the limit follows; None: the "
+        "`slo:` tpot_p95_s. Time to first token is not judged: while requests queue, a smaller batch moves "
+        "their wait from vLLM's prefill into the queue, it does not shorten it (docs/operations.md).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_ttft_target(cls, data):
+        if isinstance(data, dict) and "ttft_s" in data:
+            raise ValueError(
+                "fair_queue.adaptive.ttft_s is no longer read: the adaptive dispatch limit follows time per "
+                "output token only (a smaller batch does not shorten time to first token while requests "
+                "queue; docs/operations.md). Remove it; set adaptive.tpot_s or slo.tpot_p95_s instead.")
+        return data
     window: int = Field(20, ge=1, description="Finished requests per decision to raise or lower the limit.")
     window_s: Optional[float] = Field(
         10.0, gt=0, description="A decision is also taken this many seconds into a window once it holds a report "
@@ -166,8 +176,8 @@ class FairQueueConfig(BaseModel):
     )
 
 # The service-level objectives the alert rules and the dashboard are generated from. Replicas
-# read only the TTFT/TPOT targets (the adaptive dispatch limit's, PlatformConfig.for_replicas, and
-# GET /admin/latency's): `python -m loraplex.observability` turns them (with the rest of
+# read only the TPOT target (the adaptive dispatch limit's, PlatformConfig.for_replicas) and the
+# ingress the TTFT/TPOT targets (GET /admin/latency's): `python -m loraplex.observability` turns them (with the rest of
 # PlatformConfig: replica counts, prices) into Prometheus rules and a Grafana dashboard, so the
 # targets live in serve_config.yaml once and the alerts never drift from them. Pick latency
 # targets on a bucket boundary of the latency histograms: P95 is interpolated inside a bucket.
@@ -558,7 +568,7 @@ class PlatformConfig(BaseModel):
         default_factory=SloConfig,
         description="Service-level objectives and alert thresholds: read by the alert-rule and "
         "dashboard generators (`python -m loraplex.observability`) and, for TTFT/TPOT, by GET "
-        "/admin/latency (the console's latency panel); Engine replicas get only the TTFT/TPOT targets, "
+        "/admin/latency (the console's latency panel); Engine replicas get only the TPOT target, "
         "copied into the fair queue's adaptive dispatch limit (for_replicas).",
     )
 
@@ -610,17 +620,15 @@ class PlatformConfig(BaseModel):
 
     def for_replicas(self) -> "PlatformConfig":
         """What replicas are built with: without the replica counts and the SLOs (but for the
-        TTFT/TPOT targets of the fair queue's adaptive limit, copied into it), so their init
+        TPOT target of the fair queue's adaptive limit, copied into it), so their init
         args do not differ by them (the Ingress gets the SLO back, for GET /admin/latency:
         loraplex/app.py). (A `serve deploy` of changed
         `args` replaces every replica anyway, since Serve hashes `args` into the app's version:
         scale through `deployments:`, and after an `slo:` change only regenerate the rules.)"""
         deployment = self.engine_deployment
         queue = deployment.fair_queue
-        # The one `slo:` figure replicas use: the adaptive dispatch limit's latency targets.
-        adaptive = queue.adaptive.model_copy(update={
-            "ttft_s": queue.adaptive.ttft_s or self.slo.ttft_p95_s,
-            "tpot_s": queue.adaptive.tpot_s or self.slo.tpot_p95_s})
+        # The one `slo:` figure replicas use: the adaptive dispatch limit's TPOT target.
+        adaptive = queue.adaptive.model_copy(update={"tpot_s": queue.adaptive.tpot_s or self.slo.tpot_p95_s})
         return self.model_copy(update={
             "engine_deployment": deployment.model_copy(update={
                 "num_replicas": 1, "autoscaling": None,

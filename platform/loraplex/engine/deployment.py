@@ -113,9 +113,8 @@ class Engine:
         max_num_seqs = config.engine.max_num_seqs
         if fq.dispatch_limit is not None:
             limit = FixedLimit(min(fq.dispatch_limit, max_num_seqs))
-        else:  # targets: the queue's own, else the `slo:` ones (copied in by for_replicas)
-            slo = config.slo
-            limit = AdaptiveLimit(fq.adaptive, max_num_seqs, slo.ttft_p95_s, slo.tpot_p95_s)
+        else:  # its TPOT target: the queue's own, else the `slo:` one (copied in by for_replicas)
+            limit = AdaptiveLimit(fq.adaptive, max_num_seqs, config.slo.tpot_p95_s)
         return FairQueue(fq, limit, max_num_seqs)
 
     async def generate(self, call: EngineCall, request) -> AsyncIterator[EngineChunk | EngineError]:
@@ -145,7 +144,6 @@ class Engine:
             if entry.state == "refused":
                 yield self._queue_refusal(entry)
                 return
-        dispatched_at = time.time()
         self.in_flight += 1
         usage = RequestUsage(replica_id=self.replica_id)
         if entry is not None:  # its tenant's next request may start now (prefill pacing)
@@ -200,7 +198,7 @@ class Engine:
                 self._meter(call, usage)
             if entry is not None:
                 self._charge(entry, usage, charged)
-                self._slot_freed(entry, usage, dispatched_at)
+                self._slot_freed(entry, usage)
 
     # -- the fair queue: thin glue over loraplex/engine/fair_queue.py ----------------------------
     async def _wait_for_slot(self, call: EngineCall) -> Entry:
@@ -241,15 +239,13 @@ class Engine:
             self.fair_queue.charge(entry.tenant, prompt, completion, entry.weight)
             charged[0], charged[1] = usage.prompt_tokens, usage.completion_tokens
 
-    def _slot_freed(self, entry: Entry, usage: RequestUsage, dispatched_at: float) -> None:
-        """Free the request's slot; feed its latencies in vLLM to the adaptive limit."""
+    def _slot_freed(self, entry: Entry, usage: RequestUsage) -> None:
+        """Free the request's slot; feed its time per output token in vLLM to the adaptive limit."""
         queue = self.fair_queue
         if usage.status in ("stop", "length") and usage.first_token_time is not None:
-            # From vLLM's first scheduling of it (else dispatch): prefill time, not waiting time.
-            ttft = usage.first_token_time - max(usage.scheduled_time or dispatched_at, dispatched_at)
             n = usage.longest_output()
-            tpot = ((usage.finish_time or time.time()) - usage.first_token_time) / (n - 1) if n > 1 else None
-            queue.limit.observe(ttft, tpot)
+            if n > 1:
+                queue.limit.observe(((usage.finish_time or time.time()) - usage.first_token_time) / (n - 1))
         queue.finish(entry)  # dispatches the next ones, under the (maybe new) limit
 
     async def record_routing_stats(self) -> dict[str, Any]:

@@ -1,14 +1,20 @@
 """AdaptiveLimit: the fair queue's dispatch limit, sized to the SLO by AIMD.
 
-Each finished request reports the latency vLLM gave it (time to first token from vLLM's first
-scheduling of it, and time per output token). Every `window` such reports the limit is judged,
-or sooner, `window_s` into a window that holds a report per slot:
-more than `slow_share` of them over a target (the p95 objectives) -> multiply the limit by
-`backoff` (at least `min_limit`); otherwise, if the limit was reached during the window (there was more
-work than slots), add 1 (at most max_num_seqs), or double it until the first lowering (`slow_start`). Queue wait is left out on purpose: it is the
-fair queue's doing, and counting it would shrink the limit exactly when a backlog needs slots;
-the caller measures TTFT from when vLLM first scheduled the request, so vLLM's own waiting
-queue is left out too (it only grows when the limit is already too high, which TPOT shows).
+Each finished request reports its time per output token (TPOT) in vLLM. Every `window` such
+reports the limit is judged, or sooner, `window_s` into a window that holds a report per slot:
+more than `slow_share` of them over the target (the p95 objective) -> multiply the limit by
+`backoff` (at least `min_limit`); otherwise, if the limit was reached during the window (there
+was more work than slots), add 1 (at most max_num_seqs), or double it until the first lowering
+(`slow_start`).
+
+Only TPOT, because it is the latency the batch size sets: each decode step carries every
+dispatched request. Time to first token is not the limit's to fix. While requests queue, a
+smaller limit only moves their wait from vLLM's prefill into this queue, and the queue wait is
+part of the TTFT a client sees: one tenant with 16 requests in flight lost half its goodput to
+a limit that backed off on vLLM-side TTFT misses (docs/benchmarks.md). Those misses come from
+prompts prefilled together (a closed loop's requests end and refill together), which prefill
+pacing (`max_prefilling_per_tenant`) and capacity address. The queue wait itself is left out
+too: counting it would shrink the limit exactly when a backlog needs slots.
 """
 
 from __future__ import annotations
@@ -21,12 +27,11 @@ from loraplex.config import AdaptiveLimitConfig  # noqa: F401, E402  (config mod
 
 
 class AdaptiveLimit:
-    def __init__(self, config: AdaptiveLimitConfig, max_limit: int, ttft_s: float, tpot_s: float,
+    def __init__(self, config: AdaptiveLimitConfig, max_limit: int, tpot_s: float,
                  clock: Callable[[], float] = time.monotonic):
         self.config = config
         self.clock = clock
         self.max_limit = max_limit
-        self.ttft_s = config.ttft_s or ttft_s
         self.tpot_s = config.tpot_s or tpot_s
         self.min_limit = min(config.min_limit, max_limit)
         self.value = min(max(config.initial, self.min_limit), max_limit)
@@ -42,12 +47,13 @@ class AdaptiveLimit:
         """The limit was reached (a request had to queue): there is demand for more slots."""
         self._saturated = True
 
-    def observe(self, ttft_s: Optional[float], tpot_s: Optional[float]) -> bool:
-        """One finished request's latencies (None: not measured); True if the limit changed."""
-        if ttft_s is None and tpot_s is None:
+    def observe(self, tpot_s: Optional[float]) -> bool:
+        """One finished request's time per output token (None: fewer than two tokens, not
+        measured); True if the limit changed."""
+        if tpot_s is None:
             return False
         self._seen += 1
-        if (ttft_s is not None and ttft_s > self.ttft_s) or (tpot_s is not None and tpot_s > self.tpot_s):
+        if tpot_s > self.tpot_s:
             self._slow += 1
         timed_out = (self.config.window_s is not None and self._seen >= min(self.config.window, self.value)
                      and self.clock() - self._window_started >= self.config.window_s)
@@ -75,5 +81,5 @@ class FixedLimit:
     def saw_full(self) -> None:
         pass
 
-    def observe(self, ttft_s, tpot_s) -> bool:
+    def observe(self, tpot_s) -> bool:
         return False

@@ -127,9 +127,9 @@ async def test_the_replica_status_shows_the_queue(make):
     await asyncio.gather(*tasks)
 
 
-def test_the_adaptive_limit_is_fed_ttft_from_vllms_schedule_time_not_from_dispatch():
-    # Time spent waiting in vLLM's own queue is not the batch's prefill cost: counting it would
-    # shrink the limit for waits the limit did not cause.
+def test_the_adaptive_limit_is_fed_each_finished_requests_tpot_only():
+    # TPOT is what the batch size sets; TTFT is not fed (a limit judged on it backed off on a
+    # closed loop's refills and turned their wait into queue wait: dispatch_limit.py).
     from loraplex.config import PlatformConfig
     from loraplex.contract import RequestUsage
     from loraplex.engine.deployment import Engine
@@ -138,13 +138,15 @@ def test_the_adaptive_limit_is_fed_ttft_from_vllms_schedule_time_not_from_dispat
     replica = Engine.__new__(Engine)
     replica.fair_queue = Engine._fair_queue(PlatformConfig.from_args({}))  # adaptive: no dispatch_limit
     seen = []
-    replica.fair_queue.limit.observe = lambda ttft, tpot: seen.append((ttft, tpot))
-    entry = Entry("ten_a")
-    replica.fair_queue.submit(entry)
-    usage = RequestUsage(status="stop", completion_tokens=11, scheduled_time=103.0,
-                         first_token_time=103.5, finish_time=104.5)
-    replica._slot_freed(entry, usage, dispatched_at=100.0)
-    assert seen == [(pytest.approx(0.5), pytest.approx(0.1))]
+    replica.fair_queue.limit.observe = seen.append
+    for tokens, status in ((11, "stop"), (1, "length"), (11, "abort")):
+        entry = Entry("ten_a")
+        replica.fair_queue.submit(entry)
+        usage = RequestUsage(status=status, completion_tokens=tokens, scheduled_time=103.0,
+                             first_token_time=103.5, finish_time=104.5)
+        replica._slot_freed(entry, usage)
+    # 10 tokens after the first in 1 s; a one-token request has no TPOT; an aborted one is not judged
+    assert seen == [pytest.approx(0.1)]
     assert replica.fair_queue.running == 0
 
 

@@ -232,86 +232,104 @@ def test_dispatch_limit_bounds_what_runs():
 
 def test_adaptive_limit_rises_while_within_the_slo_and_falls_when_not():
     limit = AdaptiveLimit(AdaptiveLimitConfig(initial=4, window=4, min_limit=1, slow_start=False), max_limit=6,
-                          ttft_s=1.0, tpot_s=0.1)
+                          tpot_s=0.1)
     for _ in range(4):
-        limit.observe(0.5, 0.05)
+        limit.observe(0.05)
     assert limit() == 4  # no demand for more slots: no rise
     for _ in range(3):
         limit.saw_full()
         for _ in range(4):
-            limit.observe(0.5, 0.05)
+            limit.observe(0.05)
     assert limit() == 6  # +1 per window, capped at max_num_seqs
     for _ in range(4):
-        limit.observe(0.5, 0.2)  # TPOT over its target
+        limit.observe(0.2)  # TPOT over its target
     assert limit() == 4  # floor(6 * 0.75)
     for _ in range(8):
-        limit.observe(3.0, 0.05)  # TTFT over
+        limit.observe(0.2)
     assert limit() == 2
     for _ in range(40):
-        limit.observe(3.0, None)
+        limit.observe(0.2)
     assert limit() == 1  # never below min_limit (1 here)
+    for _ in range(40):
+        limit.observe(None)  # a one-token request has no TPOT: not a report
+    assert limit() == 1
+
+
+def test_adaptive_limit_follows_tpot_not_ttft():
+    """A closed loop's refills push vLLM's TTFT over the target whatever the batch; the limit
+    judged on it backed off and turned the wait into queue wait (half the goodput): gone."""
+    import pydantic
+
+    limit = AdaptiveLimit(AdaptiveLimitConfig(initial=4, window=2), max_limit=32, tpot_s=0.1)
+    for _ in range(3):
+        limit.saw_full()
+        limit.observe(0.05)
+        limit.observe(0.05)
+    assert limit() == 32  # within TPOT, demand for slots: 4 -> 8 -> 16 -> 32
+    with pytest.raises(pydantic.ValidationError, match="ttft_s is no longer read"):
+        AdaptiveLimitConfig(ttft_s=2.5)
 
 
 def test_adaptive_limit_doubles_until_it_is_first_lowered_then_adds_one():
-    limit = AdaptiveLimit(AdaptiveLimitConfig(initial=4, window=2), max_limit=256, ttft_s=1.0, tpot_s=0.1)
+    limit = AdaptiveLimit(AdaptiveLimitConfig(initial=4, window=2), max_limit=256, tpot_s=0.1)
 
     def window(tpot_s):
         limit.saw_full()
         for _ in range(2):
-            limit.observe(0.5, tpot_s)
+            limit.observe(tpot_s)
         return limit()
     assert [window(0.05) for _ in range(3)] == [8, 16, 32]  # slow start
     assert window(0.2) == 24  # over the target: lowered, slow start over
     assert [window(0.05) for _ in range(2)] == [25, 26]
     assert [window(0.05) for _ in range(10)][-1] == 36
-    capped = AdaptiveLimit(AdaptiveLimitConfig(initial=4, window=1), max_limit=6, ttft_s=1.0, tpot_s=0.1)
+    capped = AdaptiveLimit(AdaptiveLimitConfig(initial=4, window=1), max_limit=6, tpot_s=0.1)
     capped.saw_full()
-    capped.observe(0.5, 0.05)
+    capped.observe(0.05)
     assert capped() == 6  # doubling stops at max_num_seqs
 
 
 def test_adaptive_limit_decides_after_window_s_once_each_slot_reported():
     clock = Clock()
     limit = AdaptiveLimit(AdaptiveLimitConfig(initial=4, window=20, window_s=10.0), max_limit=32,
-                          ttft_s=1.0, tpot_s=0.1, clock=clock)
+                          tpot_s=0.1, clock=clock)
     limit.saw_full()
     for _ in range(4):
-        limit.observe(0.5, 0.05)
+        limit.observe(0.05)
     assert limit() == 4  # a report per slot, but not yet window_s into the window
     clock.now += 10.0
-    limit.observe(0.5, 0.05)
+    limit.observe(0.05)
     assert limit() == 8  # 10 s and 5 reports >= the limit of 4: judged (slow start doubles)
     clock.now += 10.0
     limit.saw_full()
     for _ in range(7):
-        limit.observe(0.5, 0.05)
+        limit.observe(0.05)
     assert limit() == 8  # 10 s, but fewer reports than the 8 slots
-    limit.observe(0.5, 0.05)
+    limit.observe(0.05)
     assert limit() == 16
     untimed = AdaptiveLimit(AdaptiveLimitConfig(initial=4, window=20, window_s=None), max_limit=32,
-                            ttft_s=1.0, tpot_s=0.1, clock=clock)
+                            tpot_s=0.1, clock=clock)
     untimed.saw_full()
     clock.now += 100.0
     for _ in range(19):
-        untimed.observe(0.5, 0.05)
+        untimed.observe(0.05)
     assert untimed() == 4  # window_s None: 20 reports or nothing
 
 
 def test_adaptive_limit_targets_override_the_slo():
-    limit = AdaptiveLimit(AdaptiveLimitConfig(initial=4, window=1, tpot_s=0.5), max_limit=8, ttft_s=1.0, tpot_s=0.1)
-    limit.observe(0.5, 0.3)  # over the slo's 0.1, within the config's 0.5
+    limit = AdaptiveLimit(AdaptiveLimitConfig(initial=4, window=1, tpot_s=0.5), max_limit=8, tpot_s=0.1)
+    limit.observe(0.3)  # over the slo's 0.1, within the config's 0.5
     assert limit() == 4
-    limit.observe(0.5, 0.6)
+    limit.observe(0.6)
     assert limit() == 3
 
 
 def test_queue_dispatches_more_when_the_limit_rises():
-    limit = AdaptiveLimit(AdaptiveLimitConfig(initial=1, window=1, min_limit=1), max_limit=4, ttft_s=1.0, tpot_s=1.0)
+    limit = AdaptiveLimit(AdaptiveLimitConfig(initial=1, window=1, min_limit=1), max_limit=4, tpot_s=1.0)
     q, _ = make(limit=limit)
     for _ in range(3):
         q.submit(entry("a"))
     assert q.running == 1
-    assert limit.observe(0.1, 0.1)  # saw_full was called when the others queued
+    assert limit.observe(0.1)  # saw_full was called when the others queued
     q.pump()
     assert q.running == 2
 
@@ -433,11 +451,11 @@ def test_shedding_uses_the_priority_not_the_aged_tier():
 
 
 def test_adaptive_limit_never_falls_below_its_floor():
-    limit = AdaptiveLimit(AdaptiveLimitConfig(initial=4, window=1, min_limit=3), max_limit=8, ttft_s=1.0, tpot_s=0.1)
+    limit = AdaptiveLimit(AdaptiveLimitConfig(initial=4, window=1, min_limit=3), max_limit=8, tpot_s=0.1)
     for _ in range(10):
-        limit.observe(5.0, 1.0)
+        limit.observe(1.0)
     assert limit() == 3
-    capped = AdaptiveLimit(AdaptiveLimitConfig(initial=1, min_limit=6), max_limit=4, ttft_s=1.0, tpot_s=0.1)
+    capped = AdaptiveLimit(AdaptiveLimitConfig(initial=1, min_limit=6), max_limit=4, tpot_s=0.1)
     assert capped() == 4  # the floor is at most max_num_seqs; the start at least the floor
 
 

@@ -33,11 +33,10 @@ def test_replicas_never_see_the_alerts_so_retuning_one_restarts_nothing():
 
 def test_replicas_get_the_latency_targets_in_the_fair_queues_adaptive_limit():
     a = PlatformConfig.from_args({"slo": {"ttft_p95_s": 1.0, "tpot_p95_s": 0.2}}).for_replicas()
-    adaptive = a.engine_deployment.fair_queue.adaptive
-    assert (adaptive.ttft_s, adaptive.tpot_s) == (1.0, 0.2)
-    own = PlatformConfig.from_args({"slo": {"ttft_p95_s": 1.0}, "engine_deployment": {
-        "fair_queue": {"adaptive": {"ttft_s": 3.0}}}}).for_replicas()
-    assert own.engine_deployment.fair_queue.adaptive.ttft_s == 3.0  # the queue's own target wins
+    assert a.engine_deployment.fair_queue.adaptive.tpot_s == 0.2
+    own = PlatformConfig.from_args({"slo": {"tpot_p95_s": 0.2}, "engine_deployment": {
+        "fair_queue": {"adaptive": {"tpot_s": 0.5}}}}).for_replicas()
+    assert own.engine_deployment.fair_queue.adaptive.tpot_s == 0.5  # the queue's own target wins
 
 
 def test_bad_targets_are_refused():
