@@ -270,7 +270,7 @@ async def queue_cost_us(requests: int = 20000, tenants: int = 20, limit: int = 8
             usage = RequestUsage(prompt_tokens=100, completion_tokens=50, status="stop",
                                  first_token_time=time.time(), finish_time=time.time())
             replica._charge(entry, usage, [0, 0])
-            replica._slot_freed(entry, usage, time.time())
+            replica._slot_freed(entry, usage)
 
     async def run(queued: bool) -> float:
         started = time.perf_counter()
