@@ -20,7 +20,12 @@ from loraplex.tenancy.config import TenancyConfig
 class AdaptiveLimitConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    initial: int = Field(4, ge=1, description="The adaptive dispatch limit at start.")
+    initial: Optional[int] = Field(
+        None, ge=1,
+        description="The adaptive dispatch limit at start. None: max_num_seqs, so a new replica serves "
+        "as vLLM alone would until its TPOT says otherwise (started at 4, a CPU replica queued a "
+        "tenant's 16 requests for the ~25 s slow start took to reach 16; a smaller start then "
+        "doubles per window, `slow_start`).")
     min_limit: int = Field(
         2, ge=1,
         description="The lowest the adaptive limit falls (at most max_num_seqs): on an engine that "
@@ -50,8 +55,8 @@ class AdaptiveLimitConfig(BaseModel):
     backoff: float = Field(0.75, gt=0, lt=1, description="The limit is multiplied by this when lowered.")
     slow_start: bool = Field(
         True, description="Until the limit is first lowered, a window within the targets with demand for "
-        "more slots doubles it (TCP's slow start) instead of adding 1: from 4 to a GPU's 256 in 6 windows, "
-        "not 252, and on a slow CPU to a batch the SLO allows within a minute, not ten.")
+        "more slots doubles it (TCP's slow start) instead of adding 1: from an `initial` of 4 to a GPU's 256 in "
+        "6 windows, not 252, and on a slow CPU to a batch the SLO allows within a minute, not ten.")
 
 
 class SheddingConfig(BaseModel):

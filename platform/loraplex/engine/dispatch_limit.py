@@ -34,7 +34,7 @@ class AdaptiveLimit:
         self.max_limit = max_limit
         self.tpot_s = config.tpot_s or tpot_s
         self.min_limit = min(config.min_limit, max_limit)
-        self.value = min(max(config.initial, self.min_limit), max_limit)
+        self.value = min(max(config.initial or max_limit, self.min_limit), max_limit)
         self._seen = self._slow = 0
         self._saturated = False
         self._starting = config.slow_start  # doubling until the first lowering

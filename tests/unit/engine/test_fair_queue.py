@@ -270,6 +270,14 @@ def test_adaptive_limit_follows_tpot_not_ttft():
         AdaptiveLimitConfig(ttft_s=2.5)
 
 
+def test_adaptive_limit_starts_where_vllm_alone_would_and_backs_off_on_tpot():
+    limit = AdaptiveLimit(AdaptiveLimitConfig(window=2), max_limit=32, tpot_s=0.1)
+    assert limit() == 32  # initial None: max_num_seqs
+    limit.observe(0.2)
+    limit.observe(0.2)
+    assert limit() == 24
+
+
 def test_adaptive_limit_doubles_until_it_is_first_lowered_then_adds_one():
     limit = AdaptiveLimit(AdaptiveLimitConfig(initial=4, window=2), max_limit=256, tpot_s=0.1)
 
