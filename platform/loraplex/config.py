@@ -146,6 +146,8 @@ class FairQueueConfig(BaseModel):
         description="Slots above the dispatch limit (never above max_num_seqs) that only a tenant "
         "running fewer than its weighted share of the limit (at least 1: one with nothing running) "
         "may take: its request starts at once instead of waiting for another tenant's slot to free. "
+        "While its tenant has nothing queued it does not count against the limit, so a backlogged "
+        "tenant keeps all of the limit's slots beside it. "
         "None while the limit is at max_num_seqs (an adaptive limit may get there): vLLM's batch is full.",
     )
     max_queued: int = Field(

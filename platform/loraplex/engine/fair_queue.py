@@ -14,10 +14,16 @@ wait here, one FIFO per tenant. When a slot frees:
   generated), divided by its plan's `weight`. A tenant that becomes backlogged has its counter
   lifted to the lowest counter of the active tenants (queued or running), so idle time earns
   no credit to burst with later;
-- reserved slots (`newcomer_slots` above the limit, never above max_num_seqs): a tenant running
-  fewer than its share of the limit (limit x its weight / the active tenants' weights, rounded
-  down; at least 1, so a tenant with nothing running always qualifies) may take one, so a light
-  tenant does not wait for another tenant's long request to free a slot. Its share, not just
+- reserved slots (`newcomer_slots` beside the limit, never above max_num_seqs in all): when the
+  limit's slots are taken, a tenant running fewer than its share of the limit (limit x its
+  weight / the active tenants' weights, rounded down; at least 1, so a tenant with nothing
+  running always qualifies) may take one, so a light tenant does not wait for another tenant's
+  long request to free a slot. While its tenant has nothing queued, a request in a reserved slot
+  does not count against the limit: the slot a backlogged tenant's request frees is refilled
+  while a light tenant's request runs beside them. (Counted against the limit, the light
+  tenant's requests took the backlogged one's slots as they freed: 1 of its 8 on average in the
+  noisy-neighbour shape, and it lost that share of its throughput.) Once its tenant queues too,
+  it counts again, so tenants that are all backlogged share the limit, not limit + reserve. Its share, not just
   "nothing running": a tenant sending one short request every 2 s has two or three in flight
   under load, and if only its first could take a reserved slot the others waited for the heavy
   tenant's slot turnover (a 96-token request holds a slot ~20 s on this CPU: ~3 s per free slot
@@ -73,6 +79,7 @@ class Entry:
     enqueued_at: float = 0.0
     dispatched_at: Optional[float] = None
     prefilling: bool = False  # dispatched, its first token not out yet (first_token() ends it)
+    reserved: bool = False  # dispatched into a reserved slot (not counted against the limit)
 
 
 @dataclass
@@ -81,6 +88,7 @@ class _Tenant:
     queue: deque = field(default_factory=deque)
     running: int = 0
     prefilling: int = 0  # of the running: dispatched, no first token yet
+    reserved: int = 0  # of the running: dispatched into a reserved slot
     weight: float = 1.0  # its plan's, from its latest request
     # Since it became active: requests dispatched and the seconds they waited here in total (what
     # /admin/replicas shows: a tenant's TTFT spent in this queue rather than in vLLM).
@@ -103,6 +111,7 @@ class FairQueue:
         self.backlog: dict[str, _Tenant] = {}
         self.active: dict[str, _Tenant] = {}
         self.running = 0
+        self.reserved = 0  # of the running: in reserved slots
         self.queued = 0
         # No queued request has a deadline before this (wall clock): expire() skips its scan till then.
         self._next_deadline = float("inf")
@@ -119,7 +128,7 @@ class FairQueue:
         if not t.queue and has_slot and not self._paced(entry.tenant, t):  # it starts now (its deadline: the engine's)
             if not t.running:
                 self._lift(entry.tenant)
-            return self._dispatch(entry, t)
+            return self._dispatch(entry, t, self._slots()[1])
         if self._expired(entry):  # it would have to wait, too close to its deadline to start
             return self._refuse(entry, "queue_deadline")
         if not t.queue:
@@ -146,6 +155,8 @@ class FairQueue:
             self.running -= 1
             t = self.tenants[entry.tenant]
             t.running -= 1
+            self.reserved -= entry.reserved
+            t.reserved -= entry.reserved
             if entry.prefilling:
                 entry.prefilling = False
                 t.prefilling -= 1
@@ -177,12 +188,13 @@ class FairQueue:
             name = self._next()
             if name is None:
                 return
+            reserved = self._slots()[1]  # as _next judged it: with `name` still backlogged
             t = self.backlog[name]
             entry = t.queue.popleft()
             self.queued -= 1
             if not t.queue:
                 del self.backlog[name]
-            self._dispatch(entry, t)
+            self._dispatch(entry, t, reserved)
 
     def expire(self) -> None:
         """Refuse every queued request too close to its deadline to start."""
@@ -198,12 +210,21 @@ class FairQueue:
                     self._next_deadline = min(self._next_deadline, entry.deadline)
 
     # -- the choices -----------------------------------------------------------------------------
-    def _has_slot(self, t: _Tenant) -> bool:
+    def _slots(self) -> tuple[int, bool]:
+        """(the limit now, whether only a reserved slot can be free): the limit counts every
+        running request but those in reserved slots of tenants with nothing queued."""
         limit = min(self.limit(), self.max_num_seqs)
-        if self.running < limit:
+        light = self.reserved - (sum(t.reserved for t in self.backlog.values()) if self.reserved else 0)
+        return limit, not (self.running - light < limit and self.running < self.max_num_seqs)
+
+    def _reserve_free(self, limit: int) -> bool:
+        return self.running < min(limit + self.config.newcomer_slots, self.max_num_seqs)
+
+    def _has_slot(self, t: _Tenant) -> bool:
+        limit, reserved_only = self._slots()
+        if not reserved_only:
             return True
-        reserve = min(limit + self.config.newcomer_slots, self.max_num_seqs)
-        return self.running < reserve and self._under_share(t, limit, self._active_weight(t))
+        return self._reserve_free(limit) and self._under_share(t, limit, self._active_weight(t))
 
     def _paced(self, name: str, t: _Tenant) -> bool:
         """Held by its own prefills, while another tenant is active: pacing protects the others'
@@ -227,12 +248,8 @@ class FairQueue:
         return min(max(entry.priority, 0), TOP_TIER)
 
     def _next(self) -> Optional[str]:
-        limit = min(self.limit(), self.max_num_seqs)
-        if self.running < limit:
-            newcomers_only = False
-        elif self.running < min(limit + self.config.newcomer_slots, self.max_num_seqs):
-            newcomers_only = True  # only a tenant under its share may take a reserved slot
-        else:
+        limit, newcomers_only = self._slots()  # newcomers_only: only a tenant under its share may go
+        if newcomers_only and not self._reserve_free(limit):
             return None
         weight = sum(a.weight for a in self.active.values()) if newcomers_only else 0.0
         best, best_key = None, None  # by tier, then VTC
@@ -292,9 +309,12 @@ class FairQueue:
         return entry.deadline is not None and self.wall() >= entry.deadline - self.config.deadline_margin_s
 
     # -- bookkeeping -----------------------------------------------------------------------------
-    def _dispatch(self, entry: Entry, t: _Tenant) -> None:
+    def _dispatch(self, entry: Entry, t: _Tenant, reserved: bool) -> None:
         if entry.state == "queued":
             t.queue_wait_s += self.clock() - entry.enqueued_at
+        entry.reserved = reserved
+        self.reserved += entry.reserved
+        t.reserved += entry.reserved
         entry.state, entry.dispatched_at = "running", self.clock()
         entry.prefilling = True
         self.running += 1

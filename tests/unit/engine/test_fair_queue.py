@@ -496,7 +496,27 @@ def test_a_light_tenant_never_waits_in_the_queue_behind_a_backlogged_one():
     r = run([Sender("w", 96, workers=48), Sender("m", 16, every=int(2 / STEP_S))], steps=2400)
     assert len(r.waits["m"]) >= 295 and max(r.waits["m"]) == 0.0
     assert r.refused["m"] == 0
-    assert r.tokens["w"] > 0.75 * sum(r.running)  # W keeps everything M does not use
+    # W keeps every slot of the limit (M's requests ride in reserved slots beside it): W's 96
+    # tokens per request are its slot-steps, so its tokens per step are the slots it holds.
+    assert r.tokens["w"] / len(r.running) >= 0.99 * shipped_queue()[0]["dispatch_limit"]
+
+
+def test_a_backlogged_tenant_refills_its_slot_while_a_light_one_runs_in_the_reserve():
+    q, _ = make(limit=4, max_num_seqs=8, newcomer_slots=2)
+    order = []
+    for _ in range(6):
+        q.submit(entry("w", order))
+    m = entry("m")
+    q.submit(m)
+    assert m.state == "running" and m.reserved and q.running == 5
+    q.finish(order[0])
+    assert q.tenants["w"].running == 4 and q.running == 5  # not 3: m's request is beside the limit
+    q.submit(entry("m"))
+    q.submit(third := entry("m"))  # the reserve is spent: m queues, and its reserved ones count again
+    assert third.state == "queued" and q.running == 6
+    q.finish(order[1])
+    q.finish(order[2])  # both backlogged: m's two count against the limit of 4, w is not refilled
+    assert third.state == "queued" and q.tenants["w"].running == 2 and q.running == 4
 
 
 def test_only_a_tenant_under_its_share_takes_a_reserved_slot():
