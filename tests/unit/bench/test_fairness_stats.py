@@ -52,3 +52,10 @@ def test_a_variant_name_sets_the_queue_and_engine_it_runs():
     assert named["on"] == {"enabled": True}
     with pytest.raises(SystemExit, match="unknown suffix"):
         f.parse_variant("on@8+fast", named)
+
+
+async def test_queue_cost_runs_the_engines_real_queue_glue():
+    # It calls the Engine replica's private queue glue: a renamed or re-signed method breaks the
+    # benchmark only at its end, after 25 minutes, unless this catches it first.
+    cost = await f.queue_cost_us(requests=72, tenants=4)
+    assert cost["requests"] == 72 and cost["on_us"] > 0
