@@ -36,15 +36,6 @@ class AdaptiveLimitConfig(BaseModel):
         "`slo:` tpot_p95_s. Time to first token is not judged: while requests queue, a smaller batch moves "
         "their wait from vLLM's prefill into the queue, it does not shorten it (docs/operations.md).")
 
-    @model_validator(mode="before")
-    @classmethod
-    def _no_ttft_target(cls, data):
-        if isinstance(data, dict) and "ttft_s" in data:
-            raise ValueError(
-                "fair_queue.adaptive.ttft_s is no longer read: the adaptive dispatch limit follows time per "
-                "output token only (a smaller batch does not shorten time to first token while requests "
-                "queue; docs/operations.md). Remove it; set adaptive.tpot_s or slo.tpot_p95_s instead.")
-        return data
     window: int = Field(20, ge=1, description="Finished requests per decision to raise or lower the limit.")
     window_s: Optional[float] = Field(
         10.0, gt=0, description="A decision is also taken this many seconds into a window once it holds a report "
@@ -57,6 +48,16 @@ class AdaptiveLimitConfig(BaseModel):
         True, description="Until the limit is first lowered, a window within the targets with demand for "
         "more slots doubles it (TCP's slow start) instead of adding 1: from an `initial` of 4 to a GPU's 256 in "
         "6 windows, not 252, and on a slow CPU to a batch the SLO allows within a minute, not ten.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_ttft_target(cls, data):
+        if isinstance(data, dict) and "ttft_s" in data:
+            raise ValueError(
+                "fair_queue.adaptive.ttft_s is no longer read: the adaptive dispatch limit follows time per "
+                "output token only (a smaller batch does not shorten time to first token while requests "
+                "queue; docs/operations.md). Remove it; set adaptive.tpot_s or slo.tpot_p95_s instead.")
+        return data
 
 
 class SheddingConfig(BaseModel):

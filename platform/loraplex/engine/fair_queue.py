@@ -124,11 +124,11 @@ class FairQueue:
         self.expire()
         t = self.tenants.setdefault(entry.tenant, _Tenant())
         t.weight = entry.weight
-        has_slot = self._has_slot(t)
-        if not t.queue and has_slot and not self._paced(entry.tenant, t):  # it starts now (its deadline: the engine's)
+        slot = self._slot_for(t)  # None: none free; else whether it is a reserved one
+        if not t.queue and slot is not None and not self._paced(entry.tenant, t):  # it starts now (its deadline: the engine's)
             if not t.running:
                 self._lift(entry.tenant)
-            return self._dispatch(entry, t, self._slots()[1])
+            return self._dispatch(entry, t, slot)
         if self._expired(entry):  # it would have to wait, too close to its deadline to start
             return self._refuse(entry, "queue_deadline")
         if not t.queue:
@@ -139,7 +139,7 @@ class FairQueue:
                 return self._refuse(entry, "fair_share")
             self._remove(victim)
             self._refuse(victim, "fair_share")
-        if not has_slot:  # the limit held it (not its tenant's pacing): what the adaptive limit hears
+        if slot is None:  # the limit held it (not its tenant's pacing): what the adaptive limit hears
             self.limit.saw_full()
         entry.state, entry.enqueued_at = "queued", self.clock()
         t.queue.append(entry)
@@ -185,10 +185,10 @@ class FairQueue:
         """Dispatch queued requests while slots are free (also after the limit rose)."""
         self.expire()
         while self.queued:
-            name = self._next()
-            if name is None:
+            chosen = self._next()
+            if chosen is None:
                 return
-            reserved = self._slots()[1]  # as _next judged it: with `name` still backlogged
+            name, reserved = chosen
             t = self.backlog[name]
             entry = t.queue.popleft()
             self.queued -= 1
@@ -220,11 +220,12 @@ class FairQueue:
     def _reserve_free(self, limit: int) -> bool:
         return self.running < min(limit + self.config.newcomer_slots, self.max_num_seqs)
 
-    def _has_slot(self, t: _Tenant) -> bool:
+    def _slot_for(self, t: _Tenant) -> Optional[bool]:
+        """The slot t's next request would take: None if none is free, else whether it is reserved."""
         limit, reserved_only = self._slots()
         if not reserved_only:
-            return True
-        return self._reserve_free(limit) and self._under_share(t, limit, self._active_weight(t))
+            return False
+        return True if self._reserve_free(limit) and self._under_share(t, limit, self._active_weight(t)) else None
 
     def _paced(self, name: str, t: _Tenant) -> bool:
         """Held by its own prefills, while another tenant is active: pacing protects the others'
@@ -247,7 +248,8 @@ class FairQueue:
     def tier(entry: Entry) -> int:
         return min(max(entry.priority, 0), TOP_TIER)
 
-    def _next(self) -> Optional[str]:
+    def _next(self) -> Optional[tuple[str, bool]]:
+        """The tenant whose head request goes next, and whether into a reserved slot; None: none."""
         limit, newcomers_only = self._slots()  # newcomers_only: only a tenant under its share may go
         if newcomers_only and not self._reserve_free(limit):
             return None
@@ -271,7 +273,7 @@ class FairQueue:
         # (its head queued aging_s or more; the lowest counter of those).
         now, aging = self.clock(), self.config.aging_s
         if best_key[0] == 0 or now - self._aged_dispatch_at < aging:  # tier 0: no lower tier to let in
-            return best
+            return best, newcomers_only
         aged, aged_counter = None, None
         for name, t in self.backlog.items():
             head = t.queue[0]
@@ -281,9 +283,9 @@ class FairQueue:
             if aged_counter is None or t.counter < aged_counter:
                 aged, aged_counter = name, t.counter
         if aged is None:
-            return best
+            return best, newcomers_only
         self._aged_dispatch_at = now
-        return aged
+        return aged, newcomers_only
 
     def _victim(self, incoming: Entry) -> Entry:
         """The newest request of the tenant furthest over its share (module docstring);
