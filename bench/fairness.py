@@ -26,10 +26,22 @@ from bench.sharegpt import first_exchanges, sharegpt_conversations
 
 # -- workload ----------------------------------------------------------------------------------
 class Prompts:
-    def __init__(self, prompt_chars: int = 400, seed: int = 0):
+    """ShareGPT questions cut to `prompt_chars`; `documents`: document-length prompts instead,
+    consecutive conversations' openings (question and answer) joined to `prompt_chars` (~4 chars a
+    token) under a one-line instruction, as a tenant summarising documents sends them."""
+
+    def __init__(self, prompt_chars: int = 400, seed: int = 0, documents: bool = False):
         exchanges = first_exchanges(sharegpt_conversations(2000))
         random.Random(seed).shuffle(exchanges)
-        self.texts = [e.question[:prompt_chars] for e in exchanges if len(e.question) >= 20]
+        if not documents:
+            self.texts = [e.question[:prompt_chars] for e in exchanges if len(e.question) >= 20]
+        else:
+            self.texts, doc = [], ""
+            for e in exchanges:
+                doc += f"{e.question}\n{e.answer}\n"
+                if len(doc) >= prompt_chars:
+                    self.texts.append("Summarize this document in one sentence.\n\n" + doc[:prompt_chars])
+                    doc = ""
         self._next = itertools.cycle(self.texts)
 
     def next(self) -> str:
@@ -79,25 +91,28 @@ class Platform:
         return Spec(next(self._index), tenant, max_tokens, prompts.next())
 
 
-def parse_variant(name: str, named: dict[str, dict]) -> tuple[str, dict, dict, dict]:
+def parse_variant(name: str, named: dict[str, tuple[dict, dict]]) -> tuple[str, dict, dict, dict]:
     """A variant's name -> (its base name, fair_queue overrides, engine overrides, environment of
-    the app's replicas). The base is one of `named` (e.g. "off", "on") or on@N: the queue at
-    dispatch_limit N (`adaptive`: unset). Suffixes: +paceK max_prefilling_per_tenant K (0: none);
-    +tokK the engine's max_num_batched_tokens K; +mpK VLLM_ENABLE_V1_MULTIPROCESSING=K (1: vLLM's
-    own worker process on CPU, engine/cpu_backend.py)."""
+    the app's replicas). The base is one of `named` ({name: (fair_queue, engine) overrides}, e.g.
+    "off", "on", "old") or on@N: the queue at dispatch_limit N (or `adaptive`). Suffixes: +paceK
+    max_prefilling_per_tenant K (0: none); +tokK the engine's max_num_batched_tokens K; +sched0 /
+    +sched1 the tenant scheduler off / on; +mpK VLLM_ENABLE_V1_MULTIPROCESSING=K (1: vLLM's own
+    worker process on CPU, engine/cpu_backend.py)."""
     base, *extras = name.split("+")
     fixed = base.removeprefix("on@")
-    queue = dict(named.get(base) or {"enabled": True, "dispatch_limit": None if fixed == "adaptive" else int(fixed)})
-    engine, env = {}, {}
+    queue, engine = named.get(base) or ({"enabled": True, "dispatch_limit": fixed if fixed == "adaptive" else int(fixed)}, {})
+    queue, engine, env = dict(queue), dict(engine), {}
     for extra in extras:
         if extra.startswith("pace"):
             queue["max_prefilling_per_tenant"] = int(extra[4:]) or None
         elif extra.startswith("tok"):
             engine["max_num_batched_tokens"] = int(extra[3:])
+        elif extra in ("sched0", "sched1"):
+            engine["tenant_scheduler"] = {"enabled": extra == "sched1"}
         elif extra in ("mp0", "mp1"):
             env["VLLM_ENABLE_V1_MULTIPROCESSING"] = extra[2:]
         else:
-            raise SystemExit(f"variant {name}: unknown suffix +{extra} (use +paceK, +tokK or +mp0/+mp1)")
+            raise SystemExit(f"variant {name}: unknown suffix +{extra} (use +paceK, +tokK, +sched0/1 or +mp0/+mp1)")
     return base, queue, engine, env
 
 
@@ -182,6 +197,9 @@ def tenant_summary(results: list[dict], tenant: int, window_s: float, until_epoc
         "out_tok_s": sum(r["completion_tokens"] or 0 for r in ok) / window_s,
         "window_service": None if until_epoch is None else sum(served_before(r, until_epoch, *costs) for r in ok),
         "window_out_tokens": None if until_epoch is None else sum(served_before(r, until_epoch, 0, 1) for r in ok),
+        "window_prompt_tokens": None if until_epoch is None else sum(served_before(r, until_epoch, 1, 0) for r in ok),
+        "ttft_p50": percentile([r.get("ttft") for r in ok], 50),
+        "tpot_p95": percentile([r["tpot"] for r in ok if r.get("tpot") is not None], 95),
     }
 
 
@@ -207,6 +225,15 @@ def refusal_reason(r: dict) -> str:
     if "queue is full" in text:
         return "queue_full"
     return "shed"
+
+
+def within_slo(results: list[dict], tenant: int, ttft_s: float, tpot_s: float) -> tuple[int, int]:
+    """(requests of the tenant served within both SLO targets, requests it sent): a refused, cut
+    or failed request is not within them."""
+    mine = [r for r in results if r["tenant"] == tenant and r["status"] != "cut"]
+    good = [r for r in mine if r["status"] == "ok" and r["ttft"] is not None and r["ttft"] <= ttft_s
+            and (r["tpot"] or 0) <= tpot_s]
+    return len(good), len(mine)
 
 
 def goodput(results: list[dict], window_s: float, ttft_s: float, tpot_s: float) -> tuple[float, float]:

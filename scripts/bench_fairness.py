@@ -55,6 +55,9 @@ from bench import fairness as f  # noqa: E402
 from bench.loadtest.targets import start_platform  # noqa: E402
 
 MODEL = "SmolLM2-135M-Instruct"
+# The fair queue as it shipped before the tenant scheduler (main 21347ba), vLLM's own scheduler beside it.
+OLD_QUEUE = {"enabled": True, "dispatch_limit": 8, "newcomer_slots": 2, "max_queued": 24, "aging_s": 10,
+             "prompt_token_cost": 0.1, "max_prefilling_per_tenant": 1}
 
 
 def variant_config(tmp: Path, fair_queue: dict, engine: dict | None = None, env: dict | None = None) -> Path:
@@ -77,14 +80,14 @@ async def phase(platform, tenants: list[dict], senders, label: str) -> tuple[lis
     """Run senders [(kind, tenant, arg, max_tokens, seconds)] together; (results, seconds
     including the drain, epoch of the arrivals' end)."""
     target = platform.tenants(tenants)
-    prompts = PROMPTS
     out: list = []
     started = time.monotonic()
     until = started + senders[0][4]
     until_epoch = time.time() + senders[0][4]
     async with f.http_client(platform.base_url) as client:
         tasks = [f.sample_dispatch_limit(client, platform, until, LIMITS.setdefault(label, []))]
-        for kind, tenant, arg, max_tokens, _ in senders:
+        for kind, tenant, arg, max_tokens, _, *own in senders:
+            prompts = own[0] if own else PROMPTS  # a sender's own prompts (the long-prompt tenant's documents)
             if kind == "closed":
                 tasks.append(f.closed_loop(client, platform, target, tenant, arg, max_tokens, prompts, until, out))
             else:
@@ -95,34 +98,63 @@ async def phase(platform, tenants: list[dict], senders, label: str) -> tuple[lis
     print(f"  {label}: {len(out)} requests in {seconds:.0f} s; dispatch limit seen {LIMITS.get(label)}", flush=True)
     for i in range(len(tenants)):
         t = f.tenant_summary(out, i, seconds, until_epoch)
+        good, sent = f.within_slo(out, i, SLO[0], SLO[1])
         print(f"    {tenants[i]['name']}: sent {t['sent']} ok {t['ok']} refused {t['refused']} {t['reasons']} "
               f"cut {t['cut']} failed {t['failed']} p50 {fmt(t['p50'])} p95 {fmt(t['p95'])} "
-              f"out tok/s {t['out_tok_s']:.1f} window service {t['window_service']:.0f}", flush=True)
+              f"ttft p95 {fmt(t['ttft_p95'])} tpot p95 {fmt(t['tpot_p95'], '.3f')} within SLO {good}/{sent} "
+              f"out tok/s {t['out_tok_s']:.1f} window service {t['window_service'] or 0:.0f}", flush=True)
     return out, seconds, until_epoch
+
+
+def slo(res: list, tenant: int) -> dict:
+    good, sent = f.within_slo(res, tenant, *SLO)
+    return {"slo_good": good, "slo_sent": sent}
 
 
 async def run_variant(name: str, platform, args, capacity_rps: float | None, latency_only: bool = False) -> dict:
     D, S, T = args.duration, args.short, args.tokens
     r: dict = {}
-    # noisy neighbour
-    res, secs, until = await phase(platform, [{"name": "w"}], [("closed", 0, 48, T, D)], "W alone")
-    r["w_alone"] = f.tenant_summary(res, 0, secs, until)
-    capacity_rps = capacity_rps or max(r["w_alone"]["ok"], 1) / secs
-    res, secs, _ = await phase(platform, [{"name": "m"}], [("even", 0, 0.5, 16, S)], "M alone")
-    r["m_alone"] = f.tenant_summary(res, 0, secs)
-    res, secs, until = await phase(platform, [{"name": "w"}, {"name": "m"}],
-                                   [("closed", 0, 48, T, D), ("even", 1, 0.5, 16, D)], "W + M")
-    r["w_noisy"], r["m_noisy"] = f.tenant_summary(res, 0, secs, until), f.tenant_summary(res, 1, secs, until)
+    if "longprompt" in args.scenarios:
+        # long-prompt neighbour: L keeps 16 document-length prompts in flight (8 output tokens), C
+        # sends one 16-token request every 2 s
+        res, secs, until = await phase(platform, [{"name": "l"}], [("closed", 0, 16, 8, D, DOCUMENTS)], "L alone")
+        r["l_alone"] = f.tenant_summary(res, 0, secs, until)
+        res, secs, _ = await phase(platform, [{"name": "c"}], [("even", 0, 0.5, 16, S)], "C alone")
+        r["c_alone"] = f.tenant_summary(res, 0, secs) | slo(res, 0)
+        res, secs, until = await phase(platform, [{"name": "l"}, {"name": "c"}],
+                                       [("closed", 0, 16, 8, D, DOCUMENTS), ("even", 1, 0.5, 16, D)], "L + C")
+        r["l_long"], r["c_long"] = f.tenant_summary(res, 0, secs, until), f.tenant_summary(res, 1, secs, until) | slo(res, 1)
+    if "noisy" in args.scenarios or "flood" in args.scenarios:
+        # decode-heavy neighbour (W alone also sizes the flood's capacity)
+        res, secs, until = await phase(platform, [{"name": "w"}], [("closed", 0, 48, T, D)], "W alone")
+        r["w_alone"] = f.tenant_summary(res, 0, secs, until)
+        capacity_rps = capacity_rps or max(r["w_alone"]["ok"], 1) / secs
+    if "noisy" in args.scenarios:
+        res, secs, _ = await phase(platform, [{"name": "m"}], [("even", 0, 0.5, 16, S)], "M alone")
+        r["m_alone"] = f.tenant_summary(res, 0, secs) | slo(res, 0)
+        res, secs, until = await phase(platform, [{"name": "w"}, {"name": "m"}],
+                                       [("closed", 0, 48, T, D), ("even", 1, 0.5, 16, D)], "W + M")
+        r["w_noisy"], r["m_noisy"] = f.tenant_summary(res, 0, secs, until), f.tenant_summary(res, 1, secs, until) | slo(res, 1)
+    if "flood" not in args.scenarios:
+        r["capacity_rps"], r["limits"] = capacity_rps, dict(LIMITS)
+        LIMITS.clear()
+        return r if latency_only or "weights" not in args.scenarios else r | await weights_zipf_goodput(platform, args, capacity_rps or 1.0)
     # priority flood
     res, secs, _ = await phase(platform, [{"name": "hi", "priority": 100}], [("even", 0, 0.5, 16, S)], "P100 alone")
-    r["hi_alone"] = f.tenant_summary(res, 0, secs)
+    r["hi_alone"] = f.tenant_summary(res, 0, secs) | slo(res, 0)
     res, secs, _ = await phase(platform, [{"name": "lo"}, {"name": "hi", "priority": 100}],
                                [("poisson", 0, 3 * capacity_rps, T, D), ("even", 1, 0.5, 16, D)], "flood")
-    r["lo_flood"], r["hi_flood"] = f.tenant_summary(res, 0, secs), f.tenant_summary(res, 1, secs)
-    if latency_only:  # a dispatch-limit variant: the two latency scenarios only
+    r["lo_flood"], r["hi_flood"] = f.tenant_summary(res, 0, secs), f.tenant_summary(res, 1, secs) | slo(res, 1)
+    if latency_only or "weights" not in args.scenarios:  # a dispatch-limit variant: the latency scenarios only
         r["capacity_rps"], r["limits"] = capacity_rps, dict(LIMITS)
         LIMITS.clear()
         return r
+    return r | await weights_zipf_goodput(platform, args, capacity_rps)
+
+
+async def weights_zipf_goodput(platform, args, capacity_rps: float) -> dict:
+    D, T = args.duration, args.tokens
+    r: dict = {}
     # weights 2:1
     res, secs, until = await phase(platform, [{"name": "heavy", "plan": "heavy"}, {"name": "light"}],
                                    [("closed", 0, 24, T, D), ("closed", 1, 24, T, D)], "weights")
@@ -145,7 +177,8 @@ async def run_variant(name: str, platform, args, capacity_rps: float | None, lat
     r["zipf"] = {"jain": f.jain(served, fair), "served": served, "fair": fair, "demand": demand,
                  "refused": sum(t["refused"] for t in summaries), "reasons": reasons,
                  "refused_by_tenant": [t["refused"] for t in summaries]}
-    r.update(await goodput_phase(platform, args))
+    if "goodput" in args.scenarios:
+        r.update(await goodput_phase(platform, args))
     r["capacity_rps"] = capacity_rps
     r["limits"] = dict(LIMITS)
     LIMITS.clear()
@@ -166,13 +199,17 @@ def ratio(a, b) -> str:
     return "-" if not a or not b else f"{a / b:.2f}x"
 
 
+def within(t: dict) -> str:
+    return "-" if not t.get("slo_sent") else f"{t['slo_good']}/{t['slo_sent']} ({100 * t['slo_good'] / t['slo_sent']:.0f}%)"
+
+
 def reasons(t: dict) -> str:
     return ",".join(f"{k}:{v}" for k, v in sorted(t["reasons"].items())) or "-"
 
 
 def tables(runs: dict, cost: dict, args) -> str:
     off = runs.get("off", {})  # absent when only on@N variants ran
-    full = [n for n in runs if "m_noisy" in runs[n]]  # the variants that ran the latency scenarios
+    full = [n for n in runs if "m_noisy" in runs[n]]  # the variants that ran the decode-heavy neighbour
     out = []
     def table(title, header, rows):
         out.append(f"\n**{title}**\n")
@@ -180,31 +217,48 @@ def tables(runs: dict, cost: dict, args) -> str:
         out.append("|" + "---|" * len(header))
         out.extend("| " + " | ".join(map(str, row)) + " |" for row in rows)
     rows = []
+    for name in [n for n in runs if "c_long" in runs[n]]:
+        r = runs[name]
+        c, ca, l, la = r["c_long"], r["c_alone"], r["l_long"], r["l_alone"]
+        D = args.duration
+        l_s, la_s = l["window_prompt_tokens"] / D, la["window_prompt_tokens"] / D
+        rows.append([name, f"{c['ok']}/{c['sent']}", c["refused"], within(c), within(ca), fmt(c["ttft_p95"]),
+                     fmt(c["tpot_p95"], ".3f"), fmt(c["p95"]), fmt(ca["p95"]), ratio(c["p95"], ca["p95"]),
+                     fmt(l_s, ".0f"), fmt(la_s, ".0f"), ratio(l_s, la_s), l["refused"]])
+    table(f"Long-prompt neighbour (L: 16 in flight x document prompts of ~{args.doc_chars // 4} tokens, 8 output "
+          f"tokens; C: one 16-token request every 2 s; within SLO: TTFT <= {SLO[0]} s and TPOT <= {SLO[1]} s)",
+          ["scheduler", "C served", "C refused", "C within SLO (target >= 95%)", "C alone within SLO", "C TTFT p95 s",
+           "C TPOT p95 s", "C p95 s", "C alone p95 s", "C p95 / alone", "L prompt tok/s", "L alone prompt tok/s",
+           "L / alone (target >= 0.8x)", "L refused"], rows)
+    rows = []
     for name in full:
         r = runs[name]
         m, ma, w, wa = r["m_noisy"], r["m_alone"], r["w_noisy"], r["w_alone"]
         D = args.duration  # tok/s: completion tokens streamed during the D s of arrivals (steady state)
         w_s, wa_s, m_s = w["window_out_tokens"] / D, wa["window_out_tokens"] / D, m["window_out_tokens"] / D
-        rows.append([name, f"{m['ok']}/{m['sent']}", m["refused"], reasons(m), fmt(m["p50"]), fmt(m["p95"]),
+        rows.append([name, f"{m['ok']}/{m['sent']}", m["refused"], reasons(m), within(m), within(ma), fmt(m["p50"]), fmt(m["p95"]),
                      fmt(ma["p95"]), ratio(m["p95"], ma["p95"]), fmt(w_s, ".1f"), fmt(wa_s, ".1f"),
                      ratio(w_s, wa_s), fmt(m_s, ".1f"), ratio(w_s + m_s, wa_s), w["refused"]])
     table(f"Noisy neighbour (W: 48 in flight x {args.tokens} tokens; M: one 16-token request every 2 s; same plan)",
-          ["queue", "M served", "M refused", "M refusal reasons", "M p50 s", "M p95 s", "M alone p95 s",
+          ["queue", "M served", "M refused", "M refusal reasons", "M within SLO (target >= 95%)", "M alone within SLO",
+           "M p50 s", "M p95 s", "M alone p95 s",
            "M p95 / alone", "W out tok/s", "W alone tok/s", "W / alone", "M out tok/s", "(W + M) / W alone",
            "W refused"], rows)
     rows = []
-    for name in full:
+    for name in [n for n in runs if "hi_flood" in runs[n]]:
         r = runs[name]
         h, ha, lo = r["hi_flood"], r["hi_alone"], r["lo_flood"]
         rows.append([name, f"{3 * r['capacity_rps']:.2f}", f"{h['ok']}/{h['sent']}", h["refused"], reasons(h),
+                     within(h), within(ha),
                      fmt(h["p95"]), fmt(ha["p95"]), ratio(h["p95"], ha["p95"]), f"{lo['ok']}/{lo['sent']}",
                      lo["refused"], reasons(lo)])
     table(f"Priority flood (priority 0 open loop at 3x capacity x {args.tokens} tokens, capacity = W alone's requests/s "
           "in `off`, or in the variant itself when `off` did not run; priority 100: one 16-token request every 2 s)",
-          ["queue", "P0 offered req/s", "P100 served", "P100 refused", "P100 refusal reasons", "P100 p95 s", "P100 alone p95 s",
+          ["queue", "P0 offered req/s", "P100 served", "P100 refused", "P100 refusal reasons",
+           "P100 within SLO (target >= 95%)", "P100 alone within SLO", "P100 p95 s", "P100 alone p95 s",
            "p95 / alone", "P0 served", "P0 refused", "P0 refusal reasons"], rows)
     rows = []
-    for name in full:
+    for name in runs:
         r = runs[name]
         if "heavy" not in r:
             continue
@@ -221,7 +275,7 @@ def tables(runs: dict, cost: dict, args) -> str:
              " ".join(str(s) for s in runs[name]["zipf"]["served"][:5]),
              " ".join(f"{x:.0f}" for x in runs[name]["zipf"]["fair"][:5]),
              " ".join(f"{x:.0f}" for x in runs[name]["zipf"].get("demand", [])[:5])]
-            for name in full if "zipf" in runs[name]]
+            for name in runs if "zipf" in runs[name]]
     table(f"Many tenants (20, Zipf(1) Poisson demand = 2x capacity, {args.tokens} tokens each)",
           ["queue", "Jain's index vs max-min (target >= 0.95)", "refused", "refusal reasons",
            "served out tok, top 5 tenants", "max-min share, top 5", "demand, top 5"], rows)
@@ -245,12 +299,13 @@ def tables(runs: dict, cost: dict, args) -> str:
     return "\n".join(out)
 
 
-PROMPTS = None
+PROMPTS = DOCUMENTS = None
+SLO: list = [2.5, 0.3]  # the shipped `slo:` TTFT and TPOT targets (set in main)
 LIMITS: dict = {}  # phase -> dispatch limits /admin/replicas showed during it (this variant)
 
 
 def main() -> int:
-    global PROMPTS
+    global PROMPTS, DOCUMENTS
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--duration", type=float, default=45.0, help="seconds of each loaded phase")
     p.add_argument("--short", type=float, default=20.0, help="seconds of each light tenant's phase alone")
@@ -258,19 +313,26 @@ def main() -> int:
     p.add_argument("--tokens", type=int, default=96, help="max_tokens of the loaded tenants' requests (M's: 16)")
     p.add_argument("--out", type=Path, help="also write the tables here")
     p.add_argument("--variants", default="off,on,on@max_num_seqs")
+    p.add_argument("--scenarios", default="longprompt,noisy,flood,weights,zipf,goodput",
+                   help="which scenarios each full variant runs (comma list; weights includes zipf and goodput)")
+    p.add_argument("--doc-chars", type=int, default=4000, help="the long-prompt tenant's prompt length, characters")
     p.add_argument("--goodput-only", action="store_true",
                    help="each variant runs the one-tenant goodput scenario only (~3 min a variant)")
     args = p.parse_args()
     shipped = yaml.safe_load((ROOT / "serve_config.yaml").read_text())["applications"][0]["args"]
     args.slo_ttft, args.slo_tpot = shipped["slo"]["ttft_p95_s"], shipped["slo"]["tpot_p95_s"]
+    SLO[:] = [args.slo_ttft, args.slo_tpot]
+    args.scenarios = set(args.scenarios.split(","))
     max_num_seqs = shipped["engine"]["max_num_seqs"]
     queue = shipped["engine_deployment"].get("fair_queue") or {}
     args.token_costs = (queue.get("prompt_token_cost", 1.0), queue.get("completion_token_cost", 2.0))
     PROMPTS = f.Prompts()
+    DOCUMENTS = f.Prompts(prompt_chars=args.doc_chars, documents=True)
     cost = asyncio.run(f.queue_cost_us())
     print(f"queue cost: {cost}", flush=True)
-    variants = {"off": {"enabled": False}, "on": {"enabled": True},
-                "on@max_num_seqs": {"enabled": True, "dispatch_limit": max_num_seqs}}
+    variants = {"off": ({"enabled": False}, {"tenant_scheduler": {"enabled": False}}), "on": ({"enabled": True}, {}),
+                "old": (OLD_QUEUE, {"tenant_scheduler": {"enabled": False}}),
+                "on@max_num_seqs": ({"enabled": True, "dispatch_limit": max_num_seqs}, {})}
     runs: dict = {}
     with tempfile.TemporaryDirectory(prefix="bench-fairness-") as tmp:
         tmp = Path(tmp)

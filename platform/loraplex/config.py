@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -137,19 +137,22 @@ class FairQueueConfig(BaseModel):
 
     enabled: bool = Field(True, description="Queue per tenant and dispatch fairly; false: every "
                           "request goes to vLLM at once (only shedding bounds it).")
-    dispatch_limit: Optional[int] = Field(
-        None, ge=1,
+    dispatch_limit: Union[int, Literal["adaptive"], None] = Field(
+        None,
         description="Requests this replica runs in vLLM at once (running + waiting there). None: "
-        "adaptive between 1 and max_num_seqs, from the measured TTFT/TPOT against `adaptive`'s targets.",
+        "engine.max_num_seqs, work-conserving (the queue is then a backstop that bounds what waits and "
+        "refuses by share, while fairness between running requests is the tenant scheduler's, inside "
+        "vLLM's step); an int: a fixed limit (at most max_num_seqs); `adaptive`: between adaptive.min_limit "
+        "and max_num_seqs by the measured TPOT against `adaptive`'s target.",
     )
     newcomer_slots: int = Field(
         2, ge=0,
-        description="Slots above the dispatch limit (never above max_num_seqs) that only a tenant "
-        "running fewer than its weighted share of the limit (at least 1: one with nothing running) "
-        "may take: its request starts at once instead of waiting for another tenant's slot to free. "
-        "While its tenant has nothing queued it does not count against the limit, so a backlogged "
-        "tenant keeps all of the limit's slots beside it. "
-        "None while the limit is at max_num_seqs (an adaptive limit may get there): vLLM's batch is full.",
+        description="Slots above the dispatch limit that only a tenant running fewer than its weighted "
+        "share of the limit (at least 1: one with nothing running) may take: its request starts at once "
+        "instead of waiting for another tenant's slot to free. While its tenant has nothing queued it does "
+        "not count against the limit, so a backlogged tenant keeps all of the limit's slots beside it. "
+        "vLLM is started with max_num_seqs + newcomer_slots sequences, so the reserve exists beside a full "
+        "batch too.",
     )
     max_queued: int = Field(
         24, ge=1,
@@ -180,8 +183,15 @@ class FairQueueConfig(BaseModel):
     retry_after_s: int = Field(2, ge=1, description="Retry-After of a request the queue refuses, in seconds.")
     adaptive: AdaptiveLimitConfig = Field(
         default_factory=AdaptiveLimitConfig,
-        description="How the dispatch limit adapts when dispatch_limit is None.",
+        description="How the dispatch limit adapts when dispatch_limit is `adaptive`.",
     )
+
+    @field_validator("dispatch_limit")
+    @classmethod
+    def _positive_limit(cls, value):
+        if isinstance(value, int) and value < 1:
+            raise ValueError("fair_queue.dispatch_limit must be at least 1 (or null: max_num_seqs, or 'adaptive')")
+        return value
 
 # The service-level objectives the alert rules and the dashboard are generated from. Replicas
 # read only the TPOT target (the adaptive dispatch limit's, PlatformConfig.for_replicas) and the
@@ -228,6 +238,43 @@ class SloConfig(BaseModel):
         if (1 - self.availability) * 14.4 > 1:
             raise ValueError("availability below 0.9306: a 14.4x burn of its budget is over 100 % errors")
         return self
+
+
+class TenantSchedulerConfig(BaseModel):
+    """Tenant fairness inside vLLM's step (engine/tenant_scheduler.py; docs/operations.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(
+        True, description="Run vLLM's scheduler with LoRAPlex's tenant step plan: decodes first; a step "
+        "shared by two or more tenants carries only the prompt tokens that keep it within the TPOT "
+        "target (long prompts cut into chunks), split across tenants by their virtual counters. One "
+        "tenant's steps are vLLM's own. false: vLLM's default scheduler.")
+    tpot_s: Optional[float] = Field(
+        None, gt=0, description="Time per output token a shared step is sized for; None: the `slo:` "
+        "tpot_p95_s.")
+    step_share: float = Field(
+        0.8, gt=0, le=1, description="A shared step's target time as a share of tpot_s: headroom for the "
+        "cost fit's error and for steps it mispredicts, since TPOT is judged at the 95th percentile.")
+    min_prompt_tokens: int = Field(
+        32, ge=1, description="Floor of a shared step's prompt tokens (prompts always progress, even when "
+        "the decodes alone take the whole target) and the least share worth giving a tenant in a step: "
+        "past budget / this many prompting tenants, the ones with the highest counters wait a step.")
+    max_prompt_tokens: Optional[int] = Field(
+        None, ge=1, description="Ceiling of any step's prompt tokens; None: vLLM's token budget "
+        "(max_num_batched_tokens) less the step's decodes.")
+    cost_horizon_steps: int = Field(
+        500, ge=10, description="Memory of the step-cost fit (seconds per step, per decode token, per "
+        "prompt token, refitted after every step): a step this many steps old weighs 1/e.")
+    cost_min_steps: int = Field(
+        20, ge=1, description="Steps measured before the fit replaces the built-in prior (the CPU "
+        "profile's figures).")
+
+    def settings(self) -> dict[str, Any]:
+        """What the scheduler in EngineCore reads (tenant_scheduler.TenantSchedulerSettings)."""
+        return {"step_target_s": self.tpot_s * self.step_share if self.tpot_s is not None else None,
+                "min_prompt_tokens": self.min_prompt_tokens, "max_prompt_tokens": self.max_prompt_tokens,
+                "horizon_steps": self.cost_horizon_steps, "min_steps": self.cost_min_steps}
 
 
 class EngineConfig(BaseModel):
@@ -280,6 +327,10 @@ class EngineConfig(BaseModel):
         "`priority` limit (higher first; a higher-priority arrival may preempt a lower one), "
         "`fcfs` in arrival order. Clients never choose a request's priority.",
     )
+    tenant_scheduler: TenantSchedulerConfig = Field(
+        default_factory=TenantSchedulerConfig,
+        description="Tenant fairness inside vLLM's step: a TPOT-sized prompt budget for steps tenants "
+        "share, split by virtual counters (docs/operations.md).")
     engine_kwargs: dict[str, Any] = Field(
         default_factory=dict,
         description="Any other vllm AsyncEngineArgs field, passed through unchanged. A field this "
@@ -295,6 +346,13 @@ class EngineConfig(BaseModel):
             raise ValueError(f"engine_kwargs sets {', '.join(typed)}: set engine.{typed[0]} (and the others) "
                              "directly, where the platform reads them too")
         return kwargs
+
+    @model_validator(mode="after")
+    def _one_scheduler(self) -> "EngineConfig":
+        if self.tenant_scheduler.enabled and "scheduler_cls" in self.engine_kwargs:
+            raise ValueError("engine_kwargs.scheduler_cls replaces the tenant scheduler: set "
+                             "engine.tenant_scheduler.enabled: false to run your own scheduler class")
+        return self
 
     @property
     def model_id(self) -> str:
@@ -628,16 +686,22 @@ class PlatformConfig(BaseModel):
 
     def for_replicas(self) -> "PlatformConfig":
         """What replicas are built with: without the replica counts and the SLOs (but for the
-        TPOT target of the fair queue's adaptive limit, copied into it), so their init
+        TPOT target of the fair queue's adaptive limit and of the tenant scheduler, copied into
+        them), so their init
         args do not differ by them (the Ingress gets the SLO back, for GET /admin/latency:
         loraplex/app.py). (A `serve deploy` of changed
         `args` replaces every replica anyway, since Serve hashes `args` into the app's version:
         scale through `deployments:`, and after an `slo:` change only regenerate the rules.)"""
         deployment = self.engine_deployment
         queue = deployment.fair_queue
-        # The one `slo:` figure replicas use: the adaptive dispatch limit's TPOT target.
+        # The one `slo:` figure replicas use: the TPOT target of the adaptive dispatch limit...
         adaptive = queue.adaptive.model_copy(update={"tpot_s": queue.adaptive.tpot_s or self.slo.tpot_p95_s})
+        # And the tenant scheduler's, which sizes shared steps by it.
+        steps = self.engine.tenant_scheduler
+        engine = self.engine.model_copy(update={"tenant_scheduler": steps.model_copy(
+            update={"tpot_s": steps.tpot_s or self.slo.tpot_p95_s})})
         return self.model_copy(update={
+            "engine": engine,
             "engine_deployment": deployment.model_copy(update={
                 "num_replicas": 1, "autoscaling": None,
                 "fair_queue": queue.model_copy(update={"adaptive": adaptive})}),

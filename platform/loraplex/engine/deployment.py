@@ -83,7 +83,7 @@ class Engine:
                                    lambda: self.stats.read()["kv_cache_usage"])
         self.batcher = StreamBatcher(deployment.stream_window_s, deployment.stream_max_chunks,
                                      deployment.stream_items_per_s, deployment.stream_max_window_s)
-        self.engine = engine_cls(config.engine, replica_id=replica_id, adapter_store=store,
+        self.engine = engine_cls(self.engine_config(config), replica_id=replica_id, adapter_store=store,
                                  metrics=self.metrics.replica)
         await self.engine.start()
         # This replica writes the usage record of every request it serves: it alone sees every
@@ -111,11 +111,20 @@ class Engine:
         if not fq.enabled:
             return None
         max_num_seqs = config.engine.max_num_seqs
-        if fq.dispatch_limit is not None:
-            limit = FixedLimit(min(fq.dispatch_limit, max_num_seqs))
-        else:  # its TPOT target: the queue's own, else the `slo:` one (copied in by for_replicas)
+        if fq.dispatch_limit == "adaptive":  # its TPOT target: the queue's own, else `slo:`'s (for_replicas)
             limit = AdaptiveLimit(fq.adaptive, max_num_seqs, config.slo.tpot_p95_s)
-        return FairQueue(fq, limit, max_num_seqs)
+        else:  # None: work-conserving, the whole batch (fairness is the tenant scheduler's, in vLLM's step)
+            limit = FixedLimit(min(fq.dispatch_limit or max_num_seqs, max_num_seqs))
+        # The reserve sits beside the limit: vLLM runs max_num_seqs + newcomer_slots (engine_config).
+        return FairQueue(fq, limit, max_num_seqs + fq.newcomer_slots)
+
+    @staticmethod
+    def engine_config(config: PlatformConfig):
+        """What vLLM runs: with the fair queue on, room for its reserved slots beside a full batch."""
+        fq = config.engine_deployment.fair_queue
+        if not fq.enabled or not fq.newcomer_slots:
+            return config.engine
+        return config.engine.model_copy(update={"max_num_seqs": config.engine.max_num_seqs + fq.newcomer_slots})
 
     async def generate(self, call: EngineCall, request) -> AsyncIterator[EngineChunk | EngineError]:
         """Serve one tenant request: coalesced EngineChunks (SSE bytes, or the JSON body), or

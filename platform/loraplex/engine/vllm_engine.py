@@ -23,9 +23,12 @@ from vllm.entrypoints.openai.api_server import init_app_state
 from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
 from vllm.entrypoints.serve.engine.protocol import ErrorResponse
 from vllm.exceptions import VLLMClientError
+from vllm.usage.usage_lib import UsageContext
 from vllm.utils.argparse_utils import FlexibleArgumentParser
+from vllm.v1.executor import Executor
 
 from loraplex.engine.cpu_backend import set_cpu_backend_env
+from loraplex.engine.tenant_scheduler import CONFIG_KEY, NO_TENANT, TENANT_ARG, WEIGHT_ARG, scheduler_cls_for
 from loraplex.engine.loaded_adapters import AdapterGone, LoadedAdapters
 from loraplex.engine.lora_residency import EXTENSION, RPC, LoRAResidency
 from loraplex.engine.orphan_guard import start_guard
@@ -86,8 +89,19 @@ class VLLMEngine:
         if self.config.enable_lora:  # lists vLLM's GPU slots (lora_residency), unless the operator has one
             args.setdefault("worker_extension_cls", EXTENSION)
         self._residency_rpc = args.get("worker_extension_cls") == EXTENSION
+        if self.config.tenant_scheduler.enabled:  # its settings travel to EngineCore in vLLM's own config
+            args["additional_config"] = {**args.get("additional_config", {}),
+                                         CONFIG_KEY: self.config.tenant_scheduler.settings()}
         engine_args = AsyncEngineArgs(**args)
-        self.llm = UsageTrackingAsyncLLM.from_engine_args(engine_args)
+        vllm_config = engine_args.create_engine_config(UsageContext.ENGINE_CONTEXT)
+        if self.config.tenant_scheduler.enabled:
+            # Chosen once vLLM has resolved async scheduling (on for GPUs by default, off on CPU).
+            cls = scheduler_cls_for(vllm_config)
+            vllm_config.scheduler_config.scheduler_cls = f"{cls.__module__}.{cls.__qualname__}"
+        self.llm = UsageTrackingAsyncLLM(
+            vllm_config=vllm_config, executor_class=Executor.get_class(vllm_config),
+            log_requests=engine_args.enable_log_requests, log_stats=not engine_args.disable_log_stats,
+            usage_context=UsageContext.ENGINE_CONTEXT)  # AsyncLLM.from_engine_args, with our scheduler
         state = State()
         await init_app_state(
             self.llm,
@@ -131,6 +145,9 @@ class VLLMEngine:
         request.priority = 100 - call.priority if self.config.scheduling_policy == "priority" else 0
         if call.cache_salt is not None:
             request.cache_salt = call.cache_salt
+        # Whose tokens these are, for the tenant scheduler in EngineCore: ours, whatever the client sent.
+        request.vllm_xargs = {**(request.vllm_xargs or {}), TENANT_ARG: call.tenant_id or NO_TENANT,
+                              WEIGHT_ARG: float(call.weight)}
         adapter = call.adapter
         if adapter is None:
             async for item in self._run(create, request, usage):

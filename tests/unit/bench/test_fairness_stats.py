@@ -40,18 +40,28 @@ def test_served_before_counts_only_what_streamed_before_the_arrivals_ended():
 
 
 def test_a_variant_name_sets_the_queue_and_engine_it_runs():
-    named = {"off": {"enabled": False}, "on": {"enabled": True}}
+    named = {"off": ({"enabled": False}, {}), "on": ({"enabled": True}, {}),
+             "old": ({"dispatch_limit": 8}, {"tenant_scheduler": {"enabled": False}})}
     assert f.parse_variant("on", named) == ("on", {"enabled": True}, {}, {})
     assert f.parse_variant("off+tok256", named) == ("off", {"enabled": False}, {"max_num_batched_tokens": 256}, {})
-    assert f.parse_variant("on@adaptive", named) == ("on@adaptive", {"enabled": True, "dispatch_limit": None}, {}, {})
+    assert f.parse_variant("on@adaptive", named) == ("on@adaptive", {"enabled": True, "dispatch_limit": "adaptive"}, {}, {})
+    assert f.parse_variant("old", named) == ("old", {"dispatch_limit": 8}, {"tenant_scheduler": {"enabled": False}}, {})
+    assert f.parse_variant("on+sched0", named)[2] == {"tenant_scheduler": {"enabled": False}}
     assert f.parse_variant("on@8+pace0+tok512+mp1", named) == (
         "on@8", {"enabled": True, "dispatch_limit": 8, "max_prefilling_per_tenant": None},
         {"max_num_batched_tokens": 512}, {"VLLM_ENABLE_V1_MULTIPROCESSING": "1"})
-    assert named["on"] == {"enabled": True}  # a suffix changes the variant's copy only
+    assert named["on"] == ({"enabled": True}, {})  # a suffix changes the variant's copy only
     f.parse_variant("on+pace1", named)
-    assert named["on"] == {"enabled": True}
+    assert named["on"] == ({"enabled": True}, {})
     with pytest.raises(SystemExit, match="unknown suffix"):
         f.parse_variant("on@8+fast", named)
+
+
+def test_within_slo_counts_refused_and_failed_requests_as_misses():
+    ok = {"tenant": 0, "status": "ok", "ttft": 1.0, "tpot": 0.1}
+    rows = [ok, dict(ok, ttft=3.0), dict(ok, tpot=0.5), dict(ok, status="refused", ttft=None),
+            dict(ok, status="cut"), dict(ok, tenant=1)]
+    assert f.within_slo(rows, 0, 2.5, 0.3) == (1, 4)  # a cut request is neither
 
 
 async def test_queue_cost_runs_the_engines_real_queue_glue():

@@ -20,11 +20,14 @@ STEP_S = 0.25  # one decode step of the fake engine (about TPOT at 8 in flight o
 
 
 def shipped_queue() -> tuple[dict, int]:
-    """(fair_queue settings, max_num_seqs) of the CPU profile, serve_config.yaml."""
+    """(fair_queue settings, max_num_seqs) of the CPU profile, serve_config.yaml; the dispatch
+    limit as the Engine replica resolves it (unset: max_num_seqs)."""
     args = yaml.safe_load((ROOT / "serve_config.yaml").read_text())["applications"][0]["args"]
     queue = dict(args["engine_deployment"]["fair_queue"])
     queue.pop("enabled", None)
-    return queue, args["engine"]["max_num_seqs"]
+    max_num_seqs = args["engine"]["max_num_seqs"]
+    queue["dispatch_limit"] = queue.get("dispatch_limit") or max_num_seqs
+    return queue, max_num_seqs
 
 
 @dataclass
@@ -52,7 +55,9 @@ def run(senders: list[Sender], steps: int, **overrides) -> Run:
     limit = settings.pop("dispatch_limit")
     config = FairQueueConfig(**settings)
     clock = [0.0]
-    q = FairQueue(config, FixedLimit(limit), max_num_seqs, clock=lambda: clock[0], wall=lambda: clock[0])
+    # As the Engine replica builds it: vLLM runs max_num_seqs + newcomer_slots (Engine.engine_config).
+    q = FairQueue(config, FixedLimit(limit), max_num_seqs + config.newcomer_slots, clock=lambda: clock[0],
+                  wall=lambda: clock[0])
     out = Run(*({s.tenant: 0 for s in senders} for _ in range(3)), {s.tenant: [] for s in senders})
     engine: list = []  # [entry, sender, tokens made]
     retries: list = []  # (step, sender)

@@ -1,0 +1,123 @@
+"""StepPlan: which prompt tokens one engine step carries, and whose (the tenant scheduler's choices).
+
+Sarathi-Serve's stall-free batching with VTC's fair counter applied where tokens are scheduled
+(Agrawal et al., OSDI 2024; Sheng et al., OSDI 2024), as plain logic over plain records: the
+vLLM glue (tenant_scheduler.py) describes the step's work and applies the plan.
+
+- Decodes first: every running request that is decoding gets its token; prompt tokens come after.
+- Shared steps are protected: when the step's work belongs to two or more tenants and decodes
+  run, the step's prompt tokens are capped so the step ends within the TPOT target
+  (`StepCost.prompt_budget`), between `floor` and `ceiling`. A long prompt is cut into chunks
+  that fit, so a neighbour's decodes never wait behind a whole document. One tenant alone is
+  never capped (its prompts against its own decodes are its own trade, and capping it would only
+  slow it below bare vLLM): its steps are vLLM's own.
+- The budget is split across tenants by their virtual counters: tenants in order of tier (the
+  request's vLLM priority), then counter; as many as the budget can give `floor` tokens each are
+  served this step, max-min fair (a short prompt gets all it needs, the rest share the
+  remainder equally: the water level). A tenant whose first prompt needs more than its share
+  gets that share as a chunk; its further prompts wait. A tenant that arrives now has its
+  counter lifted to the lowest active one (no credit for idle time) and so is among the first
+  served in the very next step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Optional
+
+
+@dataclass(frozen=True)
+class PromptWork:
+    """A request with prompt tokens still to compute (mid-prefill in vLLM's running list, or waiting)."""
+
+    key: str
+    tenant: str
+    tier: int  # vLLM's priority: lower runs first
+    remaining: int  # prompt tokens still to compute (an upper bound: a prefix-cache hit may cut it)
+    running: bool
+    arrival: float
+
+
+@dataclass
+class StepPlan:
+    protected: bool  # the step is shared: its prompt budget is the TPOT-sized one
+    prompt_budget: int  # prompt tokens this step may carry
+    chunk_cap: int  # prompt tokens one request may take this step (0: no cap)
+    order: list[str] = field(default_factory=list)  # the served prompt work, in the order to schedule it
+    hidden: set[str] = field(default_factory=set)  # prompt work that waits this step
+    shares: dict[str, int] = field(default_factory=dict)  # tenant -> prompt tokens granted
+
+
+class TenantCounters:
+    """VTC's virtual counters: engine-seconds served per tenant, divided by its weight."""
+
+    def __init__(self):
+        self.counter: dict[str, float] = {}
+
+    def get(self, tenant: str) -> float:
+        return self.counter.get(tenant, 0.0)
+
+    def arrive(self, tenant: str, active: Iterable[str]) -> None:
+        """A tenant with nothing in the engine sends a request: lift it to the lowest active counter."""
+        others = [self.counter.get(t, 0.0) for t in active if t != tenant]
+        if others:
+            self.counter[tenant] = max(self.counter.get(tenant, 0.0), min(others))
+
+    def charge(self, tenant: str, seconds: float, weight: float = 1.0) -> None:
+        self.counter[tenant] = self.counter.get(tenant, 0.0) + seconds / max(weight, 1e-9)
+
+    def forget_idle(self, active: set[str]) -> None:
+        """Drop idle tenants at or below the lowest active counter: the lift restores as much."""
+        low = min((self.counter.get(t, 0.0) for t in active), default=None)
+        for tenant in [t for t in self.counter if t not in active]:
+            if low is None or self.counter[tenant] <= low:
+                del self.counter[tenant]
+
+
+def plan_step(decode_tenants: list[str], work: list[PromptWork], counters: TenantCounters,
+              budget_when_shared: Optional[int], ceiling: int, floor: int) -> StepPlan:
+    """The plan for one step. `decode_tenants`: the tenant of each decoding request;
+    `budget_when_shared`: the TPOT-sized prompt budget (None: no target, the ceiling)."""
+    tenants = set(decode_tenants) | {w.tenant for w in work}
+    protected = bool(decode_tenants) and len(tenants) > 1
+    budget = ceiling
+    if protected and budget_when_shared is not None:
+        budget = min(max(budget_when_shared, floor), ceiling)
+    by_tenant: dict[str, list[PromptWork]] = {}
+    for w in sorted(work, key=lambda w: (not w.running, w.arrival)):  # a tenant's mid-prefill one first
+        by_tenant.setdefault(w.tenant, []).append(w)
+    if len(by_tenant) <= 1 and not protected:  # one tenant's prompts, no one else's decodes: vLLM's own step
+        return StepPlan(False, budget, 0, order=[w.key for ws in by_tenant.values() for w in ws])
+    ranked = sorted(by_tenant, key=lambda t: (min(w.tier for w in by_tenant[t]), counters.get(t),
+                                              min(w.arrival for w in by_tenant[t])))
+    served = ranked[:max(1, budget // max(floor, 1))]
+    shares = _water_fill({t: sum(w.remaining for w in by_tenant[t]) for t in served}, budget)
+    level = max((shares[t] for t in served if shares[t] < sum(w.remaining for w in by_tenant[t])), default=0)
+    order, hidden = [], {w.key for t in ranked[len(served):] for w in by_tenant[t]}
+    for t in served:
+        left = shares[t]
+        for w in by_tenant[t]:
+            fits = w.remaining <= left
+            if left > 0 and (fits or left == shares[t]):  # whole prompts, or the tenant's first as a chunk
+                order.append(w.key)
+                left -= min(w.remaining, left)
+            else:
+                hidden.add(w.key)
+    return StepPlan(protected, budget, level, order=order, hidden=hidden, shares=shares)
+
+
+def _water_fill(demand: dict[str, int], budget: int) -> dict[str, int]:
+    """Max-min fair split of `budget` over `demand` (whole tokens; the remainder to the first)."""
+    share = {t: 0 for t in demand}
+    left, open_ = budget, [t for t in demand if demand[t] > 0]
+    while left > 0 and open_:
+        each = max(left // len(open_), 1)
+        for t in list(open_):
+            give = min(each, demand[t] - share[t], left)
+            share[t] += give
+            left -= give
+            if share[t] >= demand[t]:
+                open_.remove(t)
+            if left == 0:
+                break
+    return share

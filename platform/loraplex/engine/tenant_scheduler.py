@@ -1,0 +1,179 @@
+"""The tenant scheduler: vLLM's own Scheduler, told each step which prompt tokens to carry.
+
+vLLM runs this class inside EngineCore (`scheduler_cls`, chosen by `scheduler_cls_for`); its
+settings travel in `additional_config[CONFIG_KEY]` and each request's tenant and weight in its
+sampling params' `extra_args` (set by VLLMEngine from the EngineCall, never by the client).
+The choices are step_plan.py's; the step costs step_cost.py's. This file only describes a step
+to the plan and applies it through the knobs vLLM's `schedule()` already reads, then restores
+them:
+
+- the order of `running` (decodes first, then mid-prefill requests in plan order) and of
+  `waiting` (plan order; vLLM's priority queue is replaced by a FCFS deque re-sorted each step);
+- prompt work the plan holds back is taken out of both lists for the step (and out of the
+  active-request count, so no extra request is admitted in its place);
+- `max_num_scheduled_tokens` (this step's token budget: its decodes + the plan's prompt budget)
+  and `long_prefill_token_threshold` (the plan's chunk cap) on a private copy of the scheduler
+  config.
+
+Everything else (KV allocation, preemption, prefix caching, LoRA slots, async scheduling) is
+vLLM's. A step whose work is one tenant's is vLLM's own step, untouched.
+After each step its measured time feeds the cost fit, and each request's share of it is charged
+to its tenant's virtual counter (engine-seconds / weight).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+from dataclasses import dataclass
+from typing import Optional
+
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+from vllm.v1.core.sched.request_queue import FCFSRequestQueue
+from vllm.v1.core.sched.scheduler import Scheduler
+
+from loraplex.engine.step_cost import StepCost
+from loraplex.engine.step_plan import PromptWork, TenantCounters, plan_step
+
+# Under "vllm.": EngineCore configures vLLM's loggers only, and this runs in EngineCore.
+logger = logging.getLogger("vllm.loraplex.tenant_scheduler")
+
+CONFIG_KEY = "loraplex_tenant_scheduler"  # additional_config's entry with TenantSchedulerSettings
+TENANT_ARG, WEIGHT_ARG = "loraplex_tenant", "loraplex_weight"  # a request's extra_args
+NO_TENANT = "-"  # requests without one (health probes)
+
+
+@dataclass(frozen=True)
+class TenantSchedulerSettings:
+    """What EngineCore's scheduler reads (from config.TenantSchedulerConfig, resolved)."""
+
+    step_target_s: Optional[float]  # a shared step's target time (TPOT target x step_share); None: no cap
+    min_prompt_tokens: int  # floor of a shared step's prompt budget, and the least share worth a step
+    max_prompt_tokens: Optional[int]  # ceiling of any step's prompt tokens; None: vLLM's token budget
+    horizon_steps: int  # the cost fit's memory
+    min_steps: int  # steps before the fit replaces the prior
+
+
+def request_tenant(request) -> tuple[str, float]:
+    args = (request.sampling_params.extra_args or {}) if request.sampling_params is not None else {}
+    return str(args.get(TENANT_ARG, NO_TENANT)), float(args.get(WEIGHT_ARG, 1.0))
+
+
+class TenantFairness:
+    """The behaviour, mixed in front of vLLM's Scheduler or AsyncScheduler."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        raw = (self.vllm_config.additional_config or {}).get(CONFIG_KEY, {})
+        self.settings = TenantSchedulerSettings(**raw)
+        # Our own copy: the chunk cap is set per step, and nothing else may see it change.
+        self.scheduler_config = copy.copy(self.scheduler_config)
+        self._threshold = self.scheduler_config.long_prefill_token_threshold
+        self._token_budget = self.max_num_scheduled_tokens
+        self._max_active = self.max_num_active_reqs
+        self.cost = StepCost(horizon_steps=self.settings.horizon_steps, min_steps=self.settings.min_steps)
+        self.counters = TenantCounters()
+        self.waiting = FCFSRequestQueue()  # re-sorted each step (tier, counter, arrival)
+        self._steps: dict[int, tuple] = {}  # id(SchedulerOutput) -> what the step carried
+        self.shared_steps = 0  # steps whose prompt budget was the TPOT-sized one (for tests and logs)
+        logger.info("tenant scheduler on: %s", self.settings)
+
+    # -- requests --------------------------------------------------------------------------------
+    def add_request(self, request) -> None:
+        if request.request_id not in self.requests:
+            request.loraplex_tenant, request.loraplex_weight = request_tenant(request)
+            active = {r.loraplex_tenant for r in self.requests.values()}
+            if request.loraplex_tenant not in active:
+                self.counters.arrive(request.loraplex_tenant, active)
+        super().add_request(request)
+
+    # -- the step --------------------------------------------------------------------------------
+    def schedule(self, *args, **kwargs):
+        started = time.monotonic()  # the step's time runs from here to the end of its update
+        decodes, prefills = [], []
+        for r in self.running:
+            (prefills if r.is_prefill_chunk else decodes).append(r)
+        waiting = list(self.waiting)
+        work = [_work(r, True) for r in prefills] + [_work(r, False) for r in waiting]
+        s = self.settings
+        ceiling = max(self._token_budget - len(decodes), 0)
+        if s.max_prompt_tokens is not None:
+            ceiling = min(ceiling, s.max_prompt_tokens)
+        shared_budget = (self.cost.prompt_budget(len(decodes), s.step_target_s)
+                         if s.step_target_s is not None else None)
+        plan = plan_step([r.loraplex_tenant for r in decodes], work, self.counters, shared_budget,
+                         ceiling, s.min_prompt_tokens)
+        if not plan.protected and not plan.hidden and not plan.chunk_cap:  # one tenant's step: vLLM's own
+            self.waiting = FCFSRequestQueue(sorted(waiting, key=lambda r: (r.priority, r.arrival_time)))
+            output = super().schedule(*args, **kwargs)
+            self._note_step(output, started)
+            return output
+        rank = {key: i for i, key in enumerate(plan.order)}
+        held_running = [r for r in prefills if r.request_id in plan.hidden]
+        held_waiting = [r for r in waiting if r.request_id in plan.hidden]
+        self.running = decodes + sorted((r for r in prefills if r.request_id not in plan.hidden),
+                                        key=lambda r: rank.get(r.request_id, len(rank)))
+        self.waiting = FCFSRequestQueue(sorted((r for r in waiting if r.request_id not in plan.hidden),
+                                               key=lambda r: rank.get(r.request_id, len(rank))))
+        self.max_num_scheduled_tokens = min(len(decodes) + plan.prompt_budget, self._token_budget)
+        self.scheduler_config.long_prefill_token_threshold = plan.chunk_cap or self._threshold
+        self.max_num_active_reqs = self._max_active - len(held_running)
+        self.shared_steps += plan.protected
+        try:
+            output = super().schedule(*args, **kwargs)
+        finally:
+            self.running.extend(held_running)
+            for r in held_waiting:
+                self.waiting.add_request(r)
+            self.max_num_scheduled_tokens = self._token_budget
+            self.scheduler_config.long_prefill_token_threshold = self._threshold
+            self.max_num_active_reqs = self._max_active
+        self._note_step(output, started)
+        return output
+
+    def _note_step(self, output, started: float) -> None:
+        carried = []
+        for req_id, n in output.num_scheduled_tokens.items():
+            r = self.requests[req_id]
+            before = r.num_computed_tokens - n  # vLLM already advanced it by this step's tokens
+            prompt = max(0, min(n, r.num_prompt_tokens - before))
+            carried.append((r.loraplex_tenant, r.loraplex_weight, n - prompt, prompt))
+        if carried:
+            if len(self._steps) > 16:  # a step vLLM never reported back (should not happen): bounded
+                self._steps.clear()
+            self._steps[id(output)] = (started, carried)
+
+    def update_from_output(self, scheduler_output, model_runner_output):
+        outputs = super().update_from_output(scheduler_output, model_runner_output)
+        step = self._steps.pop(id(scheduler_output), None)
+        if step is not None:
+            started, carried = step
+            self.cost.observe(sum(c[2] for c in carried), sum(c[3] for c in carried), time.monotonic() - started)
+            for tenant, weight, decode, prompt in carried:
+                self.counters.charge(tenant, self.cost.seconds(decode, prompt, len(carried)), weight)
+            if self.cost.steps % 1000 == 0:  # how the fit sees this engine now, in its log
+                logger.info("tenant scheduler: %d steps, %d shared; step cost %s", self.cost.steps,
+                            self.shared_steps, self.cost.coefficients)
+            if len(self.counters.counter) > 2 * len(self.requests) + 64:
+                self.counters.forget_idle({r.loraplex_tenant for r in self.requests.values()})
+        return outputs
+
+
+def _work(r, running: bool) -> PromptWork:
+    return PromptWork(key=r.request_id, tenant=r.loraplex_tenant, tier=r.priority,
+                      remaining=max(r.num_tokens - r.num_computed_tokens, 1), running=running,
+                      arrival=r.arrival_time)
+
+
+class TenantScheduler(TenantFairness, Scheduler):
+    pass
+
+
+class AsyncTenantScheduler(TenantFairness, AsyncScheduler):
+    pass
+
+
+def scheduler_cls_for(vllm_config) -> type:
+    """The tenant scheduler over the scheduler vLLM would pick itself (async scheduling on GPUs)."""
+    return AsyncTenantScheduler if vllm_config.scheduler_config.async_scheduling else TenantScheduler

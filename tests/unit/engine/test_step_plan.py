@@ -1,0 +1,124 @@
+"""The tenant scheduler's choices as plain logic (engine/step_plan.py, engine/step_cost.py)."""
+
+import pytest
+
+from loraplex.engine.step_cost import Coefficients, StepCost
+from loraplex.engine.step_plan import PromptWork, TenantCounters, plan_step
+
+
+def work(key, tenant, remaining, running=False, arrival=0.0, tier=0):
+    return PromptWork(key=key, tenant=tenant, tier=tier, remaining=remaining, running=running, arrival=arrival)
+
+
+def test_one_tenant_alone_gets_vllms_own_step_uncapped():
+    plan = plan_step(["a", "a"], [work("a1", "a", 1000, running=True), work("a2", "a", 900)], TenantCounters(),
+                     budget_when_shared=64, ceiling=2048, floor=32)
+    assert not plan.protected and plan.prompt_budget == 2048 and plan.chunk_cap == 0 and not plan.hidden
+
+
+def test_a_shared_step_takes_the_tpot_sized_budget_within_floor_and_ceiling():
+    counters = TenantCounters()
+    shared = plan_step(["chat"], [work("l1", "long", 1000, running=True)], counters, 100, 2048, 32)
+    assert shared.protected and shared.prompt_budget == 100 and shared.chunk_cap == 100
+    assert plan_step(["chat"], [work("l1", "long", 1000)], counters, 0, 2048, 32).prompt_budget == 32  # floor
+    assert plan_step(["chat"], [work("l1", "long", 1000)], counters, 5000, 2048, 32).prompt_budget == 2048
+
+
+def test_no_decodes_no_cap_but_the_split_still_applies():
+    plan = plan_step([], [work("a1", "a", 3000), work("b1", "b", 3000)], TenantCounters(), 100, 2048, 32)
+    assert not plan.protected and plan.prompt_budget == 2048
+    assert plan.shares == {"a": 1024, "b": 1024} and plan.chunk_cap == 1024
+
+
+def test_the_budget_is_split_max_min_fair_and_a_short_prompt_gets_all_it_needs():
+    plan = plan_step(["long"], [work("l1", "long", 1000, running=True, arrival=1.0), work("c1", "chat", 16, arrival=2.0)],
+                     TenantCounters(), 100, 2048, 8)
+    assert plan.shares == {"long": 84, "chat": 16}
+    assert plan.chunk_cap == 84  # the long prompt is cut into a chunk; the short one is whole
+    assert set(plan.order) == {"l1", "c1"} and not plan.hidden
+
+
+def test_past_budget_over_floor_tenants_the_highest_counters_wait_a_step():
+    counters = TenantCounters()
+    for t, c in {"a": 3.0, "b": 1.0, "c": 2.0}.items():
+        counters.charge(t, c)
+    plan = plan_step(["x"], [work("a1", "a", 500), work("b1", "b", 500), work("c1", "c", 500)], counters, 64, 2048, 32)
+    assert set(plan.shares) == {"b", "c"} and plan.hidden == {"a1"}  # 64 // 32: two tenants, lowest counters
+
+
+def test_a_tenants_further_prompts_wait_while_its_first_is_a_chunk():
+    plan = plan_step(["chat"], [work("l1", "long", 1000, running=True, arrival=1.0), work("l2", "long", 1000, arrival=2.0)],
+                     TenantCounters(), 100, 2048, 32)
+    assert plan.order == ["l1"] and plan.hidden == {"l2"}
+
+
+def test_whole_short_prompts_of_a_tenant_fill_its_share_and_a_longer_one_waits():
+    plan = plan_step(["x"], [work("s1", "s", 10, arrival=1.0), work("s2", "s", 10, arrival=2.0),
+                             work("s3", "s", 500, arrival=3.0)], TenantCounters(), 100, 2048, 32)
+    assert plan.order == ["s1", "s2"] and plan.hidden == {"s3"}  # s3 would overrun the share as a chunk
+
+
+def test_a_higher_tier_is_served_first_whatever_its_counter():
+    counters = TenantCounters()
+    counters.charge("vip", 100.0)
+    plan = plan_step(["x"], [work("v", "vip", 500, tier=0), work("p", "plain", 500, tier=100)], counters, 32, 2048, 32)
+    assert plan.order == ["v"] and plan.hidden == {"p"}
+
+
+def test_a_newcomer_is_lifted_to_the_lowest_active_counter_and_served_in_the_next_step():
+    counters = TenantCounters()
+    counters.charge("long", 50.0)
+    counters.charge("old", 80.0)  # was busy long ago, then idle: its counter stays (no credit)
+    counters.arrive("chat", active={"long"})
+    assert counters.get("chat") == 50.0
+    # long was charged for the step it just ran: the newcomer goes first in the next one.
+    counters.charge("long", 0.2)
+    plan = plan_step(["long"], [work("l1", "long", 1000, running=True), work("c1", "chat", 16, arrival=9.0)],
+                     counters, 32, 2048, 32)
+    assert plan.order[0] == "c1" and plan.shares["chat"] == 16
+    counters.arrive("old", active={"long", "chat"})
+    assert counters.get("old") == 80.0  # a lift never lowers a counter
+
+
+def test_weights_divide_the_charge_and_idle_tenants_are_forgotten():
+    counters = TenantCounters()
+    counters.charge("heavy", 2.0, weight=2.0)
+    counters.charge("light", 2.0)
+    assert counters.get("heavy") == 1.0 and counters.get("light") == 2.0
+    counters.forget_idle(active={"light"})
+    assert "heavy" not in counters.counter and "light" in counters.counter
+
+
+def test_step_cost_fits_the_engines_own_step_times_and_sizes_the_budget():
+    true = Coefficients(base_s=0.02, per_decode_s=0.001, per_prompt_s=0.0005)
+    cost = StepCost(prior=Coefficients(0.2, 0.01, 0.01), horizon_steps=200, min_steps=10)
+    assert cost.coefficients.per_prompt_s == 0.01  # the prior, before min_steps
+    for i in range(400):
+        d, p = 1 + i % 16, (i * 37) % 300
+        cost.observe(d, p, true.base_s + true.per_decode_s * d + true.per_prompt_s * p)
+    fit = cost.coefficients
+    assert fit.base_s == pytest.approx(0.02, rel=0.05) and fit.per_prompt_s == pytest.approx(0.0005, rel=0.05)
+    # A step of 10 decodes (0.03 s) within a 0.1 s target leaves 0.07 s: 140 prompt tokens.
+    assert cost.prompt_budget(10, 0.1) == pytest.approx(140, abs=2)
+    assert cost.prompt_budget(200, 0.1) == 0  # the decodes alone take longer than the target
+    # One request's share of a step of four: a quarter of the fixed part plus its own tokens.
+    assert cost.seconds(1, 0, 4) == pytest.approx(0.02 / 4 + 0.001, rel=0.05)
+
+
+def test_step_cost_follows_a_machine_that_slows_down():
+    cost = StepCost(prior=Coefficients(0.02, 0.001, 0.0005), horizon_steps=100, min_steps=1)
+    for i in range(1000):
+        d, p = 1 + i % 8, (i * 13) % 200
+        slow = 2.0 if i >= 500 else 1.0
+        cost.observe(d, p, slow * (0.02 + 0.001 * d + 0.0005 * p))
+    assert cost.coefficients.per_prompt_s == pytest.approx(0.001, rel=0.1)
+
+
+def test_long_runs_of_decode_only_steps_do_not_wind_the_fit_up():
+    cost = StepCost(prior=Coefficients(0.02, 0.001, 0.0005), horizon_steps=50, min_steps=1)
+    for i in range(200):
+        cost.observe(8, (i * 13) % 200, 0.02 + 0.008 + 0.0005 * ((i * 13) % 200))
+    for _ in range(5000):  # decodes only: nothing said of prompt tokens
+        cost.observe(8, 0, 0.028)
+    cost.observe(8, 100, 0.028 + 0.05 * 3)  # one outlier step must not throw the prompt cost far off
+    assert 0.0002 < cost.coefficients.per_prompt_s < 0.01

@@ -1,0 +1,185 @@
+"""TenantScheduler: vLLM 0.32's own Scheduler with the tenant step plan, driven step by step with
+fake model outputs and fake step costs (no model runs; the KV cache is a bookkeeping object).
+
+Each test states one rule of docs/operations.md's tenant scheduler and fails without it:
+decodes first, a shared step's prompt budget from the TPOT target, the split across tenants,
+the newcomer in the next step, one tenant alone untouched.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
+from vllm.sampling_params import SamplingParams
+from vllm.v1.core.sched.output import SchedulerOutput
+from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+from vllm.v1.outputs import ModelRunnerOutput
+from vllm.v1.request import Request
+from vllm.v1.structured_output import StructuredOutputManager
+
+from loraplex.config import TenantSchedulerConfig
+from loraplex.engine.step_cost import Coefficients
+from loraplex.engine.tenant_scheduler import CONFIG_KEY, TenantScheduler
+
+from model_dir import default_model_dir
+
+BLOCK = 16
+TOKEN_BUDGET = 2048
+# Fake step costs: 40 ms a step, 4 ms a decode, 1 ms a prompt token. A 0.3 s TPOT target at
+# step_share 0.8 (0.24 s) leaves a step with 4 decodes 0.184 s: 184 prompt tokens.
+COSTS = Coefficients(base_s=0.04, per_decode_s=0.004, per_prompt_s=0.001)
+
+
+def scheduler(cls=TenantScheduler, **settings) -> Scheduler:
+    model = ModelConfig(model=str(default_model_dir()), dtype="float32", max_model_len=4096, seed=0,
+                        skip_tokenizer_init=True)
+    sched = SchedulerConfig(max_num_seqs=16, max_num_batched_tokens=TOKEN_BUDGET, max_model_len=4096,
+                            enable_chunked_prefill=True, is_encoder_decoder=False)
+    cache = CacheConfig(block_size=BLOCK, cache_dtype="auto", enable_prefix_caching=False)
+    config = TenantSchedulerConfig(tpot_s=0.3, **settings)
+    vllm_config = VllmConfig(model_config=model, scheduler_config=sched, cache_config=cache,
+                             additional_config={CONFIG_KEY: config.settings()})
+    blocks = 4096
+    cache.num_gpu_blocks = blocks
+    kv = KVCacheConfig(num_blocks=blocks, kv_cache_tensors=[],
+                       kv_cache_groups=[KVCacheGroupSpec(["layer"], FullAttentionSpec(block_size=BLOCK, num_kv_heads=1, head_size=8, dtype=torch.float32))])
+    s = cls(vllm_config=vllm_config, kv_cache_config=kv, block_size=BLOCK, log_stats=False,
+            structured_output_manager=StructuredOutputManager(vllm_config))
+    if cls is TenantScheduler:
+        s.cost.prior = COSTS  # the fit would replace it only after min_steps real steps
+        s.cost.min_steps = 10**9
+    return s
+
+
+_ids = itertools.count()
+
+
+def request(tenant: str, prompt: int, max_tokens: int = 8, arrival: float | None = None, priority: int = 0) -> Request:
+    i = next(_ids)
+    params = SamplingParams(max_tokens=max_tokens, ignore_eos=True, extra_args={"loraplex_tenant": tenant})
+    return Request(request_id=f"{tenant}-{i}", prompt_token_ids=[7] * prompt, sampling_params=params,
+                   pooling_params=None, arrival_time=float(i) if arrival is None else arrival, priority=priority)
+
+
+def step(s: Scheduler) -> dict[str, int]:
+    """One engine step: schedule, fake the model's one token per finished prefill or decode."""
+    out: SchedulerOutput = s.schedule()
+    ids = list(out.num_scheduled_tokens)
+    sampled = []
+    for rid in ids:
+        r = s.requests[rid]
+        sampled.append([] if r.num_computed_tokens < r.num_tokens else [11])  # a prefill chunk samples nothing
+    s.update_from_output(out, ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
+                                                sampled_token_ids=sampled))
+    return dict(out.num_scheduled_tokens)
+
+
+def of(tenant: str, tokens: dict[str, int]) -> int:
+    return sum(n for rid, n in tokens.items() if rid.startswith(tenant + "-"))
+
+
+def decoding(s: Scheduler, *requests: Request) -> None:
+    """Run until every one of these is past its prefill."""
+    for _ in range(50):
+        if all(r.num_computed_tokens >= r.num_prompt_tokens for r in requests):
+            return
+        step(s)
+    raise AssertionError("requests never finished their prefill")
+
+
+def test_one_tenant_alone_runs_vllms_own_steps():
+    a, b = scheduler(), scheduler(cls=Scheduler)
+    for s in (a, b):
+        for _ in range(3):
+            s.add_request(request("solo", 1500, arrival=0.0))
+    counts_a = [sorted(step(a).values()) for _ in range(8)]
+    counts_b = [sorted(step(b).values()) for _ in range(8)]
+    assert counts_a == counts_b
+    assert max(sum(c) for c in counts_a) == TOKEN_BUDGET  # uncapped: the whole token budget
+
+
+def test_a_shared_step_carries_only_the_prompt_tokens_the_tpot_target_allows():
+    s = scheduler()
+    chat = [request("chat", 16, max_tokens=64) for _ in range(4)]
+    for r in chat:
+        s.add_request(r)
+    decoding(s, *chat)
+    s.add_request(request("long", 3000))
+    tokens = step(s)
+    # 4 decodes + 184 prompt tokens (0.24 s - 0.04 s - 4 x 4 ms, at 1 ms a token).
+    assert of("chat", tokens) == 4
+    assert of("long", tokens) == 184
+    # vLLM's own scheduler puts the whole token budget's prompt tokens in that step.
+    v = scheduler(cls=Scheduler)
+    chat = [request("chat", 16, max_tokens=64) for _ in range(4)]
+    for r in chat:
+        v.add_request(r)
+    decoding(v, *chat)
+    v.add_request(request("long", 3000))
+    assert of("long", step(v)) == TOKEN_BUDGET - 4
+
+
+def test_decodes_go_first_even_behind_a_running_long_prefill():
+    s = scheduler()
+    long = request("long", 3000, arrival=0.0)
+    s.add_request(long)
+    step(s)  # alone: a 2048-token chunk; it is now mid-prefill in vLLM's running list, ahead of...
+    chat = request("chat", 16, max_tokens=64, arrival=1.0)
+    s.add_request(chat)
+    decoding(s, chat)
+    for _ in range(3):
+        tokens = step(s)
+        assert tokens[chat.request_id] == 1  # ...the chat request, whose decode is never crowded out
+    assert s.running[0] is chat or chat in s.running
+
+
+def test_the_budget_is_split_across_tenants_and_a_long_prompt_is_chunked():
+    s = scheduler(min_prompt_tokens=16)
+    chat = request("chat", 16, max_tokens=64)
+    s.add_request(chat)
+    decoding(s, chat)
+    s.add_request(request("a", 3000))
+    s.add_request(request("b", 3000))
+    tokens = step(s)
+    # 1 decode: 0.24 - 0.04 - 0.004 = 0.196 s -> 196 prompt tokens, 98 each.
+    assert of("a", tokens) == 98 and of("b", tokens) == 98
+    # The split is by counter: the one served more so far gets no more than the other over time.
+    totals = {"a": 0, "b": 0}
+    for _ in range(10):
+        t = step(s)
+        totals["a"] += of("a", t)
+        totals["b"] += of("b", t)
+    assert abs(totals["a"] - totals["b"]) <= 98
+
+
+def test_a_newcomer_is_scheduled_in_the_next_step():
+    s = scheduler()
+    chat = request("chat", 16, max_tokens=200)
+    s.add_request(chat)
+    decoding(s, chat)
+    for _ in range(4):
+        s.add_request(request("long", 3000))
+    for _ in range(5):
+        step(s)  # long's prompts are being chunked beside chat's decodes
+    newcomer = request("new", 24)
+    s.add_request(newcomer)
+    tokens = step(s)
+    assert tokens.get(newcomer.request_id) == 24  # its whole short prompt, in the very next step
+
+
+def test_the_scheduler_charges_each_tenant_the_engine_seconds_it_got():
+    s = scheduler()
+    chat = request("chat", 16, max_tokens=64)
+    s.add_request(chat)
+    decoding(s, chat)
+    chat_counter = s.counters.get("chat")
+    s.add_request(request("long", 3000))
+    assert s.counters.get("long") == chat_counter  # lifted to the lowest active counter on arrival
+    step(s)
+    # Then charged its share of the step: 196 prompt tokens (one decode beside it) and half the
+    # fixed part (two requests in the step).
+    assert s.counters.get("long") - chat_counter == pytest.approx(0.04 / 2 + 196 * 0.001, rel=1e-6)
