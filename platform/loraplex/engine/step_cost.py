@@ -79,9 +79,11 @@ class StepCost:
         room = step_target_s - c.base_s - c.per_decode_s * decode_tokens
         return max(0, int(room / c.per_prompt_s + 1e-6))  # + a hair: 0.196 / 0.001 is 195.999...
 
-    def seconds(self, decode_tokens: int, prompt_tokens: int, requests_in_step: int) -> float:
-        """One request's share of a step: its own tokens, plus the step's fixed part split over
-        the requests in it (what the tenant's virtual counter is charged)."""
+    def seconds(self, decode_tokens: int, prompt_tokens: int, step_tokens: int) -> float:
+        """One request's share of a step (what its tenant's virtual counter is charged): its own
+        tokens, plus the step's fixed part in proportion to its tokens of the step's. Split per
+        request instead, a chat tenant's few decodes beside a 32-token chunk of a long prompt were
+        charged like the chunk, and its next prompt waited behind the long-prompt tenant's."""
         c = self.coefficients
-        return (c.base_s / max(requests_in_step, 1) + c.per_decode_s * decode_tokens
-                + c.per_prompt_s * prompt_tokens)
+        own = decode_tokens + prompt_tokens
+        return c.base_s * own / max(step_tokens, 1) + c.per_decode_s * decode_tokens + c.per_prompt_s * prompt_tokens

@@ -110,11 +110,12 @@ class TenantFairness:
             self._note_step(output, started)
             return output
         rank = {key: i for i, key in enumerate(plan.order)}
-        held_running = [r for r in prefills if r.request_id in plan.hidden]
-        held_waiting = [r for r in waiting if r.request_id in plan.hidden]
-        self.running = decodes + sorted((r for r in prefills if r.request_id not in plan.hidden),
+        hidden = plan.hidden | self._over_lora_slots(waiting, plan.hidden, rank)
+        held_running = [r for r in prefills if r.request_id in hidden]
+        held_waiting = [r for r in waiting if r.request_id in hidden]
+        self.running = decodes + sorted((r for r in prefills if r.request_id not in hidden),
                                         key=lambda r: rank.get(r.request_id, len(rank)))
-        self.waiting = FCFSRequestQueue(sorted((r for r in waiting if r.request_id not in plan.hidden),
+        self.waiting = FCFSRequestQueue(sorted((r for r in waiting if r.request_id not in hidden),
                                                key=lambda r: rank.get(r.request_id, len(rank))))
         self.max_num_scheduled_tokens = min(len(decodes) + plan.prompt_budget, self._token_budget)
         self.scheduler_config.long_prefill_token_threshold = plan.chunk_cap or self._threshold
@@ -131,6 +132,24 @@ class TenantFairness:
             self.max_num_active_reqs = self._max_active
         self._note_step(output, started)
         return output
+
+    def _over_lora_slots(self, waiting: list, hidden: set[str], rank: dict[str, int]) -> set[str]:
+        """Waiting requests whose adapter would make the running set hold more than max_loras.
+        vLLM counts only the adapters of the running requests it schedules this step; with some
+        held back it would admit new adapters in their place, and the next step, with them all
+        back, would hold more adapters than the batch has slots for."""
+        if not self.lora_config:
+            return set()
+        loras = {r.lora_request.lora_int_id for r in self.running if r.lora_request and r.lora_request.lora_int_id > 0}
+        over = set()
+        for r in sorted((r for r in waiting if r.request_id not in hidden), key=lambda r: rank.get(r.request_id, len(rank))):
+            lora = r.lora_request.lora_int_id if r.lora_request else 0
+            if lora > 0 and lora not in loras:
+                if len(loras) >= self.lora_config.max_loras:
+                    over.add(r.request_id)
+                else:
+                    loras.add(lora)
+        return over
 
     def _note_step(self, output, started: float) -> None:
         carried = []
@@ -150,8 +169,13 @@ class TenantFairness:
         if step is not None:
             started, carried = step
             self.cost.observe(sum(c[2] for c in carried), sum(c[3] for c in carried), time.monotonic() - started)
+            import os as _os
+            if _os.environ.get("LORAPLEX_STEP_LOG"):  # SCRATCH
+                with open(_os.environ["LORAPLEX_STEP_LOG"], "a") as _f:
+                    _f.write(f"{sum(c[2] for c in carried)} {sum(c[3] for c in carried)} {time.monotonic() - started:.4f} {self.cost.coefficients} {[(c[0], c[2], c[3]) for c in carried if c[3]]}\n")
+            tokens = sum(c[2] + c[3] for c in carried)
             for tenant, weight, decode, prompt in carried:
-                self.counters.charge(tenant, self.cost.seconds(decode, prompt, len(carried)), weight)
+                self.counters.charge(tenant, self.cost.seconds(decode, prompt, tokens), weight)
             if self.cost.steps % 1000 == 0:  # how the fit sees this engine now, in its log
                 logger.info("tenant scheduler: %d steps, %d shared; step cost %s", self.cost.steps,
                             self.shared_steps, self.cost.coefficients)

@@ -101,8 +101,10 @@ def test_step_cost_fits_the_engines_own_step_times_and_sizes_the_budget():
     # A step of 10 decodes (0.03 s) within a 0.1 s target leaves 0.07 s: 140 prompt tokens.
     assert cost.prompt_budget(10, 0.1) == pytest.approx(140, abs=2)
     assert cost.prompt_budget(200, 0.1) == 0  # the decodes alone take longer than the target
-    # One request's share of a step of four: a quarter of the fixed part plus its own tokens.
-    assert cost.seconds(1, 0, 4) == pytest.approx(0.02 / 4 + 0.001, rel=0.05)
+    # One decode's share of a 40-token step: 1/40 of the fixed part plus its own cost; a 39-token
+    # chunk beside it pays the rest.
+    assert cost.seconds(1, 0, 40) == pytest.approx(0.02 / 40 + 0.001, rel=0.05)
+    assert cost.seconds(0, 39, 40) == pytest.approx(0.02 * 39 / 40 + 39 * 0.0005, rel=0.05)
 
 
 def test_step_cost_follows_a_machine_that_slows_down():

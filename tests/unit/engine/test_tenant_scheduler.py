@@ -12,7 +12,8 @@ import itertools
 
 import pytest
 import torch
-from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
+from vllm.config import CacheConfig, LoRAConfig, ModelConfig, SchedulerConfig, VllmConfig
+from vllm.lora.request import LoRARequest
 from vllm.sampling_params import SamplingParams
 from vllm.v1.core.sched.output import SchedulerOutput
 from vllm.v1.core.sched.scheduler import Scheduler
@@ -34,14 +35,15 @@ TOKEN_BUDGET = 2048
 COSTS = Coefficients(base_s=0.04, per_decode_s=0.004, per_prompt_s=0.001)
 
 
-def scheduler(cls=TenantScheduler, **settings) -> Scheduler:
+def scheduler(cls=TenantScheduler, max_loras: int | None = None, **settings) -> Scheduler:
     model = ModelConfig(model=str(default_model_dir()), dtype="float32", max_model_len=4096, seed=0,
                         skip_tokenizer_init=True)
     sched = SchedulerConfig(max_num_seqs=16, max_num_batched_tokens=TOKEN_BUDGET, max_model_len=4096,
                             enable_chunked_prefill=True, is_encoder_decoder=False)
     cache = CacheConfig(block_size=BLOCK, cache_dtype="auto", enable_prefix_caching=False)
     config = TenantSchedulerConfig(tpot_s=0.3, **settings)
-    vllm_config = VllmConfig(model_config=model, scheduler_config=sched, cache_config=cache,
+    lora = LoRAConfig(max_loras=max_loras, max_lora_rank=8) if max_loras else None
+    vllm_config = VllmConfig(model_config=model, scheduler_config=sched, cache_config=cache, lora_config=lora,
                              additional_config={CONFIG_KEY: config.settings()})
     blocks = 4096
     cache.num_gpu_blocks = blocks
@@ -58,11 +60,13 @@ def scheduler(cls=TenantScheduler, **settings) -> Scheduler:
 _ids = itertools.count()
 
 
-def request(tenant: str, prompt: int, max_tokens: int = 8, arrival: float | None = None, priority: int = 0) -> Request:
+def request(tenant: str, prompt: int, max_tokens: int = 8, arrival: float | None = None, priority: int = 0,
+            lora: int = 0) -> Request:
     i = next(_ids)
     params = SamplingParams(max_tokens=max_tokens, ignore_eos=True, extra_args={"loraplex_tenant": tenant})
     return Request(request_id=f"{tenant}-{i}", prompt_token_ids=[7] * prompt, sampling_params=params,
-                   pooling_params=None, arrival_time=float(i) if arrival is None else arrival, priority=priority)
+                   pooling_params=None, arrival_time=float(i) if arrival is None else arrival, priority=priority,
+                   lora_request=LoRARequest(f"adapter-{lora}", lora, "/nowhere") if lora else None)
 
 
 def step(s: Scheduler) -> dict[str, int]:
@@ -180,6 +184,24 @@ def test_the_scheduler_charges_each_tenant_the_engine_seconds_it_got():
     s.add_request(request("long", 3000))
     assert s.counters.get("long") == chat_counter  # lifted to the lowest active counter on arrival
     step(s)
-    # Then charged its share of the step: 196 prompt tokens (one decode beside it) and half the
-    # fixed part (two requests in the step).
-    assert s.counters.get("long") - chat_counter == pytest.approx(0.04 / 2 + 196 * 0.001, rel=1e-6)
+    # Then charged its share of the step: 196 prompt tokens (one decode beside it) and 196/197 of
+    # the step's fixed part.
+    assert s.counters.get("long") - chat_counter == pytest.approx(0.04 * 196 / 197 + 196 * 0.001, rel=1e-6)
+
+
+def test_a_held_back_prompt_keeps_its_adapter_slot_from_another_adapter():
+    s = scheduler(max_loras=1, min_prompt_tokens=200)  # a shared step serves one prompting tenant
+    chat = request("chat", 16, max_tokens=200)
+    s.add_request(chat)
+    decoding(s, chat)
+    a = request("a", 3000, lora=1)
+    s.add_request(a)
+    step(s)  # a is mid-prefill on adapter 1
+    s.counters.charge("a", 100.0)  # now b is first by counter, and a's prefill is held back
+    b = request("b", 3000, lora=2)
+    s.add_request(b)
+    for _ in range(5):
+        tokens = step(s)  # vLLM asserts the running set never holds more adapters than max_loras
+        assert b.request_id not in tokens
+        running_loras = {r.lora_request.lora_int_id for r in s.running if r.lora_request}
+        assert running_loras == {1}
