@@ -91,8 +91,12 @@ def test_usage_table_has_a_total_row_and_csv_is_the_servers(server, capsys):
     code, out, _ = run(capsys, *tenant, "usage", "--start", "2026-10-01", "--end", "2026-11-01",
                        "--group-by", "adapter", "--format", "csv")
     rows = list(csv.DictReader(io.StringIO(out)))
-    assert code == 0 and [r["adapter"] for r in rows] == ["", "bot@1"]
+    assert code == 0 and [r["adapter"] for r in rows] == ["(base)", "bot@1"]
     assert sum(Decimal(r["cost"]) for r in rows) == ACME_OCTOBER
+    # The table names the base model's row too (it was an empty cell).
+    code, out, _ = run(capsys, *tenant, "usage", "--start", "2026-10-01", "--end", "2026-11-01", "--group-by", "adapter")
+    assert code == 0 and [ln.split()[:2] for ln in out.splitlines()[1:4]] == [
+        ["(base)", "1000000"], ["bot@1", "1000000"], ["TOTAL", "2000000"]]
 
     code, out, _ = run(capsys, *tenant, "--json", "usage", "--start", "2026-10-01", "--end", "2026-11-01")
     assert code == 0 and Decimal(json.loads(out)["total"]["cost"]) == ACME_OCTOBER

@@ -159,7 +159,7 @@ def test_group_by_hour_adapter_model(env):
         return [(r[group_by], r["requests"]) for r in body["rows"]]
 
     assert keys("hour") == [("2026-10-05T10:00:00Z", 1), ("2026-10-05T11:00:00Z", 1), ("2026-10-06T09:00:00Z", 1)]
-    assert keys("adapter") == [(None, 1), ("bot@abc", 2)]
+    assert keys("adapter") == [("(base)", 1), ("bot@abc", 2)]  # the base model's row is named
     assert keys("model") == [("base-model", 2), ("other", 1)]
 
 
@@ -169,7 +169,7 @@ def test_csv(env):
     lines = response.text.splitlines()
     assert lines[0] == "adapter,prompt_tokens,cached_prompt_tokens,completion_tokens,requests,cost"
     rows = list(csv.DictReader(io.StringIO(response.text)))
-    assert [r["adapter"] for r in rows] == ["", "bot@abc"]
+    assert [r["adapter"] for r in rows] == ["(base)", "bot@abc"]
     assert sum(Decimal(r["cost"]) for r in rows) == expected_cost(env, "acme")
     assert sum(int(r["requests"]) for r in rows) == 3
     assert ok(env.client.get("/v1/usage", params={**OCT, "format": "csv"}, headers=env.keys["acme"]),
