@@ -256,6 +256,10 @@ def billing_cost_model(s: Session) -> None:
     params = {k: v for k, v in {"start": s.args.start, "end": s.args.end}.items() if v is not None}
     body = s.admin("GET", "/admin/cost-model", params=params).json()
     s.show(body, [{"metric": k, "value": v} for k, v in body.items()], ("metric", "value"))
+    if not s.args.json and body.get("hardware"):
+        # The figures are only as right as this price: say which hardware it is for.
+        print(f"\npriced as {body['gpus']} x {body['hardware']} at {body['gpu_hour_price']} {body.get('currency', '')}"
+              "/h each (accounting.cost_model in the serve config)")
 
 
 def latency(s: Session) -> None:

@@ -13,7 +13,7 @@ from starlette.testclient import TestClient
 
 from fake_engine import FakeEngineClient
 from loraplex.accounting.accounting import Accounting
-from loraplex.accounting.config import AccountingConfig
+from loraplex.accounting.config import CPU_PROFILE_HARDWARE, CPU_PROFILE_HOUR_PRICE, AccountingConfig
 from loraplex.accounting.record import UsageRecord
 from loraplex.accounting.billing_export import EVENT_TYPE, METERS, event_id
 from loraplex.config import PlatformConfig
@@ -305,7 +305,9 @@ def test_cost_model(env):
                                  for r in env.records["acme"] + env.records["globex"])
     revenue = expected_cost(env, "acme") + expected_cost(env, "globex")
     assert Decimal(body["revenue"]) == revenue
-    assert Decimal(body["gpu_cost"]) == Decimal("3.50") * 31 * 24  # defaults: 1 GPU at 3.50/h
+    # Defaults: the CPU profile's hardware (PlatformConfig gives GPU replicas a GPU's hour), named.
+    assert body["hardware"] == CPU_PROFILE_HARDWARE and Decimal(body["gpu_hour_price"]) == CPU_PROFILE_HOUR_PRICE
+    assert Decimal(body["gpu_cost"]) == (CPU_PROFILE_HOUR_PRICE * 31 * 24).quantize(Decimal("0.000001"))
     assert Decimal(body["margin"]) == revenue - Decimal(body["gpu_cost"])
     assert body["peak_tokens_per_s"] > 0 and 0 <= body["utilization"] <= 1 and body["real_cost_per_1m"]
 
