@@ -164,8 +164,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     tpot = a.slo_tpot_p95 if a.slo_tpot_p95 is not None else slo_cfg.get("tpot_p95", DEFAULT_SLO["tpot_p95"])
     slo_source = "flags" if a.slo_ttft_p95 or a.slo_tpot_p95 else "config slo:" if slo_cfg else "built-in default"
     slo = SLO(ttft, tpot, a.slo_max_error_rate)
-    cm = (app_args.get("accounting") or {}).get("cost_model") or {}
-    price = a.gpu_hour_price if a.gpu_hour_price is not None else Decimal(str(cm.get("gpu_hour_price", "3.50")))
+    price = a.gpu_hour_price if a.gpu_hour_price is not None else targets.cost_model(app_args).gpu_hour_price
     gpus = a.gpus_per_replica or eng.tensor_parallel_size
     out = a.out or ROOT / "var" / "loadtest" / datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out.mkdir(parents=True, exist_ok=True)

@@ -54,6 +54,15 @@ def engine_config(args: dict, base_dir: Path):
     return EngineConfig(**(args.get("engine") or {})).resolved(base_dir)
 
 
+def cost_model(args: dict):
+    """accounting.cost_model as the platform reads it: fields left out follow the profile (a GPU's
+    hour where engine_deployment.num_gpus > 0, else a CPU VM's; loraplex.config)."""
+    from loraplex.accounting.config import CostModelConfig
+
+    on_gpu = float((args.get("engine_deployment") or {}).get("num_gpus") or 0) > 0
+    return CostModelConfig(**((args.get("accounting") or {}).get("cost_model") or {})).for_profile(on_gpu)
+
+
 def slo_from_config(args: dict) -> dict:
     """SLO targets in seconds from an `slo:` block, if the config has one: keys ttft_p95 /
     tpot_p95 with a _s or _ms suffix (or none: seconds)."""

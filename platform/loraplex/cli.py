@@ -1,7 +1,8 @@
 """`loraplex`: the admin and tenant HTTP routes from a shell.
 
-    loraplex tenants create acme --limits '{"requests_per_minute": 60}'
-    loraplex keys create ten_...                      # prints the key once
+    TENANT=$(loraplex tenants create acme -q)         # -q: only the tenant id
+    export LORAPLEX_API_KEY=$(loraplex keys create $TENANT -q)   # -q: only the key (shown once)
+    loraplex tenants update $TENANT --limits '{"requests_per_minute": 60}'
     LORAPLEX_API_KEY=lpx-... loraplex adapters upload support-bot adapter.tar.gz
     LORAPLEX_API_KEY=lpx-... loraplex usage --group-by adapter --start 2026-11-01
     loraplex billing export --period 2026-11 > events.jsonl
@@ -105,6 +106,9 @@ def tenants_create(s: Session) -> None:
     if s.args.limits is not None:
         body["limits"] = s.args.limits
     tenant = s.admin("POST", "/admin/tenants", json=body).json()
+    if s.args.quiet:  # for scripts: TENANT=$(loraplex tenants create acme -q)
+        print(tenant["id"])
+        return
     s.show(tenant, [tenant], TENANT_COLUMNS)
 
 
@@ -128,6 +132,9 @@ def tenants_update(s: Session) -> None:
 
 def keys_create(s: Session) -> None:
     key = s.admin("POST", f"/admin/tenants/{_seg(s.args.tenant_id)}/keys").json()
+    if s.args.quiet:  # for scripts: export LORAPLEX_API_KEY=$(loraplex keys create $TENANT -q)
+        print(key["key"])
+        return
     if s.args.json:
         s.show(key)
         return
@@ -249,6 +256,10 @@ def billing_cost_model(s: Session) -> None:
     params = {k: v for k, v in {"start": s.args.start, "end": s.args.end}.items() if v is not None}
     body = s.admin("GET", "/admin/cost-model", params=params).json()
     s.show(body, [{"metric": k, "value": v} for k, v in body.items()], ("metric", "value"))
+    if not s.args.json and body.get("hardware"):
+        # The figures are only as right as this price: say which hardware it is for.
+        print(f"\npriced as {body['gpus']} x {body['hardware']} at {body['gpu_hour_price']} {body.get('currency', '')}"
+              "/h each (accounting.cost_model in the serve config)")
 
 
 def latency(s: Session) -> None:
@@ -289,6 +300,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("name")
     p.add_argument("--plan")
     p.add_argument("--limits", type=_json_object, help='JSON, e.g. \'{"requests_per_minute": 60}\'')
+    p.add_argument("-q", "--quiet", action="store_true", help="print only the new tenant's id")
     command(sub, "list", tenants_list, "list tenants")
     p = command(sub, "update", tenants_update, "change a tenant's plan or limits, or suspend it")
     p.add_argument("tenant_id")
@@ -300,7 +312,9 @@ def _parser() -> argparse.ArgumentParser:
 
     keys = groups.add_parser("keys", help="issue, list and revoke API keys (admin)")
     sub = keys.add_subparsers(dest="command", required=True)
-    command(sub, "create", keys_create, "issue a new API key (shown once)").add_argument("tenant_id")
+    p = command(sub, "create", keys_create, "issue a new API key (shown once)")
+    p.add_argument("tenant_id")
+    p.add_argument("-q", "--quiet", action="store_true", help="print only the key (it is shown only this once)")
     command(sub, "list", keys_list, "list a tenant's keys (no secrets)").add_argument("tenant_id")
     command(sub, "revoke", keys_revoke, "revoke a key: its next request gets 401").add_argument("key_id")
 

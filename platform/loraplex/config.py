@@ -675,6 +675,16 @@ class PlatformConfig(BaseModel):
                 "bound the queue with engine_deployment.fair_queue.max_queued instead.")
         return self
 
+    @model_validator(mode="after")
+    def _cost_model_follows_the_profile(self) -> "PlatformConfig":
+        """An unset cost model prices the hardware the Engine replicas run on: a GPU's hour where they
+        have GPUs, a CPU VM's otherwise (a CPU install priced at a GPU's hour reports a cost per
+        token thousands of times too high)."""
+        cost_model = self.accounting.cost_model.for_profile(on_gpu=self.engine_deployment.num_gpus > 0)
+        if cost_model is not self.accounting.cost_model:
+            self.accounting = self.accounting.model_copy(update={"cost_model": cost_model})
+        return self
+
     def plan_names(self) -> set[str]:
         """The plans a tenant may be put on: those with limits (tenancy.plans) or prices
         (accounting.pricing.plans), and the default."""

@@ -30,12 +30,41 @@ class PricingConfig(BaseModel):
         default_factory=dict, description="Negotiated prices by tenant id; win over the tenant's plan.")
 
 
+# What the cost model prices where accounting.cost_model leaves it unset, by profile
+# (PlatformConfig picks by engine_deployment.num_gpus): the hardware one unit is, and its hour.
+CPU_PROFILE_HARDWARE = "2-vCPU VM"
+CPU_PROFILE_HOUR_PRICE = Decimal("0.1008")  # AWS EC2 m7i.large (2 vCPU, 8 GiB), Linux on-demand, us-east-1
+GPU_PROFILE_HARDWARE = "GPU"
+GPU_PROFILE_HOUR_PRICE = Decimal("3.50")
+
+
 class CostModelConfig(BaseModel):
+    """The hardware the cost model prices. Unset fields follow the profile: the CPU profile's
+    (a 2-vCPU VM) here, the GPU profile's where Engine replicas have GPUs (for_profile)."""
+
     model_config = ConfigDict(extra="forbid")
 
-    gpu_hour_price: Decimal = Field(Decimal("3.50"), description="What one GPU-hour costs us (same currency).")
-    gpus: int = Field(1, ge=1, description="GPUs serving the deployment.")
+    gpu_hour_price: Decimal = Field(
+        CPU_PROFILE_HOUR_PRICE, ge=0,
+        description="What one hour of one unit of `hardware` costs us (same currency as pricing). Unset: "
+        f"{GPU_PROFILE_HOUR_PRICE} per GPU where engine_deployment.num_gpus > 0, else {CPU_PROFILE_HOUR_PRICE} "
+        "for a 2-vCPU VM (the CPU profile; AWS EC2 m7i.large on-demand, us-east-1).")
+    gpus: int = Field(1, ge=1, description="Units of `hardware` serving the deployment (GPUs; VMs on the CPU profile).")
+    hardware: str = Field(
+        CPU_PROFILE_HARDWARE, min_length=1,
+        description="What one unit at gpu_hour_price is, named on the cost model's output (GET /admin/cost-model, "
+        f"`loraplex billing cost-model`). Unset: {GPU_PROFILE_HARDWARE!r} where engine_deployment.num_gpus > 0, "
+        f"else {CPU_PROFILE_HARDWARE!r}.")
     window_s: int = Field(60, ge=1, description="Bucket width for measuring peak tokens/s.")
+
+    def for_profile(self, on_gpu: bool) -> "CostModelConfig":
+        """This config with the GPU profile's price and hardware where it leaves them unset and the
+        replicas have GPUs (the defaults are the CPU profile's)."""
+        if not on_gpu:
+            return self
+        unset = {"gpu_hour_price": GPU_PROFILE_HOUR_PRICE, "hardware": GPU_PROFILE_HARDWARE}
+        update = {k: v for k, v in unset.items() if k not in self.model_fields_set}
+        return self.model_copy(update=update) if update else self
 
 
 class AccountingConfig(BaseModel):
@@ -51,4 +80,4 @@ class AccountingConfig(BaseModel):
     billing_grace_s: int = Field(3600, ge=0, description="A day is exported for billing only this long after it ends.")
     billing_source: str = Field("loraplex", description="CloudEvents `source` of billing events.")
     pricing: PricingConfig = Field(default_factory=PricingConfig, description="Token prices.")
-    cost_model: CostModelConfig = Field(default_factory=CostModelConfig, description="GPU cost inputs.")
+    cost_model: CostModelConfig = Field(default_factory=CostModelConfig, description="What the hardware costs: the cost model's inputs.")

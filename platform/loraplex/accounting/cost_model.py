@@ -1,5 +1,8 @@
 """What a million tokens costs us: GPU-hour price x GPUs / (tokens/s x utilization x 3600) x 1e6.
 
+"GPU" is the priced unit, `hardware` names it: a GPU on the GPU profile, a 2-vCPU VM on the CPU
+profile (accounting.cost_model; its defaults follow the profile).
+
 tokens/s is measured from the ledger: each record's prompt tokens are spread over
 [arrival, first token] and its completion tokens over [first token, finish], summed into
 `window_s` buckets. Peak = the busiest bucket (what the deployment has shown it can do);
@@ -39,11 +42,13 @@ class CostModelReport:
     capacity_cost_per_1m: Decimal | None  # at peak throughput, fully busy
     real_cost_per_1m: Decimal | None      # at the measured utilization
     revenue: Decimal | None = None        # what tenants were billed, when a PriceBook is given
+    hardware: str = "GPU"                 # what one unit at gpu_hour_price is (accounting.cost_model)
 
     def to_dict(self) -> dict:
         money = lambda d: None if d is None else str(d)  # noqa: E731
         return {"start": self.start.isoformat(), "end": self.end.isoformat(),
-                "gpu_hour_price": str(self.gpu_hour_price), "gpus": self.gpus, "window_s": self.window_s,
+                "hardware": self.hardware, "gpu_hour_price": str(self.gpu_hour_price), "gpus": self.gpus,
+                "window_s": self.window_s,
                 "requests": self.requests, "tokens": self.tokens,
                 "peak_tokens_per_s": round(self.peak_tokens_per_s, 3),
                 "avg_tokens_per_s": round(self.avg_tokens_per_s, 3), "utilization": round(self.utilization, 4),
@@ -73,7 +78,7 @@ def per_million(gpu_hour_price: Decimal, gpus: int, tokens_per_s: float, utiliza
 
 
 def cost_model_report(engine: Engine, start: datetime, end: datetime, *, gpu_hour_price: Decimal, gpus: int = 1,
-                      window_s: int = 60, prices: PriceBook | None = None) -> CostModelReport:
+                      window_s: int = 60, prices: PriceBook | None = None, hardware: str = "GPU") -> CostModelReport:
     check_range(start, end)
     t0, t1 = start.timestamp(), end.timestamp()
     q = (select(u.c.arrival_time, u.c.first_token_time, u.c.finish_time, u.c.prompt_tokens, u.c.completion_tokens)
@@ -91,7 +96,7 @@ def cost_model_report(engine: Engine, start: datetime, end: datetime, *, gpu_hou
     return CostModelReport(start, end, gpu_hour_price, gpus, window_s, tp.requests, round(tp.tokens), peak,
                            tp.avg_tokens_per_s, util, gpu_cost.quantize(_Q6),
                            per_million(gpu_hour_price, gpus, peak, 1.0), per_million(gpu_hour_price, gpus, peak, util),
-                           revenue)
+                           revenue, hardware)
 
 
 @dataclass

@@ -9,6 +9,9 @@ from loraplex.accounting.pricing import PriceBook
 from loraplex.accounting.usage_query import usage_totals
 
 COLUMNS = ("prompt_tokens", "cached_prompt_tokens", "completion_tokens", "requests", "cost")
+# Grouped by adapter, the requests on the base model alone (no adapter) are this row: a name no
+# adapter can have (registry.store.NAME starts with a letter or digit), not an empty cell.
+BASE_MODEL_ROW = "(base)"
 
 
 @dataclass
@@ -89,4 +92,6 @@ def usage_report(engine: Engine, prices: PriceBook, start: datetime, end: dateti
         rows.setdefault(t.key, UsageRow(t.key)).add(part)
         report.total.add(part)
     report.rows = sorted(rows.values(), key=lambda r: (r.key is not None, r.key or ""))
+    if group_by == "adapter" and None in rows:
+        rows[None].key = BASE_MODEL_ROW  # sorted first, as the row without an adapter
     return report

@@ -133,7 +133,8 @@ class UsageRoutes:
         acc = self.accounting
         cm = acc.config.cost_model
         report = await run_in_threadpool(cost_model_report, acc.db, start, end, gpu_hour_price=cm.gpu_hour_price,
-                                         gpus=cm.gpus, window_s=cm.window_s, prices=acc.prices)
+                                         gpus=cm.gpus, window_s=cm.window_s, prices=acc.prices,
+                                         hardware=cm.hardware)
         body = {**report.to_dict(), "currency": acc.prices.currency,
                 "margin": None if report.margin is None else str(report.margin)}
         return JSONResponse(body)

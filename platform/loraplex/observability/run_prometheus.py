@@ -51,6 +51,8 @@ def require(tool: str) -> str:
 
 def prepare(args: argparse.Namespace) -> list[str]:
     """Write the config and rules; return the prometheus command line."""
+    # Both tools first: a missing one leaves nothing behind (no var/prometheus/ of a run that never started).
+    promtool, prometheus = require("promtool"), require("prometheus")
     served = load_served(args.config)
     data = args.data_dir.resolve()
     (data / "data").mkdir(parents=True, exist_ok=True)
@@ -67,8 +69,8 @@ def prepare(args: argparse.Namespace) -> list[str]:
         if not sd.exists():
             print(f"prometheus: no {sd} yet: Prometheus reads it once it is written (Ray's dashboard writes "
                   "its own; without one: --sd-file or --target NODE_IP:METRICS_EXPORT_PORT)", file=sys.stderr)
-    subprocess.run([require("promtool"), "check", "config", str(config)], check=True, stdout=subprocess.DEVNULL)
-    return [require("prometheus"), f"--config.file={config}", f"--storage.tsdb.path={data / 'data'}",
+    subprocess.run([promtool, "check", "config", str(config)], check=True, stdout=subprocess.DEVNULL)
+    return [prometheus, f"--config.file={config}", f"--storage.tsdb.path={data / 'data'}",
             f"--web.listen-address={address}", f"--storage.tsdb.retention.time={args.retention}"]
 
 

@@ -68,26 +68,26 @@ def test_day_rows_and_exact_decimal_cost(ledger):
 def test_hour_adapter_model_keys(ledger):
     keys = lambda g: [r.key for r in usage_report(ledger.engine, PRICES, *NOV, group_by=g).rows]  # noqa: E731
     assert keys("hour") == ["2026-11-03T10:00:00Z", "2026-11-03T11:00:00Z", "2026-11-04T10:00:00Z"]
-    assert keys("adapter") == [None, "sql-bot@3f2a"]
+    assert keys("adapter") == ["(base)", "sql-bot@3f2a"]  # the base model's row is named
     assert keys("model") == ["llama", "qwen"]
 
 
 def test_csv_and_table(ledger):
     rep = usage_report(ledger.engine, PRICES, *NOV, group_by="adapter", tenant_id="t1")
     rows = list(csv.DictReader(io.StringIO(rep.to_csv())))
-    assert [r["adapter"] for r in rows] == ["", "sql-bot@3f2a"]
+    assert [r["adapter"] for r in rows] == ["(base)", "sql-bot@3f2a"]
     assert {k for k in rows[0]} >= {"prompt_tokens", "cached_prompt_tokens", "completion_tokens", "requests", "cost"}
     assert sum(Decimal(r["cost"]) for r in rows) == rep.total.cost
     table = rep.to_table().splitlines()
     assert table[-1].split() == ["TOTAL", "400", "160", "80", "4", str(4 * T1_COST)]
-    assert table[2].split()[:1] == ["300"] and table[3].split()[:1] == ["sql-bot@3f2a"]  # no adapter: empty
+    assert table[2].split()[:2] == ["(base)", "300"] and table[3].split()[:1] == ["sql-bot@3f2a"]
     d = rep.to_dict()
     assert {k: d[k] for k in ("tenant", "start", "end", "group_by", "currency")} == {
         "tenant": "t1", "start": "2026-11-01T00:00:00+00:00", "end": "2026-12-01T00:00:00+00:00",
         "group_by": "adapter", "currency": "USD"}
     assert d["total"] == {"prompt_tokens": 400, "cached_prompt_tokens": 160, "completion_tokens": 80,
                           "requests": 4, "cost": str(4 * T1_COST)}
-    assert [r["adapter"] for r in d["rows"]] == [None, "sql-bot@3f2a"]
+    assert [r["adapter"] for r in d["rows"]] == ["(base)", "sql-bot@3f2a"]
     # group_by defaults to day.
     assert [r.key for r in usage_report(ledger.engine, PRICES, *NOV, tenant_id="t1").rows] == [
         "2026-11-03", "2026-11-04"]

@@ -72,6 +72,24 @@ def test_admin_commands_end_to_end(url, capsys, monkeypatch):
     assert listed[0]["id"] in out and "REVOKED_AT" in out
 
 
+def test_quiet_create_prints_only_the_id_and_the_key(url, capsys, monkeypatch):
+    """The README's flow: TENANT=$(loraplex tenants create acme -q), then
+    export LORAPLEX_API_KEY=$(loraplex keys create $TENANT -q): each output is the one value."""
+    monkeypatch.setenv("LORAPLEX_URL", url)
+    monkeypatch.setenv("LORAPLEX_ADMIN_TOKEN", ADMIN)
+    code, out, _ = run(capsys, "tenants", "create", "acme", "-q")
+    tenant_id = out.strip()
+    assert code == 0 and out == tenant_id + "\n" and tenant_id.startswith("ten_")
+    code, out, _ = run(capsys, "--json", "tenants", "list")
+    assert [t["id"] for t in json.loads(out)["data"]] == [tenant_id]
+
+    code, out, _ = run(capsys, "keys", "create", tenant_id, "--quiet")
+    key = out.strip()
+    assert code == 0 and out == key + "\n" and key.startswith("lpx-")
+    code, out, _ = run(capsys, "--json", "keys", "list", tenant_id)
+    assert [k["prefix"] for k in json.loads(out)["data"] if key.startswith(k["prefix"])]  # the issued key itself
+
+
 def test_server_errors_print_the_message_and_exit_nonzero(url, capsys):
     code, out, err = run(capsys, "--url", url, "tenants", "list", "--admin-token", "wrong")
     assert code == 1 and out == "" and err.startswith("error: 401 Invalid admin token")

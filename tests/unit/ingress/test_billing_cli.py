@@ -91,8 +91,12 @@ def test_usage_table_has_a_total_row_and_csv_is_the_servers(server, capsys):
     code, out, _ = run(capsys, *tenant, "usage", "--start", "2026-10-01", "--end", "2026-11-01",
                        "--group-by", "adapter", "--format", "csv")
     rows = list(csv.DictReader(io.StringIO(out)))
-    assert code == 0 and [r["adapter"] for r in rows] == ["", "bot@1"]
+    assert code == 0 and [r["adapter"] for r in rows] == ["(base)", "bot@1"]
     assert sum(Decimal(r["cost"]) for r in rows) == ACME_OCTOBER
+    # The table names the base model's row too (it was an empty cell).
+    code, out, _ = run(capsys, *tenant, "usage", "--start", "2026-10-01", "--end", "2026-11-01", "--group-by", "adapter")
+    assert code == 0 and [ln.split()[:2] for ln in out.splitlines()[1:4]] == [
+        ["(base)", "1000000"], ["bot@1", "1000000"], ["TOTAL", "2000000"]]
 
     code, out, _ = run(capsys, *tenant, "--json", "usage", "--start", "2026-10-01", "--end", "2026-11-01")
     assert code == 0 and Decimal(json.loads(out)["total"]["cost"]) == ACME_OCTOBER
@@ -155,8 +159,13 @@ def test_billing_statement_and_cost_model(server, capsys):
 
     code, out, _ = run(capsys, *admin, "billing", "cost-model", "--start", "2026-10-01", "--end", "2026-11-01")
     assert code == 0 and out.splitlines()[0].split() == ["METRIC", "VALUE"]
-    values = dict(line.split(None, 1) for line in out.splitlines()[1:])
+    table, note = out.split("\n\n")
+    values = dict(line.split(None, 1) for line in table.splitlines()[1:])
     assert values["requests"] == "3" and Decimal(values["revenue"]) == ACME_OCTOBER + Decimal("1.1375")
+    # It says plainly what hardware the figures price (a CPU install is not priced as a GPU).
+    assert values["hardware"] == "2-vCPU VM"
+    assert note.strip() == ("priced as 1 x 2-vCPU VM at 0.1008 USD/h each (accounting.cost_model in the serve "
+                            "config)")
     code, out, _ = run(capsys, *admin, "--json", "billing", "cost-model")  # defaults: this month so far
     body = json.loads(out)
     assert code == 0 and body["start"] == "2026-11-01T00:00:00+00:00" and body["requests"] == 0

@@ -13,7 +13,7 @@ from starlette.testclient import TestClient
 
 from fake_engine import FakeEngineClient
 from loraplex.accounting.accounting import Accounting
-from loraplex.accounting.config import AccountingConfig
+from loraplex.accounting.config import CPU_PROFILE_HARDWARE, CPU_PROFILE_HOUR_PRICE, AccountingConfig
 from loraplex.accounting.record import UsageRecord
 from loraplex.accounting.billing_export import EVENT_TYPE, METERS, event_id
 from loraplex.config import PlatformConfig
@@ -159,7 +159,7 @@ def test_group_by_hour_adapter_model(env):
         return [(r[group_by], r["requests"]) for r in body["rows"]]
 
     assert keys("hour") == [("2026-10-05T10:00:00Z", 1), ("2026-10-05T11:00:00Z", 1), ("2026-10-06T09:00:00Z", 1)]
-    assert keys("adapter") == [(None, 1), ("bot@abc", 2)]
+    assert keys("adapter") == [("(base)", 1), ("bot@abc", 2)]  # the base model's row is named
     assert keys("model") == [("base-model", 2), ("other", 1)]
 
 
@@ -169,7 +169,7 @@ def test_csv(env):
     lines = response.text.splitlines()
     assert lines[0] == "adapter,prompt_tokens,cached_prompt_tokens,completion_tokens,requests,cost"
     rows = list(csv.DictReader(io.StringIO(response.text)))
-    assert [r["adapter"] for r in rows] == ["", "bot@abc"]
+    assert [r["adapter"] for r in rows] == ["(base)", "bot@abc"]
     assert sum(Decimal(r["cost"]) for r in rows) == expected_cost(env, "acme")
     assert sum(int(r["requests"]) for r in rows) == 3
     assert ok(env.client.get("/v1/usage", params={**OCT, "format": "csv"}, headers=env.keys["acme"]),
@@ -305,7 +305,9 @@ def test_cost_model(env):
                                  for r in env.records["acme"] + env.records["globex"])
     revenue = expected_cost(env, "acme") + expected_cost(env, "globex")
     assert Decimal(body["revenue"]) == revenue
-    assert Decimal(body["gpu_cost"]) == Decimal("3.50") * 31 * 24  # defaults: 1 GPU at 3.50/h
+    # Defaults: the CPU profile's hardware (PlatformConfig gives GPU replicas a GPU's hour), named.
+    assert body["hardware"] == CPU_PROFILE_HARDWARE and Decimal(body["gpu_hour_price"]) == CPU_PROFILE_HOUR_PRICE
+    assert Decimal(body["gpu_cost"]) == (CPU_PROFILE_HOUR_PRICE * 31 * 24).quantize(Decimal("0.000001"))
     assert Decimal(body["margin"]) == revenue - Decimal(body["gpu_cost"])
     assert body["peak_tokens_per_s"] > 0 and 0 <= body["utilization"] <= 1 and body["real_cost_per_1m"]
 

@@ -89,10 +89,12 @@ def test_scripts_prometheus_explains_a_missing_binary(tmp_path):
     for tool in ("bash", "dirname"):
         (bin_dir / tool).symlink_to(shutil.which(tool))
     env = {**os.environ, "PATH": str(bin_dir), "PYTHONPATH": str(ROOT / "platform")}
-    result = subprocess.run([str(ROOT / "scripts" / "prometheus"), "--data-dir", str(tmp_path), "--no-ray"],
+    data_dir = tmp_path / "prometheus"
+    result = subprocess.run([str(ROOT / "scripts" / "prometheus"), "--data-dir", str(data_dir), "--no-ray"],
                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode != 0
     assert "apt-get install prometheus" in result.stderr
+    assert not data_dir.exists()  # nothing left behind by a run that could not start
 
 
 def test_options_shape_the_generated_config(tmp_path, monkeypatch):
