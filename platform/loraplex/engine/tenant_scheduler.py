@@ -169,10 +169,7 @@ class TenantFairness:
         if step is not None:
             started, carried = step
             self.cost.observe(sum(c[2] for c in carried), sum(c[3] for c in carried), time.monotonic() - started)
-            import os as _os
-            if _os.environ.get("LORAPLEX_STEP_LOG"):  # SCRATCH
-                with open(_os.environ["LORAPLEX_STEP_LOG"], "a") as _f:
-                    _f.write(f"{sum(c[2] for c in carried)} {sum(c[3] for c in carried)} {time.monotonic() - started:.4f} {self.cost.coefficients} {[(c[0], c[2], c[3]) for c in carried if c[3]]}\n")
+
             tokens = sum(c[2] + c[3] for c in carried)
             for tenant, weight, decode, prompt in carried:
                 self.counters.charge(tenant, self.cost.seconds(decode, prompt, tokens), weight)
