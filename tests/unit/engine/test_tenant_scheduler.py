@@ -8,27 +8,18 @@ the newcomer in the next step, one tenant alone untouched.
 
 from __future__ import annotations
 
-import itertools
-
 import pytest
-import torch
-from vllm.config import CacheConfig, LoRAConfig, ModelConfig, SchedulerConfig, VllmConfig
-from vllm.lora.request import LoRARequest
-from vllm.sampling_params import SamplingParams
-from vllm.v1.core.sched.output import SchedulerOutput
 from vllm.v1.core.sched.scheduler import Scheduler
-from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
-from vllm.v1.outputs import ModelRunnerOutput
-from vllm.v1.request import Request
-from vllm.v1.structured_output import StructuredOutputManager
 
+from bench.fake_steps import fake_request as request
+from bench.fake_steps import fake_step as step
+from bench.fake_steps import make_scheduler
 from loraplex.config import TenantSchedulerConfig
 from loraplex.engine.step_cost import Coefficients
 from loraplex.engine.tenant_scheduler import CONFIG_KEY, TenantScheduler
 
 from model_dir import default_model_dir
 
-BLOCK = 16
 TOKEN_BUDGET = 2048
 # Fake step costs: 40 ms a step, 4 ms a decode, 1 ms a prompt token. A 0.3 s TPOT target at
 # step_share 0.8 (0.24 s) leaves a step with 4 decodes 0.184 s: 184 prompt tokens.
@@ -36,50 +27,13 @@ COSTS = Coefficients(base_s=0.04, per_decode_s=0.004, per_prompt_s=0.001)
 
 
 def scheduler(cls=TenantScheduler, max_loras: int | None = None, **settings) -> Scheduler:
-    model = ModelConfig(model=str(default_model_dir()), dtype="float32", max_model_len=4096, seed=0,
-                        skip_tokenizer_init=True)
-    sched = SchedulerConfig(max_num_seqs=16, max_num_batched_tokens=TOKEN_BUDGET, max_model_len=4096,
-                            enable_chunked_prefill=True, is_encoder_decoder=False)
-    cache = CacheConfig(block_size=BLOCK, cache_dtype="auto", enable_prefix_caching=False)
     config = TenantSchedulerConfig(tpot_s=0.3, **settings)
-    lora = LoRAConfig(max_loras=max_loras, max_lora_rank=8) if max_loras else None
-    vllm_config = VllmConfig(model_config=model, scheduler_config=sched, cache_config=cache, lora_config=lora,
-                             additional_config={CONFIG_KEY: config.settings()})
-    blocks = 4096
-    cache.num_gpu_blocks = blocks
-    kv = KVCacheConfig(num_blocks=blocks, kv_cache_tensors=[],
-                       kv_cache_groups=[KVCacheGroupSpec(["layer"], FullAttentionSpec(block_size=BLOCK, num_kv_heads=1, head_size=8, dtype=torch.float32))])
-    s = cls(vllm_config=vllm_config, kv_cache_config=kv, block_size=BLOCK, log_stats=False,
-            structured_output_manager=StructuredOutputManager(vllm_config))
+    s = make_scheduler(cls, str(default_model_dir()), {CONFIG_KEY: config.settings()}, token_budget=TOKEN_BUDGET,
+                       max_loras=max_loras)
     if cls is TenantScheduler:
         s.cost.prior = COSTS  # the fit would replace it only after min_steps real steps
         s.cost.min_steps = 10**9
     return s
-
-
-_ids = itertools.count()
-
-
-def request(tenant: str, prompt: int, max_tokens: int = 8, arrival: float | None = None, priority: int = 0,
-            lora: int = 0) -> Request:
-    i = next(_ids)
-    params = SamplingParams(max_tokens=max_tokens, ignore_eos=True, extra_args={"loraplex_tenant": tenant})
-    return Request(request_id=f"{tenant}-{i}", prompt_token_ids=[7] * prompt, sampling_params=params,
-                   pooling_params=None, arrival_time=float(i) if arrival is None else arrival, priority=priority,
-                   lora_request=LoRARequest(f"adapter-{lora}", lora, "/nowhere") if lora else None)
-
-
-def step(s: Scheduler) -> dict[str, int]:
-    """One engine step: schedule, fake the model's one token per finished prefill or decode."""
-    out: SchedulerOutput = s.schedule()
-    ids = list(out.num_scheduled_tokens)
-    sampled = []
-    for rid in ids:
-        r = s.requests[rid]
-        sampled.append([] if r.num_computed_tokens < r.num_tokens else [11])  # a prefill chunk samples nothing
-    s.update_from_output(out, ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
-                                                sampled_token_ids=sampled))
-    return dict(out.num_scheduled_tokens)
 
 
 def of(tenant: str, tokens: dict[str, int]) -> int:
