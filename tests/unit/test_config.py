@@ -98,3 +98,32 @@ def test_engine_kwargs_may_not_shadow_a_typed_engine_field():
     with pytest.raises(ValidationError, match="engine_kwargs sets max_num_seqs: set engine.max_num_seqs"):
         EngineConfig(engine_kwargs={"max_num_seqs": 64, "enforce_eager": True})
     assert EngineConfig(engine_kwargs={"enforce_eager": True}).engine_args()["enforce_eager"] is True
+
+
+def test_the_tenant_scheduler_gets_the_slo_tpot_target_and_its_settings_take_effect():
+    platform = PlatformConfig.from_args({"slo": {"tpot_p95_s": 0.5},
+                                         "engine": {"tenant_scheduler": {"step_share": 0.5, "min_prompt_tokens": 8,
+                                                                         "max_prompt_tokens": 512}}})
+    settings = platform.for_replicas().engine.tenant_scheduler.settings()
+    assert settings["step_target_s"] == 0.25 and settings["min_prompt_tokens"] == 8
+    assert settings["max_prompt_tokens"] == 512
+    own = PlatformConfig.from_args({"engine": {"tenant_scheduler": {"tpot_s": 0.1}}}).for_replicas()
+    assert own.engine.tenant_scheduler.settings()["step_target_s"] == pytest.approx(0.08)  # its own target wins
+    with pytest.raises(ValidationError, match="scheduler_cls replaces the tenant scheduler"):
+        EngineConfig(engine_kwargs={"scheduler_cls": "my.Scheduler"})
+    EngineConfig(tenant_scheduler={"enabled": False}, engine_kwargs={"scheduler_cls": "my.Scheduler"})
+
+
+def test_the_fair_queue_dispatch_limit_is_max_num_seqs_a_number_or_adaptive():
+    from loraplex.engine.deployment import Engine
+    from loraplex.engine.dispatch_limit import AdaptiveLimit
+
+    config = PlatformConfig.from_args({"engine": {"max_num_seqs": 12}, "engine_deployment": {"fair_queue": {
+        "newcomer_slots": 3}}})
+    queue = Engine._fair_queue(config)
+    assert queue.limit() == 12 and queue.max_num_seqs == 15  # the reserve beside a full batch
+    assert Engine.engine_config(config).max_num_seqs == 15  # and vLLM has room for it
+    adaptive = PlatformConfig.from_args({"engine_deployment": {"fair_queue": {"dispatch_limit": "adaptive"}}})
+    assert isinstance(Engine._fair_queue(adaptive).limit, AdaptiveLimit)
+    with pytest.raises(ValidationError, match="dispatch_limit must be at least 1"):
+        PlatformConfig.from_args({"engine_deployment": {"fair_queue": {"dispatch_limit": 0}}})
