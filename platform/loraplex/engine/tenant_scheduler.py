@@ -83,7 +83,7 @@ class TenantFairness:
     def add_request(self, request) -> None:
         if request.request_id not in self.requests:
             request.loraplex_tenant, request.loraplex_weight = request_tenant(request)
-            active = {r.loraplex_tenant for r in self.requests.values()}
+            active = {_tenant(r) for r in self.requests.values()}
             if request.loraplex_tenant not in active:
                 self.counters.arrive(request.loraplex_tenant, active)
         super().add_request(request)
@@ -102,9 +102,10 @@ class TenantFairness:
             ceiling = min(ceiling, s.max_prompt_tokens)
         shared_budget = (self.cost.prompt_budget(len(decodes), s.step_target_s)
                          if s.step_target_s is not None else None)
-        plan = plan_step([r.loraplex_tenant for r in decodes], work, self.counters, shared_budget,
+        plan = plan_step([_tenant(r) for r in decodes], work, self.counters, shared_budget,
                          ceiling, s.min_prompt_tokens)
-        if not plan.protected and not plan.hidden and not plan.chunk_cap:  # one tenant's step: vLLM's own
+        if not plan.protected and not plan.hidden and not plan.chunk_cap and s.max_prompt_tokens is None:
+            # One tenant's step (or no prompts beside others' decodes): vLLM's own.
             self.waiting = FCFSRequestQueue(sorted(waiting, key=lambda r: (r.priority, r.arrival_time)))
             output = super().schedule(*args, **kwargs)
             self._note_step(output, started)
@@ -157,7 +158,7 @@ class TenantFairness:
             r = self.requests[req_id]
             before = r.num_computed_tokens - n  # vLLM already advanced it by this step's tokens
             prompt = max(0, min(n, r.num_prompt_tokens - before))
-            carried.append((r.loraplex_tenant, r.loraplex_weight, n - prompt, prompt))
+            carried.append((_tenant(r), getattr(r, "loraplex_weight", 1.0), n - prompt, prompt))
         if carried:
             if len(self._steps) > 16:  # a step vLLM never reported back (should not happen): bounded
                 self._steps.clear()
@@ -177,12 +178,21 @@ class TenantFairness:
                 logger.info("tenant scheduler: %d steps, %d shared; step cost %s", self.cost.steps,
                             self.shared_steps, self.cost.coefficients)
             if len(self.counters.counter) > 2 * len(self.requests) + 64:
-                self.counters.forget_idle({r.loraplex_tenant for r in self.requests.values()})
+                self.counters.forget_idle({_tenant(r) for r in self.requests.values()})
         return outputs
 
 
+def _tenant(r) -> str:
+    """The request's tenant, read once (add_request); a request that came another way is read now."""
+    tenant = getattr(r, "loraplex_tenant", None)
+    if tenant is None:
+        r.loraplex_tenant, r.loraplex_weight = request_tenant(r)
+        tenant = r.loraplex_tenant
+    return tenant
+
+
 def _work(r, running: bool) -> PromptWork:
-    return PromptWork(key=r.request_id, tenant=r.loraplex_tenant, tier=r.priority,
+    return PromptWork(key=r.request_id, tenant=_tenant(r), tier=r.priority,
                       remaining=max(r.num_tokens - r.num_computed_tokens, 1), running=running,
                       arrival=r.arrival_time)
 

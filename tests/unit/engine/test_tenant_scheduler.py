@@ -162,3 +162,9 @@ def test_a_held_back_prompt_keeps_its_adapter_slot_from_another_adapter():
         assert b.request_id not in tokens
         running_loras = {r.lora_request.lora_int_id for r in s.running if r.lora_request}
         assert running_loras == {1}
+
+
+def test_max_prompt_tokens_caps_every_step_a_lone_tenants_too():
+    s = scheduler(max_prompt_tokens=256)
+    s.add_request(request("solo", 3000))
+    assert sum(step(s).values()) == 256
