@@ -8,7 +8,8 @@ now (a loaded CPU, a GPU warming up, LoRA batches) without a calibration run. Un
 `min_steps` steps are in, `prior` holds (the CPU profile's measured figures).
 
 Two readers: the tenant scheduler sizes each step's prompt-token budget so the step ends within
-the TPOT target (`prompt_budget`), and charges each tenant's virtual counter in engine-seconds
+the TPOT target (`prompt_budget`, less what the fit lately underestimated such steps by: the
+model is linear, attention over long contexts and a large batch are not), and charges each tenant's virtual counter in engine-seconds
 (`seconds`), so a prompt token and a decode token cost what they cost this engine.
 """
 
@@ -38,6 +39,7 @@ class StepCost:
         self.forget = math.exp(-1.0 / horizon_steps)
         self.min_steps = min_steps
         self.steps = 0
+        self.bias_s = 0.0  # sized steps' mean time over the fit's prediction lately (EWMA)
         self._theta = np.array([prior.base_s, prior.per_decode_s, prior.per_prompt_s])
         # A weak prior: a few steps' worth of evidence, so the first real steps move it.
         self._p = np.diag([1.0, 1e-3, 1e-4]) * 10.0
@@ -45,11 +47,16 @@ class StepCost:
         # pure decode steps says nothing of prompt tokens); past this trace it stops inflating.
         self._p_max = float(np.trace(self._p))
 
-    def observe(self, decode_tokens: int, prompt_tokens: int, seconds: float) -> None:
-        """One step's measured time with what it carried."""
+    def observe(self, decode_tokens: int, prompt_tokens: int, seconds: float, sized: bool = False) -> None:
+        """One step's measured time with what it carried; `sized`: its prompt budget was sized by
+        prompt_budget, whose recent misprediction (the step's time less the fit's) is kept too."""
         if seconds <= 0 or decode_tokens + prompt_tokens <= 0:
             return
         x = np.array([1.0, float(decode_tokens), float(prompt_tokens)])
+        if sized and self.steps >= self.min_steps:
+            # Over sized steps only, and at most the last ~50 of them: where the linear fit is off
+            # (attention over long contexts, a large batch) the budget is corrected by as much.
+            self.bias_s += 0.02 * ((seconds - float(x @ self._theta)) - self.bias_s)
         px = self._p @ x
         gain = px / (self.forget + x @ px)
         self._theta = self._theta + gain * (seconds - x @ self._theta)
@@ -76,7 +83,7 @@ class StepCost:
         """Prompt tokens a step carrying `decode_tokens` decodes may add and still end within
         step_target_s (0 when the decodes alone take that long)."""
         c = self.coefficients
-        room = step_target_s - c.base_s - c.per_decode_s * decode_tokens
+        room = step_target_s - max(self.bias_s, 0.0) - c.base_s - c.per_decode_s * decode_tokens
         return max(0, int(room / c.per_prompt_s + 1e-6))  # + a hair: 0.196 / 0.001 is 195.999...
 
     def seconds(self, decode_tokens: int, prompt_tokens: int, step_tokens: int) -> float:

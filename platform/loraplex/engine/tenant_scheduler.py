@@ -76,6 +76,7 @@ class TenantFairness:
         self.counters = TenantCounters()
         self.waiting = FCFSRequestQueue()  # re-sorted each step (tier, counter, arrival)
         self._steps: dict[int, tuple] = {}  # id(SchedulerOutput) -> what the step carried
+        self._sized = False  # the step being scheduled has the TPOT-sized prompt budget
         self.shared_steps = 0  # steps whose prompt budget was the TPOT-sized one (for tests and logs)
         logger.info("tenant scheduler on: %s", self.settings)
 
@@ -107,6 +108,7 @@ class TenantFairness:
         if not plan.protected and not plan.hidden and not plan.chunk_cap and s.max_prompt_tokens is None:
             # One tenant's step (or no prompts beside others' decodes): vLLM's own.
             self.waiting = FCFSRequestQueue(sorted(waiting, key=lambda r: (r.priority, r.arrival_time)))
+            self._sized = False
             output = super().schedule(*args, **kwargs)
             self._note_step(output, started)
             return output
@@ -122,6 +124,8 @@ class TenantFairness:
         self.scheduler_config.long_prefill_token_threshold = plan.chunk_cap or self._threshold
         self.max_num_active_reqs = self._max_active - len(held_running)
         self.shared_steps += plan.protected
+        # The step's budget was the TPOT-sized one: its time tells how far off the fit is for such steps.
+        self._sized = plan.protected and shared_budget is not None and plan.prompt_budget == shared_budget
         try:
             output = super().schedule(*args, **kwargs)
         finally:
@@ -162,14 +166,15 @@ class TenantFairness:
         if carried:
             if len(self._steps) > 16:  # a step vLLM never reported back (should not happen): bounded
                 self._steps.clear()
-            self._steps[id(output)] = (started, carried)
+            self._steps[id(output)] = (started, carried, self._sized)
 
     def update_from_output(self, scheduler_output, model_runner_output):
         outputs = super().update_from_output(scheduler_output, model_runner_output)
         step = self._steps.pop(id(scheduler_output), None)
         if step is not None:
-            started, carried = step
-            self.cost.observe(sum(c[2] for c in carried), sum(c[3] for c in carried), time.monotonic() - started)
+            started, carried, sized = step
+            self.cost.observe(sum(c[2] for c in carried), sum(c[3] for c in carried), time.monotonic() - started,
+                              sized=sized)
 
             tokens = sum(c[2] + c[3] for c in carried)
             for tenant, weight, decode, prompt in carried:

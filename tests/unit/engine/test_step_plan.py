@@ -124,3 +124,17 @@ def test_long_runs_of_decode_only_steps_do_not_wind_the_fit_up():
         cost.observe(8, 0, 0.028)
     cost.observe(8, 100, 0.028 + 0.05 * 3)  # one outlier step must not throw the prompt cost far off
     assert 0.0002 < cost.coefficients.per_prompt_s < 0.01
+
+
+def test_sized_steps_that_run_longer_than_the_fit_predicts_shrink_the_budget():
+    true = Coefficients(base_s=0.02, per_decode_s=0.001, per_prompt_s=0.0005)
+    cost = StepCost(prior=true, horizon_steps=200, min_steps=1)
+    for i in range(50):
+        d, p = 1 + i % 16, (i * 37) % 300
+        cost.observe(d, p, true.base_s + true.per_decode_s * d + true.per_prompt_s * p)
+    before = cost.prompt_budget(10, 0.1)
+    for _ in range(300):  # steps sized by the budget run 20 ms over what the linear model says
+        cost.observe(10, before, 0.1 + 0.02, sized=True)
+    # The fit and the sized steps' own error between them take it back: within a few tokens of
+    # the budget that ends such a step on time.
+    assert cost.prompt_budget(10, 0.1) <= before - 30
