@@ -263,6 +263,11 @@ class TenantSchedulerConfig(BaseModel):
     max_prompt_tokens: Optional[int] = Field(
         None, ge=1, description="Ceiling of any step's prompt tokens; None: vLLM's token budget "
         "(max_num_batched_tokens) less the step's decodes.")
+    idle_grace_s: float = Field(
+        10.0, ge=0, description="A tenant whose work left the engine this recently still counts as sharing "
+        "it: the steps stay sized for it, so its next request (a chat client's follows its last within "
+        "moments) does not arrive during an uncapped step of another tenant's prompts and wait it out (2,048 "
+        "prompt tokens take ~6 s on this CPU). 0: a tenant alone the moment the others' requests end.")
     cost_horizon_steps: int = Field(
         500, ge=10, description="Memory of the step-cost fit (seconds per step, per decode token, per "
         "prompt token, refitted after every step): a step this many steps old weighs 1/e.")
@@ -274,6 +279,7 @@ class TenantSchedulerConfig(BaseModel):
         """What the scheduler in EngineCore reads (tenant_scheduler.TenantSchedulerSettings)."""
         return {"step_target_s": self.tpot_s * self.step_share if self.tpot_s is not None else None,
                 "min_prompt_tokens": self.min_prompt_tokens, "max_prompt_tokens": self.max_prompt_tokens,
+                "idle_grace_s": self.idle_grace_s,
                 "horizon_steps": self.cost_horizon_steps, "min_steps": self.cost_min_steps}
 
 

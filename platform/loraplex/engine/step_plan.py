@@ -8,8 +8,10 @@ vLLM glue (tenant_scheduler.py) describes the step's work and applies the plan.
 - Shared steps are protected: when the step's work belongs to two or more tenants and decodes
   run, the step's prompt tokens are capped so the step ends within the TPOT target
   (`StepCost.prompt_budget`), between `floor` and `ceiling`. A long prompt is cut into chunks
-  that fit, so a neighbour's decodes never wait behind a whole document. One tenant alone is
-  never capped (its prompts against its own decodes are its own trade, and capping it would only
+  that fit, so a neighbour's decodes never wait behind a whole document. A tenant that had work
+  moments ago still counts (`recent`): a chat client's next request follows its last by a moment,
+  and would otherwise arrive during an uncapped step (6 s for 2,048 prompt tokens on this CPU) and
+  wait it out. One tenant alone is never capped (its prompts against its own decodes are its own trade, and capping it would only
   slow it below bare vLLM): its steps are vLLM's own.
 - The budget is split across tenants by their virtual counters: tenants in order of tier (the
   request's vLLM priority), then counter; as many as the budget can give `floor` tokens each are
@@ -75,10 +77,13 @@ class TenantCounters:
 
 
 def plan_step(decode_tenants: list[str], work: list[PromptWork], counters: TenantCounters,
-              budget_when_shared: Optional[int], ceiling: int, floor: int) -> StepPlan:
+              budget_when_shared: Optional[int], ceiling: int, floor: int,
+              recent: Iterable[str] = ()) -> StepPlan:
     """The plan for one step. `decode_tenants`: the tenant of each decoding request;
-    `budget_when_shared`: the TPOT-sized prompt budget (None: no target, the ceiling)."""
-    tenants = set(decode_tenants) | {w.tenant for w in work}
+    `budget_when_shared`: the TPOT-sized prompt budget (None: no target, the ceiling); `recent`:
+    tenants with nothing in the engine now that had work moments ago (their next request is
+    likely on its way, and would wait out a whole uncapped step)."""
+    tenants = set(decode_tenants) | {w.tenant for w in work} | set(recent)
     protected = bool(decode_tenants) and len(tenants) > 1
     budget = ceiling
     if protected and budget_when_shared is not None:

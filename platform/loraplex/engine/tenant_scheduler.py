@@ -24,7 +24,9 @@ to its tenant's virtual counter (engine-seconds / weight).
 from __future__ import annotations
 
 import copy
+import json
 import logging
+import os
 import time
 from dataclasses import dataclass
 from typing import Optional
@@ -51,6 +53,7 @@ class TenantSchedulerSettings:
     step_target_s: Optional[float]  # a shared step's target time (TPOT target x step_share); None: no cap
     min_prompt_tokens: int  # floor of a shared step's prompt budget, and the least share worth a step
     max_prompt_tokens: Optional[int]  # ceiling of any step's prompt tokens; None: vLLM's token budget
+    idle_grace_s: float  # a tenant with work this recently still shares the steps
     horizon_steps: int  # the cost fit's memory
     min_steps: int  # steps before the fit replaces the prior
 
@@ -77,6 +80,11 @@ class TenantFairness:
         self.waiting = FCFSRequestQueue()  # re-sorted each step (tier, counter, arrival)
         self._steps: dict[int, tuple] = {}  # id(SchedulerOutput) -> what the step carried
         self._sized = False  # the step being scheduled has the TPOT-sized prompt budget
+        self._seen_at: dict[str, float] = {}  # tenant -> when a step last saw its work (idle_grace_s)
+        # LORAPLEX_SCHEDULER_TRACE=<file>: one JSON line per step (what it carried, its time, the fit,
+        # the counters), for reading a replica's choices after the fact; unset: nothing written.
+        trace = os.environ.get("LORAPLEX_SCHEDULER_TRACE")
+        self._trace = open(trace, "a", buffering=1) if trace else None
         self.shared_steps = 0  # steps whose prompt budget was the TPOT-sized one (for tests and logs)
         logger.info("tenant scheduler on: %s", self.settings)
 
@@ -103,8 +111,16 @@ class TenantFairness:
             ceiling = min(ceiling, s.max_prompt_tokens)
         shared_budget = (self.cost.prompt_budget(len(decodes), s.step_target_s)
                          if s.step_target_s is not None else None)
+        present = {_tenant(r) for r in self.running} | {w.tenant for w in work}
+        for tenant in present:
+            self._seen_at[tenant] = started
+        # Not the health probes' (no tenant): a 1-token probe must not size a lone tenant's steps for seconds.
+        recent = [t for t, at in self._seen_at.items()
+                  if t not in present and t != NO_TENANT and started - at < s.idle_grace_s]
+        if len(self._seen_at) > 4 * len(present) + 64:  # bounded: only the recent ones matter
+            self._seen_at = {t: at for t, at in self._seen_at.items() if started - at < s.idle_grace_s}
         plan = plan_step([_tenant(r) for r in decodes], work, self.counters, shared_budget,
-                         ceiling, s.min_prompt_tokens)
+                         ceiling, s.min_prompt_tokens, recent=recent)
         if not plan.protected and not plan.hidden and not plan.chunk_cap and s.max_prompt_tokens is None:
             # One tenant's step (or no prompts beside others' decodes): vLLM's own.
             self.waiting = FCFSRequestQueue(sorted(waiting, key=lambda r: (r.priority, r.arrival_time)))
@@ -168,6 +184,9 @@ class TenantFairness:
                 self._steps.clear()
             self._steps[id(output)] = (started, carried, self._sized)
 
+    def _write_trace(self, started: float, carried: list, sized: bool) -> None:
+        self._trace.write(_trace_line(started, carried, sized, self.cost, self.counters) + "\n")
+
     def update_from_output(self, scheduler_output, model_runner_output):
         outputs = super().update_from_output(scheduler_output, model_runner_output)
         step = self._steps.pop(id(scheduler_output), None)
@@ -179,12 +198,25 @@ class TenantFairness:
             tokens = sum(c[2] + c[3] for c in carried)
             for tenant, weight, decode, prompt in carried:
                 self.counters.charge(tenant, self.cost.seconds(decode, prompt, tokens), weight)
+            if self._trace is not None:
+                self._write_trace(started, carried, sized)
             if self.cost.steps % 1000 == 0:  # how the fit sees this engine now, in its log
                 logger.info("tenant scheduler: %d steps, %d shared; step cost %s", self.cost.steps,
                             self.shared_steps, self.cost.coefficients)
             if len(self.counters.counter) > 2 * len(self.requests) + 64:
                 self.counters.forget_idle({_tenant(r) for r in self.requests.values()})
         return outputs
+
+
+def _trace_line(started: float, carried: list, sized: bool, cost, counters) -> str:
+    per: dict = {}
+    for tenant, _, decode, prompt in carried:
+        d, p = per.get(tenant, (0, 0))
+        per[tenant] = (d + decode, p + prompt)
+    c = cost.coefficients
+    return json.dumps({"at": round(started, 4), "seconds": round(time.monotonic() - started, 4), "sized": sized,
+                       "tokens": per, "fit": [round(c.base_s, 5), round(c.per_decode_s, 6), round(c.per_prompt_s, 6)],
+                       "bias_s": round(cost.bias_s, 4), "counters": {t: round(v, 3) for t, v in counters.counter.items()}})
 
 
 def _tenant(r) -> str:

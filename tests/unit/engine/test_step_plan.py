@@ -138,3 +138,11 @@ def test_sized_steps_that_run_longer_than_the_fit_predicts_shrink_the_budget():
     # The fit and the sized steps' own error between them take it back: within a few tokens of
     # the budget that ends such a step on time.
     assert cost.prompt_budget(10, 0.1) <= before - 30
+
+
+def test_a_tenant_gone_moments_ago_keeps_the_step_sized():
+    alone = plan_step(["long"], [work("l1", "long", 1000, running=True)], TenantCounters(), 100, 2048, 32)
+    assert not alone.protected and alone.prompt_budget == 2048
+    lingering = plan_step(["long"], [work("l1", "long", 1000, running=True)], TenantCounters(), 100, 2048, 32,
+                          recent=["chat"])
+    assert lingering.protected and lingering.prompt_budget == 100 and lingering.chunk_cap == 100

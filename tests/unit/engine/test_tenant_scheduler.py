@@ -168,3 +168,19 @@ def test_max_prompt_tokens_caps_every_step_a_lone_tenants_too():
     s = scheduler(max_prompt_tokens=256)
     s.add_request(request("solo", 3000))
     assert sum(step(s).values()) == 256
+
+
+def test_a_chat_tenant_between_requests_finds_the_steps_still_sized():
+    def after_chat(grace_s: float) -> int:
+        s = scheduler(idle_grace_s=grace_s)
+        for _ in range(3):
+            s.add_request(request("long", 3000))
+        chat = request("chat", 16, max_tokens=2)
+        s.add_request(chat)
+        for _ in range(4):
+            step(s)
+        assert chat.request_id not in s.requests  # done: only the long prompts are left
+        return of("long", step(s))
+
+    assert after_chat(60) < 400  # still a sized step: chat's next request may be on its way
+    assert after_chat(0) == 2048  # no grace: the whole token budget at once
