@@ -83,8 +83,10 @@ def plan_step(decode_tenants: list[str], work: list[PromptWork], counters: Tenan
     `budget_when_shared`: the TPOT-sized prompt budget (None: no target, the ceiling); `recent`:
     tenants with nothing in the engine now that had work moments ago (their next request is
     likely on its way, and would wait out a whole uncapped step)."""
-    tenants = set(decode_tenants) | {w.tenant for w in work} | set(recent)
-    protected = bool(decode_tenants) and len(tenants) > 1
+    recent = set(recent)
+    tenants = set(decode_tenants) | {w.tenant for w in work} | recent
+    # Shared: someone's decodes to keep on pace, or a recent tenant's next request to let in soon.
+    protected = len(tenants) > 1 and bool(decode_tenants or recent)
     budget = ceiling
     if protected and budget_when_shared is not None:
         budget = min(max(budget_when_shared, floor), ceiling)

@@ -146,3 +146,7 @@ def test_a_tenant_gone_moments_ago_keeps_the_step_sized():
     lingering = plan_step(["long"], [work("l1", "long", 1000, running=True)], TenantCounters(), 100, 2048, 32,
                           recent=["chat"])
     assert lingering.protected and lingering.prompt_budget == 100 and lingering.chunk_cap == 100
+    # ...also when nothing decodes: the recent tenant's next prompt must not wait out a whole step.
+    prompts_only = plan_step([], [work("l1", "long", 1000, running=True)], TenantCounters(), 100, 2048, 32,
+                             recent=["chat"])
+    assert prompts_only.protected and prompts_only.prompt_budget == 100
