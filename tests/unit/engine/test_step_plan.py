@@ -24,10 +24,12 @@ def test_a_shared_step_takes_the_tpot_sized_budget_within_floor_and_ceiling():
     assert plan_step(["chat"], [work("l1", "long", 1000)], counters, 5000, 2048, 32).prompt_budget == 2048
 
 
-def test_no_decodes_no_cap_but_the_split_still_applies():
-    plan = plan_step([], [work("a1", "a", 3000), work("b1", "b", 3000)], TenantCounters(), 100, 2048, 32)
-    assert not plan.protected and plan.prompt_budget == 2048
-    assert plan.shares == {"a": 1024, "b": 1024} and plan.chunk_cap == 1024
+def test_two_tenants_prompting_with_nothing_decoding_share_a_sized_step():
+    # A newcomer's short prompt beside another's long one: a step of 2,048 prompt tokens would be
+    # its TTFT (5.8 s on this CPU).
+    plan = plan_step([], [work("a1", "a", 3000), work("b1", "b", 30)], TenantCounters(), 100, 2048, 32)
+    assert plan.protected and plan.prompt_budget == 100
+    assert plan.shares == {"a": 70, "b": 30} and plan.chunk_cap == 70
 
 
 def test_the_budget_is_split_max_min_fair_and_a_short_prompt_gets_all_it_needs():
