@@ -472,7 +472,9 @@ class RegistryConfig(BaseModel):
         "s3://bucket/prefix or gs://bucket/prefix (multi-node clusters).",
     )
     storage_options: dict[str, Any] = Field(
-        default_factory=dict, description="fsspec options for store_url (endpoint, credentials)."
+        default_factory=dict, repr=False,
+        description="fsspec options for store_url (endpoint, credentials). Left out of repr(): it may hold "
+        "S3 keys (prefer the environment's AWS_* variables or an instance role for those).",
     )
     store_shared: bool = Field(
         False,
@@ -564,8 +566,9 @@ class PlatformConfig(BaseModel):
 
     database_url: str = Field(
         "sqlite:///var/loraplex.db",
+        repr=False,
         description="SQLAlchemy URL of tenants, adapters and usage: a SQLite file (single node) "
-        "or postgresql://... (multi-node).",
+        "or postgresql://... (multi-node). Left out of repr(): a postgresql:// URL may hold a password.",
     )
     registry: RegistryConfig = Field(default_factory=RegistryConfig)
     tenancy: TenancyConfig = Field(default_factory=TenancyConfig)

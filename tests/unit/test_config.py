@@ -98,3 +98,20 @@ def test_engine_kwargs_may_not_shadow_a_typed_engine_field():
     with pytest.raises(ValidationError, match="engine_kwargs sets max_num_seqs: set engine.max_num_seqs"):
         EngineConfig(engine_kwargs={"max_num_seqs": 64, "enforce_eager": True})
     assert EngineConfig(engine_kwargs={"enforce_eager": True}).engine_args()["enforce_eager"] is True
+
+
+def test_secrets_never_show_in_the_configs_repr():
+    """Least privilege (issue 34): the admin token is a SecretStr, the database URL (a password) and
+    the store's storage_options (S3 keys) are left out of repr(), so a logged config leaks none."""
+    from loraplex.tenancy.service import Tenancy
+
+    config = PlatformConfig.from_args({
+        "tenancy": {"admin_token": "tok-s3cr3t"},
+        "database_url": "postgresql://app:pw-s3cr3t@db:5432/loraplex",
+        "registry": {"storage_options": {"key": "AKIA", "secret": "aws-s3cr3t"}},
+    })
+    shown = repr(config) + str(config) + repr(config.tenancy) + repr(config.registry)
+    for secret in ("tok-s3cr3t", "pw-s3cr3t", "aws-s3cr3t"):
+        assert secret not in shown
+    assert config.tenancy.resolved_admin_token() == "tok-s3cr3t"  # still usable where it is needed
+    assert "tok-s3cr3t" not in repr(Tenancy(service=None, admin_token="tok-s3cr3t", keys=object()))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from typing import Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from loraplex.admission.config import LimiterConfig
 from loraplex.tenancy.models import DEFAULT_PLAN, TenantLimits
@@ -54,10 +54,12 @@ class KeyCacheConfig(BaseModel):
 class TenancyConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    admin_token: Optional[str] = Field(
+    admin_token: Optional[SecretStr] = Field(
         None,
         description=f"Bearer token for the /admin routes. Prefer the {ADMIN_TOKEN_ENV} env var, which wins "
-        "over this field (a config file is easy to leak). With neither set, /admin answers 503.",
+        "over this field (a config file is easy to leak). With neither set, /admin answers 503. A SecretStr: "
+        "never shown by repr() or a log line; only the Ingress deployment is given it (app.py strips it "
+        "from what Engine and merged replicas get).",
     )
 
     plans: dict[str, PlanConfig] = Field(
@@ -81,4 +83,5 @@ class TenancyConfig(BaseModel):
 
     def resolved_admin_token(self) -> Optional[str]:
         """The env var, else the config field; an empty string counts as unset (never open)."""
-        return os.environ.get(ADMIN_TOKEN_ENV) or self.admin_token or None
+        configured = self.admin_token.get_secret_value() if self.admin_token is not None else None
+        return os.environ.get(ADMIN_TOKEN_ENV) or configured or None
