@@ -452,6 +452,12 @@ class IngressDeploymentConfig(BaseModel):
     max_request_body_bytes: int = Field(
         1 << 20, gt=0, description="Bigger JSON bodies on /v1 generation routes get 413."
     )
+    ready_cache_s: float = Field(
+        3.0, ge=0,
+        description="GET /readyz (unauthenticated) runs a real 1-token generation and a controller call at "
+        "most once per this many seconds per ingress replica, answering from the last result in between: "
+        "a client hammering it costs a lookup, not a generation. 0: every call probes.",
+    )
     request_timeout_s: float = Field(
         300.0, gt=0,
         description="Deadline of a generation request, from its arrival: the engine request is "

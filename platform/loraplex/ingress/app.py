@@ -18,7 +18,7 @@ from loraplex.db.unavailable import StoreUnavailable, is_unavailable
 from loraplex.ingress.adapter_routes import AdapterRoutes
 from loraplex.ingress.admin_adapter_routes import AdminAdapterRoutes
 from loraplex.ingress.admin_routes import AdminRoutes
-from loraplex.ingress.auth import authenticate
+from loraplex.ingress.auth import authenticate, check_admin
 from loraplex.ingress.console_routes import console_routes
 from loraplex.ingress.dedicated_routes import DedicatedRoutes
 from loraplex.errors import StatusError
@@ -84,7 +84,10 @@ def build_ingress_app(
     routes = [
         *openai.routes(),
         *HealthRoutes(engine, replica_health, store_health=health if tenancy is not None else None,
-                      cached_keys=(lambda: len(tenancy.keys)) if tenancy is not None else None).routes(),
+                      cached_keys=(lambda: len(tenancy.keys)) if tenancy is not None else None,
+                      cache_s=config.ingress.ready_cache_s,
+                      check_admin=(lambda request: check_admin(request, tenancy)) if tenancy is not None else None,
+                      ).routes(),
     ]
     if tenancy is not None:
         routes += AdminRoutes(tenancy, replicas=lambda: engine_replicas(engine)).routes()
