@@ -495,6 +495,29 @@ class RegistryConfig(BaseModel):
     max_upload_bytes: int = Field(512 << 20, gt=0, description="Bigger uploads get 413.")
     max_unpacked_bytes: int = Field(1 << 30, gt=0, description="Bigger unpacked archives get 413.")
     max_files: int = Field(32, gt=0, description="Archives with more files are refused.")
+    max_compression_ratio: float = Field(
+        100.0, gt=1,
+        description="An archive whose unpacked bytes pass this many times its own size (past "
+        "ratio_free_bytes) is refused with 413 as it streams, zip (deflate, bz2, lzma), tar.gz and tgz "
+        "alike: trained LoRA weights barely compress (~1.1x), a bomb of zeros 1000x+, so a few KB on the "
+        "wire never become a GiB on disk and seconds of CPU.",
+    )
+    ratio_free_bytes: int = Field(
+        16 << 20, ge=0,
+        description="Unpacked bytes an archive may reach whatever its compression ratio (small adapters and "
+        "configs compress well and are harmless); max_compression_ratio applies beyond them.",
+    )
+    upload_workers: int = Field(
+        2, ge=1,
+        description="Threads per ingress replica that unpack, validate and store uploads (and run deletes): "
+        "their own pool, so uploads never take the threads adapter resolution and key checks run on.",
+    )
+    uploads_per_tenant: int = Field(
+        1, ge=1,
+        description="Uploads (and deletes) of one tenant in progress at once per ingress replica; one more "
+        "gets 429 + Retry-After before its body is read. Keep it below upload_workers so no tenant takes "
+        "every upload worker.",
+    )
     deletion_poll_s: float = Field(
         2.0, gt=0, description="How often engine replicas look for deleted adapters to free."
     )

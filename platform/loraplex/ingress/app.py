@@ -28,6 +28,7 @@ from loraplex.ingress.latency_routes import LatencyRoutes
 from loraplex.ingress.openai_routes import OpenAIRoutes
 from loraplex.ingress.overload import GenerationBound
 from loraplex.ingress.tenant_context import TenantContext
+from loraplex.ingress.upload_pool import UploadPool
 from loraplex.ingress.usage_routes import UsageRoutes
 from loraplex.routing.served_keys import replica_statuses
 from loraplex.tenancy.service import Tenancy
@@ -92,7 +93,8 @@ def build_ingress_app(
     if tenancy is not None:
         routes += AdminRoutes(tenancy, replicas=lambda: engine_replicas(engine)).routes()
     if registry is not None and tenants is not None:
-        routes += AdapterRoutes(tenants, config.registry.max_upload_bytes).routes()
+        uploads = UploadPool(config.registry.upload_workers, config.registry.uploads_per_tenant)
+        routes += AdapterRoutes(tenants, config.registry.max_upload_bytes, uploads).routes()
         routes += AdminAdapterRoutes(tenancy, registry, config.engine).routes()
         routes += DedicatedRoutes(tenancy, registry, dedicated).routes()
     if accounting is not None and tenancy is not None:

@@ -28,14 +28,17 @@ class AdapterRegistry:
     store: AdapterStore
     catalog: AdapterCatalog
 
-    def upload(self, tenant: str, name: str, upload: BinaryIO | Path) -> AdapterVersion:
+    def upload(self, tenant: str, name: str, upload: BinaryIO | Path, cancelled=None) -> AdapterVersion:
         """Store an uploaded archive (stream or file path) as a version of `name`; raises a
-        StatusError (400 bad archive or name, 413 too large, 422 not a servable LoRA)."""
+        StatusError (400 bad archive or name, 413 too large, 422 not a servable LoRA).
+        `cancelled` (threading.Event): set, the copy stops at its next chunk (UploadCancelled).
+        Every temporary file is in one TemporaryDirectory, gone on every way out of here."""
         check_name(tenant, "tenant id"), check_name(name)
         with tempfile.TemporaryDirectory(prefix="loraplex-upload-") as tmp:
             archive = Path(upload) if isinstance(upload, (str, Path)) else \
-                save_upload(upload, Path(tmp) / "upload", self.config)
-            adapter = self.validator.validate(extract_archive(archive, Path(tmp) / "extracted", self.config))
+                save_upload(upload, Path(tmp) / "upload", self.config, cancelled)
+            adapter = self.validator.validate(extract_archive(archive, Path(tmp) / "extracted", self.config,
+                                                              cancelled))
             blob = self.store.put(tenant, adapter)
             try:
                 version = self.catalog.add(tenant, name, blob.sha256, rank=adapter.rank,

@@ -87,3 +87,54 @@ def test_oversize_stream_is_413_and_stores_nothing(tmp_path, validator, good_ada
             registry.upload("acme", "bot", stream)
     assert e.value.status == 413
     assert registry.list("acme") == [] and not any((tmp_path / "store").glob("*/*"))
+
+
+# --- temporary files: gone on every path (issue 34) -------------------------------------------
+
+def _leftovers(tmp_root):
+    return sorted(p.name for p in tmp_root.iterdir())
+
+
+@pytest.fixture
+def tmp_root(tmp_path, monkeypatch):
+    import tempfile
+
+    root = tmp_path / "tmp"
+    root.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(root))
+    return root
+
+
+def test_no_temporary_file_is_left_on_success_refusal_exception_or_cancellation(
+        registry, good_adapter, tmp_path, tmp_root, monkeypatch):
+    import io
+    import threading
+    import zipfile
+
+    from loraplex.registry.archive import UploadCancelled
+
+    archive = tar_dir(good_adapter, tmp_path / "a.tar.gz")
+    with open(archive, "rb") as stream:
+        registry.upload("acme", "ok", stream)  # success
+    assert _leftovers(tmp_root) == []
+
+    bomb = tmp_path / "bomb.zip"
+    with zipfile.ZipFile(bomb, "w", zipfile.ZIP_BZIP2) as zf:
+        zf.writestr("adapter_model.safetensors", bytes(64 << 20))
+    with pytest.raises(UploadTooLarge), open(bomb, "rb") as stream:
+        registry.upload("acme", "bomb", stream)  # refusal
+    assert _leftovers(tmp_root) == []
+
+    def broken(path):
+        raise RuntimeError("validator bug")
+
+    monkeypatch.setattr(registry.validator, "validate", broken)
+    with pytest.raises(RuntimeError), open(archive, "rb") as stream:
+        registry.upload("acme", "boom", stream)  # exception
+    assert _leftovers(tmp_root) == []
+
+    cancelled = threading.Event()
+    cancelled.set()
+    with pytest.raises(UploadCancelled):
+        registry.upload("acme", "gone", io.BytesIO(archive.read_bytes()), cancelled=cancelled)  # cancellation
+    assert _leftovers(tmp_root) == []
