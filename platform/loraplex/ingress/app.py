@@ -14,7 +14,7 @@ from starlette.requests import Request
 from loraplex.admission.limiter import Limiter, LocalBackend
 from loraplex.config import PlatformConfig
 from loraplex.db.health import StoreHealth
-from loraplex.db.unavailable import StoreUnavailable, is_unavailable
+from loraplex.db.unavailable import StoreBusy, StoreUnavailable, is_pool_exhausted, is_unavailable
 from loraplex.ingress.adapter_routes import AdapterRoutes
 from loraplex.ingress.admin_adapter_routes import AdminAdapterRoutes
 from loraplex.ingress.admin_routes import AdminRoutes
@@ -114,6 +114,8 @@ def build_ingress_app(
         # Retry-After, never a 500), or it is a bug (500, logged).
         if not is_unavailable(exc):
             return await on_unexpected(request, exc)
+        if is_pool_exhausted(exc):  # every connection busy: the database is up, so no outage
+            return error_response(StoreBusy(f"{request.method} {request.url.path} cannot be answered now"))
         health.failed(exc)
         logger.warning("database unavailable on %s %s: %r", request.method, request.url.path, exc)
         return error_response(StoreUnavailable(f"{request.method} {request.url.path} cannot be answered now", exc))

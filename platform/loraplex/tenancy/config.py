@@ -49,6 +49,12 @@ class KeyCacheConfig(BaseModel):
     max_entries: int = Field(
         100_000, gt=0, description="Keys cached per ingress replica at most; the least recently used is forgotten first.",
     )
+    negative_s: float = Field(
+        5.0, ge=0,
+        description="A key the database did not know (or knows revoked) is refused with 401 from memory for this "
+        "long on this replica: a flood of random keys costs one query per key per negative_s, not one per "
+        "request. Bounded by max_entries too. 0: every unknown key is looked up.",
+    )
 
 
 class TenancyConfig(BaseModel):
