@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from starlette.datastructures import UploadFile
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -13,6 +15,7 @@ from loraplex.ingress.errors import APIError
 from loraplex.ingress.tenant_context import TenantContext
 from loraplex.ingress.upload_pool import UploadPool
 from loraplex.registry.catalog import group_by_name
+from loraplex.registry.quota import AdapterQuota
 
 
 class AdapterRoutes:
@@ -36,11 +39,11 @@ class AdapterRoutes:
             raise APIError(400, "Send multipart/form-data with a `file` (.tar.gz/.tgz/.zip) and a `name`.")
         # The tenant's upload slot before its body is read: one over uploads_per_tenant costs no spooling.
         async with self.uploads.slot(principal.tenant_id):
-            entry = await self._upload(request, principal.tenant_id)
+            entry = await self._upload(request, principal.tenant_id, AdapterQuota.of(principal.limits))
         self.tenants.forget_adapters(principal.tenant_id)
         return JSONResponse(entry.to_response(), status_code=201)
 
-    async def _upload(self, request: Request, tenant: str):
+    async def _upload(self, request: Request, tenant: str, quota: AdapterQuota):
         # The whole multipart body (archive, `name`, boundaries) counts against the bound, as it
         # streams in (a chunked upload declares no length): once past it the request is refused
         # before the form parser spools another byte, so no more than the bound is ever spooled.
@@ -57,7 +60,8 @@ class AdapterRoutes:
                 raise APIError(400, "Missing `file`: attach the adapter archive as the form field `file`.", param="file")
             if not isinstance(name, str) or not name:
                 raise APIError(400, "Missing `name`: say what to call the adapter.", param="name")
-            return await self.uploads.run(self.registry.upload, tenant, name, upload.file, cancellable=True)
+            return await self.uploads.run(functools.partial(self.registry.upload, quota=quota), tenant, name,
+                                          upload.file, cancellable=True)
         finally:
             await form.close()  # the spooled upload file (after the upload thread has stopped with it)
 
