@@ -492,6 +492,13 @@ class RegistryConfig(BaseModel):
         description="Node-local dir where engine replicas keep fetched adapters; may name "
         "environment variables ($VAR, ~), expanded on each node.",
     )
+    cache_max_bytes: Optional[int] = Field(
+        8 << 30, gt=0,
+        description="Bytes of fetched adapters an Engine replica keeps in cache_dir: past it, after each fetch, "
+        "the least recently used versions vLLM no longer holds and no request runs with are removed from the "
+        "disk (fetched again on their next use). Never one in use. null: keep every fetched version until it "
+        "is deleted.",
+    )
     max_upload_bytes: int = Field(512 << 20, gt=0, description="Bigger uploads get 413.")
     max_unpacked_bytes: int = Field(1 << 30, gt=0, description="Bigger unpacked archives get 413.")
     max_files: int = Field(32, gt=0, description="Archives with more files are refused.")
