@@ -66,11 +66,11 @@ async def after_overload(o, db_path: Path) -> int:
     out(f"a normal gold request: {after.status} in {after.latency:.2f} s")
     if after.status != 200:
         failures.append(f"the request after the overload got {after.status}: {after.message[:200]}")
-    ready = await client.http.get("/readyz", timeout=60)
+    ready = await client.http.get("/admin/readyz", headers=client.admin, timeout=60)  # the details: admin only
     body = ready.json() if ready.headers.get("content-type", "").startswith("application/json") else {}
-    out(f"/readyz: {ready.status_code}, Engine replicas healthy {body.get('healthy_replicas')}/{body.get('replicas')}")
+    out(f"/admin/readyz: {ready.status_code}, Engine replicas healthy {body.get('healthy_replicas')}/{body.get('replicas')}")
     if ready.status_code != 200 or body.get("healthy_replicas") != 2:
-        failures.append(f"/readyz after the overload: {ready.status_code} {ready.text[:200]}")
+        failures.append(f"/admin/readyz after the overload: {ready.status_code} {ready.text[:200]}")
     engines_after = engine_processes(sampler)
     same = engines_before == engines_after and {k for k, _, _ in engines_before} == set(ENGINE_KINDS)
     out(f"Engine replica, EngineCore and vLLM worker processes (pid, start time): {len(engines_before)} before, "

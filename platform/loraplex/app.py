@@ -11,7 +11,7 @@ from typing import Any, Optional
 
 from ray.serve import Application
 
-from loraplex.cluster import check_at_build, pin_admin_token
+from loraplex.cluster import check_at_build, pin_admin_token, without_admin_token
 from loraplex.config import EngineDeploymentConfig, PlatformConfig
 
 logger = logging.getLogger(__name__)
@@ -38,8 +38,10 @@ def build_platform(args: Optional[dict[str, Any]] = None, *, engine_cls: Optiona
     from loraplex.ingress.deployment import ingress_deployment
 
     # The admin token resolved here (the env var where the app is built, else the config)
-    # reaches every node's replicas.
-    replica_config = pin_admin_token(config.for_replicas(), config.tenancy.resolved_admin_token())
+    # reaches every node's Ingress replicas, and only those: Engine and merged replicas never
+    # answer /admin, so theirs carries none (least privilege: a replica's init args, logs or a
+    # heap dump cannot leak what it was never given).
+    replica_config = without_admin_token(config.for_replicas())
     engine_kwargs = {} if engine_cls is None else {"engine_cls": engine_cls}
     engine = engine_deployment(config.engine_deployment).bind(replica_config, home_node_id=home_node_id,
                                                               **engine_kwargs)
@@ -49,7 +51,8 @@ def build_platform(args: Optional[dict[str, Any]] = None, *, engine_cls: Optiona
     merged = {t.adapter_id: engine_deployment(dedicated_deployment(config, t), name=t.deployment_name).bind(
         replica_config, home_node_id=home_node_id, dedicated=t, **engine_kwargs) for t in dedicated}
     # The Ingress answers GET /admin/latency against the SLO; Engine replicas never read it.
-    ingress_config = replica_config.model_copy(update={"slo": config.slo})
+    ingress_config = pin_admin_token(replica_config, config.tenancy.resolved_admin_token()).model_copy(
+        update={"slo": config.slo})
     return ingress_deployment(config.ingress).bind(engine, ingress_config, home_node_id=home_node_id,
                                                    dedicated=dedicated, dedicated_handles=merged)
 

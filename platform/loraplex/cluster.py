@@ -25,6 +25,8 @@ import os
 from pathlib import Path
 from typing import Optional
 
+from pydantic import SecretStr
+
 from loraplex.config import PlatformConfig
 
 DOCS = "docs/deploy.md"
@@ -136,5 +138,11 @@ def pin_admin_token(config: PlatformConfig, token: Optional[str]) -> PlatformCon
     carried to every replica in its init args: a node started without the env var still has it."""
     if not token:
         return config
-    return config.model_copy(update={"tenancy": config.tenancy.model_copy(update={"admin_token": token})})
+    return config.model_copy(update={"tenancy": config.tenancy.model_copy(update={"admin_token": SecretStr(token)})})
+
+
+def without_admin_token(config: PlatformConfig) -> PlatformConfig:
+    """What Engine and merged replicas are built with: no admin token (least privilege; only the
+    Ingress answers /admin). The env var is dropped too: a replica never resolves one itself."""
+    return config.model_copy(update={"tenancy": config.tenancy.model_copy(update={"admin_token": None})})
 

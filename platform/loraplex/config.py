@@ -516,6 +516,12 @@ class IngressDeploymentConfig(BaseModel):
     max_request_body_bytes: int = Field(
         1 << 20, gt=0, description="Bigger JSON bodies on /v1 generation routes get 413."
     )
+    ready_cache_s: float = Field(
+        3.0, ge=0,
+        description="GET /readyz (unauthenticated) runs a real 1-token generation and a controller call at "
+        "most once per this many seconds per ingress replica, answering from the last result in between: "
+        "a client hammering it costs a lookup, not a generation. 0: every call probes.",
+    )
     request_timeout_s: float = Field(
         300.0, gt=0,
         description="Deadline of a generation request, from its arrival: the engine request is "
@@ -536,7 +542,9 @@ class RegistryConfig(BaseModel):
         "s3://bucket/prefix or gs://bucket/prefix (multi-node clusters).",
     )
     storage_options: dict[str, Any] = Field(
-        default_factory=dict, description="fsspec options for store_url (endpoint, credentials)."
+        default_factory=dict, repr=False,
+        description="fsspec options for store_url (endpoint, credentials). Left out of repr(): it may hold "
+        "S3 keys (prefer the environment's AWS_* variables or an instance role for those).",
     )
     store_shared: bool = Field(
         False,
@@ -548,9 +556,39 @@ class RegistryConfig(BaseModel):
         description="Node-local dir where engine replicas keep fetched adapters; may name "
         "environment variables ($VAR, ~), expanded on each node.",
     )
+    cache_max_bytes: Optional[int] = Field(
+        8 << 30, gt=0,
+        description="Bytes of fetched adapters an Engine replica keeps in cache_dir: past it, after each fetch, "
+        "the least recently used versions vLLM no longer holds and no request runs with are removed from the "
+        "disk (fetched again on their next use). Never one in use. null: keep every fetched version until it "
+        "is deleted.",
+    )
     max_upload_bytes: int = Field(512 << 20, gt=0, description="Bigger uploads get 413.")
     max_unpacked_bytes: int = Field(1 << 30, gt=0, description="Bigger unpacked archives get 413.")
     max_files: int = Field(32, gt=0, description="Archives with more files are refused.")
+    max_compression_ratio: float = Field(
+        100.0, gt=1,
+        description="An archive whose unpacked bytes pass this many times its own size (past "
+        "ratio_free_bytes) is refused with 413 as it streams, zip (deflate, bz2, lzma), tar.gz and tgz "
+        "alike: trained LoRA weights barely compress (~1.1x), a bomb of zeros 1000x+, so a few KB on the "
+        "wire never become a GiB on disk and seconds of CPU.",
+    )
+    ratio_free_bytes: int = Field(
+        16 << 20, ge=0,
+        description="Unpacked bytes an archive may reach whatever its compression ratio (small adapters and "
+        "configs compress well and are harmless); max_compression_ratio applies beyond them.",
+    )
+    upload_workers: int = Field(
+        2, ge=1,
+        description="Threads per ingress replica that unpack, validate and store uploads (and run deletes): "
+        "their own pool, so uploads never take the threads adapter resolution and key checks run on.",
+    )
+    uploads_per_tenant: int = Field(
+        1, ge=1,
+        description="Uploads (and deletes) of one tenant in progress at once per ingress replica; one more "
+        "gets 429 + Retry-After before its body is read. Keep it below upload_workers so no tenant takes "
+        "every upload worker.",
+    )
     deletion_poll_s: float = Field(
         2.0, gt=0, description="How often engine replicas look for deleted adapters to free."
     )
@@ -628,8 +666,9 @@ class PlatformConfig(BaseModel):
 
     database_url: str = Field(
         "sqlite:///var/loraplex.db",
+        repr=False,
         description="SQLAlchemy URL of tenants, adapters and usage: a SQLite file (single node) "
-        "or postgresql://... (multi-node).",
+        "or postgresql://... (multi-node). Left out of repr(): a postgresql:// URL may hold a password.",
     )
     registry: RegistryConfig = Field(default_factory=RegistryConfig)
     tenancy: TenancyConfig = Field(default_factory=TenancyConfig)

@@ -217,7 +217,7 @@ def limiter_pids(proc) -> set[int]:
 
 
 def readyz() -> tuple[int, dict]:
-    r = httpx.get(f"{BASE_URL}/readyz", timeout=60)
+    r = httpx.get(f"{BASE_URL}/admin/readyz", headers=ADMIN, timeout=60)  # the details: admin only
     return r.status_code, r.json()
 
 

@@ -116,11 +116,13 @@ def test_models_lists_the_base_model(client, model_name):
     assert model_name in [m["id"] for m in body["data"]]
 
 
-def test_health_and_readiness(client):
+def test_health_and_readiness(client, admin):
     assert client.get("/healthz").json() == {"status": "ok"}
     ready = client.get("/readyz")
-    assert ready.status_code == 200
-    body = ready.json()
+    assert ready.status_code == 200 and ready.json() == {"status": "ready"}  # public: the status alone
+    details = admin.get("/admin/readyz")
+    assert details.status_code == 200
+    body = details.json()
     assert body["status"] == "ready" and body["healthy_replicas"] == body["replicas"] == 1
     assert body["probe"]["probe_seconds"] > 0
 

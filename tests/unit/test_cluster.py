@@ -95,14 +95,17 @@ def bound(app):
     return ingress, ingress.init_args[0]._bound_deployment
 
 
-def test_the_admin_token_resolved_at_build_reaches_every_replica(monkeypatch):
+def test_the_admin_token_resolved_at_build_reaches_every_ingress_replica_and_no_engine(monkeypatch):
     monkeypatch.setenv("LORAPLEX_ADMIN_TOKEN", "from-the-deploying-node")
     ingress, engine = bound(build_app({"tenancy": {"admin_token": "in-config"}}))
-    assert ingress.init_args[1].tenancy.admin_token == "from-the-deploying-node"
-    assert engine.init_args[0].tenancy.admin_token == "from-the-deploying-node"
+    assert ingress.init_args[1].tenancy.admin_token.get_secret_value() == "from-the-deploying-node"
+    # Least privilege: Engine replicas never answer /admin, so they are never given the token.
+    assert engine.init_args[0].tenancy.admin_token is None
+    assert "from-the-deploying-node" not in repr(engine.init_args) + repr(engine.init_kwargs)
     monkeypatch.delenv("LORAPLEX_ADMIN_TOKEN")
-    ingress, _ = bound(build_app({"tenancy": {"admin_token": "in-config"}}))
-    assert ingress.init_args[1].tenancy.admin_token == "in-config"
+    ingress, engine = bound(build_app({"tenancy": {"admin_token": "in-config"}}))
+    assert ingress.init_args[1].tenancy.admin_token.get_secret_value() == "in-config"
+    assert engine.init_args[0].tenancy.admin_token is None
 
 
 def test_autoscaling_under_args_becomes_serves_autoscaling_config():
@@ -122,3 +125,17 @@ def test_autoscaling_is_checked_by_serves_own_schema():
         config(engine_deployment={"autoscaling": {"min_replicas": 3, "max_replicas": 1}})
     with pytest.raises(ValidationError, match="not both"):
         config(engine_deployment={"num_replicas": 2, "autoscaling": {"max_replicas": 3}})
+
+
+def test_merged_dedicated_replicas_get_no_admin_token(monkeypatch):
+    from types import SimpleNamespace
+
+    import loraplex.app as app_module
+
+    target = SimpleNamespace(adapter_id="ten_x/a@1", deployment_name="Dedicated_x", num_cpus=1.0, num_gpus=0.0)
+    monkeypatch.setattr(app_module, "dedicated_targets", lambda config: [target])
+    monkeypatch.setenv("LORAPLEX_ADMIN_TOKEN", "secret-admin")
+    ingress, _ = bound(build_app({}))
+    merged = ingress.init_kwargs["dedicated_handles"]["ten_x/a@1"]._bound_deployment
+    assert merged.init_args[0].tenancy.admin_token is None
+    assert "secret-admin" not in repr(merged.init_args) + repr(merged.init_kwargs)

@@ -127,3 +127,20 @@ def test_the_fair_queue_dispatch_limit_is_max_num_seqs_a_number_or_adaptive():
     assert isinstance(Engine._fair_queue(adaptive).limit, AdaptiveLimit)
     with pytest.raises(ValidationError, match="dispatch_limit must be at least 1"):
         PlatformConfig.from_args({"engine_deployment": {"fair_queue": {"dispatch_limit": 0}}})
+
+
+def test_secrets_never_show_in_the_configs_repr():
+    """Least privilege (issue 34): the admin token is a SecretStr, the database URL (a password) and
+    the store's storage_options (S3 keys) are left out of repr(), so a logged config leaks none."""
+    from loraplex.tenancy.service import Tenancy
+
+    config = PlatformConfig.from_args({
+        "tenancy": {"admin_token": "tok-s3cr3t"},
+        "database_url": "postgresql://app:pw-s3cr3t@db:5432/loraplex",
+        "registry": {"storage_options": {"key": "AKIA", "secret": "aws-s3cr3t"}},
+    })
+    shown = repr(config) + str(config) + repr(config.tenancy) + repr(config.registry)
+    for secret in ("tok-s3cr3t", "pw-s3cr3t", "aws-s3cr3t"):
+        assert secret not in shown
+    assert config.tenancy.resolved_admin_token() == "tok-s3cr3t"  # still usable where it is needed
+    assert "tok-s3cr3t" not in repr(Tenancy(service=None, admin_token="tok-s3cr3t", keys=object()))

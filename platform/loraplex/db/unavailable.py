@@ -23,6 +23,12 @@ RETRY_AFTER_S = 5  # a failover or restart of PostgreSQL takes seconds to a minu
 UNAVAILABLE = (sa.OperationalError, sa.InterfaceError, sa.TimeoutError, sa.DisconnectionError)
 
 
+def is_pool_exhausted(exc: BaseException) -> bool:
+    """QueuePool had no connection to give within pool_timeout: the database is up and busy (every
+    connection in use), not gone; answered 503 StoreBusy, never taken for an outage."""
+    return isinstance(exc, sa.TimeoutError)
+
+
 def is_unavailable(exc: BaseException) -> bool:
     if isinstance(exc, UNAVAILABLE):
         return True
@@ -47,3 +53,14 @@ class StoreUnavailable(StatusError):
 def unavailable(exc: BaseException, what: str) -> StoreUnavailable:
     """The 503 for `exc` (is_unavailable(exc) is true), saying what could not be done."""
     return StoreUnavailable(what, exc)
+
+
+class StoreBusy(StatusError):
+    """503 + Retry-After: every database connection of this replica is in use (the pool is exhausted)."""
+
+    status = 503
+
+    def __init__(self, what: str, retry_after_s: int = 1):
+        super().__init__(
+            f"The platform's database connections are all busy, so {what}. Retry in {retry_after_s} s.",
+            code="store_busy", headers={"Retry-After": str(retry_after_s)}, reject_reason="503:store_busy")

@@ -7,6 +7,12 @@ it evicted from its host cache (seen when the metrics publisher samples the cach
 again, and counted again, on its next use. A deleted version is dropped once no request on this
 replica still runs with it.
 
+The node-local copies (the store's cache_dir) are bounded too: past registry.cache_max_bytes,
+after each fetch, the least recently used versions this replica fetched that vLLM no longer holds
+(evicted from its CPU tier) and that no request runs with are removed from the disk; each is
+fetched again on its next use. A version vLLM holds is never removed (vLLM may read its files
+again). Another replica on the node may share the dir: it fetches again whatever it finds gone.
+
 Two operator controls: a pinned version (AdapterCatalog.pin) is loaded at once and pinned in
 vLLM's CPU tier, so its LRU never evicts it (lora_residency says why not in a GPU slot); and
 `max_cpu_lora_bytes` bounds the CPU tier by bytes as well as by count: after each load, the
@@ -27,6 +33,15 @@ from loraplex.engine.lora_residency import PIN_RPC, UNPIN_RPC
 from loraplex.metrics.replica_metrics import NoReplicaMetrics
 
 logger = logging.getLogger(__name__)
+
+
+def _dir_bytes(path) -> int:
+    from pathlib import Path
+
+    try:
+        return sum(f.stat().st_size for f in Path(path).iterdir() if f.is_file())
+    except OSError:  # not a local dir (a store that hands vLLM another path)
+        return 0
 
 
 class AdapterGone(LookupError):
@@ -57,6 +72,9 @@ class LoadedAdapters:
         self._resident: set[int] = set()  # vLLM's host cache at the last sample
         self._loaded_at: dict[str, float] = {}  # name -> time.monotonic() its last load ended
         self._loading: dict[str, asyncio.Future] = {}
+        # (tenant, sha256) -> bytes of its copy in cache_dir, for the versions this replica fetched.
+        self._cached_bytes: dict[tuple[str, str], int] = {}
+        self.cache_max_bytes: int | None = getattr(store, "cache_max_bytes", None)
 
     async def acquire(self, target: AdapterTarget) -> None:
         if target.lora_int_id in self.deleted:
@@ -82,6 +100,7 @@ class LoadedAdapters:
                 raise AdapterGone(f"The model `{target.requested_as}` was deleted. "
                                   "List yours with GET /v1/models.") from exc
             raise
+        self._cached_bytes[(target.tenant, target.sha256)] = _dir_bytes(path)
         request = LoRARequest(lora_name=target.lora_name, lora_int_id=target.lora_int_id, lora_path=str(path))
         # Into vLLM's host cache now, not inside the first batch that needs it: the load is
         # timed here, and a broken adapter fails this request alone.
@@ -95,6 +114,31 @@ class LoadedAdapters:
         if target.lora_int_id in self.want_pinned:
             await self._pin(target.lora_int_id)
         await self._fit_bytes(keep=target.lora_name)
+        await self._prune_cache(keep=(target.tenant, target.sha256))
+
+    async def _prune_cache(self, keep: tuple[str, str]) -> None:
+        """Remove least recently used idle copies vLLM no longer holds until cache_dir fits cache_max_bytes."""
+        if self.cache_max_bytes is None:
+            return
+        used = sum(self._cached_bytes.values())
+        if used <= self.cache_max_bytes:
+            return
+        by_blob: dict[tuple[str, str], list[str]] = {}
+        for name, t in self.targets.items():
+            by_blob.setdefault((t.tenant, t.sha256), []).append(name)
+        # In use: a name vLLM holds (not evicted), a request runs with, or one loading now.
+        idle = [blob for blob, names in by_blob.items()
+                if blob != keep and blob in self._cached_bytes
+                and all(n in self.evicted and self.in_flight[n] <= 0 and n not in self._loading for n in names)]
+        idle.sort(key=lambda blob: max(self._used_at.get(n, 0.0) for n in by_blob[blob]))
+        for blob in idle:
+            if used <= self.cache_max_bytes:
+                break
+            await asyncio.to_thread(self.store.evict_from_local_cache, *blob)
+            used -= self._cached_bytes.pop(blob)
+        if used > self.cache_max_bytes:
+            logger.warning("this replica's adapter copies in cache_dir take %d bytes, over registry.cache_max_bytes "
+                           "%d: the rest are held by vLLM or running", used, self.cache_max_bytes)
 
     async def _pin(self, lora_int_id: int) -> None:
         await self.llm.collective_rpc(PIN_RPC, args=(lora_int_id,))
@@ -199,4 +243,5 @@ class LoadedAdapters:
         # Blobs are by content: another name of this tenant may have the same weights loaded.
         if not any((t.tenant, t.sha256) == (target.tenant, target.sha256) for t in self.targets.values()):
             await asyncio.to_thread(self.store.evict_from_local_cache, target.tenant, target.sha256)
+            self._cached_bytes.pop((target.tenant, target.sha256), None)
         logger.info("freed adapter %s", lora_name)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
+import functools
 
 from starlette.datastructures import UploadFile
 from starlette.requests import Request
@@ -13,14 +13,17 @@ from loraplex.errors import StatusError
 from loraplex.ingress.body_limit import limited
 from loraplex.ingress.errors import APIError
 from loraplex.ingress.tenant_context import TenantContext
+from loraplex.ingress.upload_pool import UploadPool
 from loraplex.registry.catalog import group_by_name
+from loraplex.registry.quota import AdapterQuota
 
 
 class AdapterRoutes:
-    def __init__(self, tenants: TenantContext, max_upload_bytes: int):
+    def __init__(self, tenants: TenantContext, max_upload_bytes: int, uploads: UploadPool | None = None):
         self.tenants = tenants
         self.registry = tenants.registry
         self.max_upload_bytes = max_upload_bytes
+        self.uploads = uploads or UploadPool(workers=2, per_tenant=1)  # RegistryConfig's defaults
 
     def routes(self) -> list[Route]:
         return [
@@ -34,6 +37,13 @@ class AdapterRoutes:
         principal = await self.tenants.authenticate(request)
         if not request.headers.get("content-type", "").startswith("multipart/form-data"):
             raise APIError(400, "Send multipart/form-data with a `file` (.tar.gz/.tgz/.zip) and a `name`.")
+        # The tenant's upload slot before its body is read: one over uploads_per_tenant costs no spooling.
+        async with self.uploads.slot(principal.tenant_id):
+            entry = await self._upload(request, principal.tenant_id, AdapterQuota.of(principal.limits))
+        self.tenants.forget_adapters(principal.tenant_id)
+        return JSONResponse(entry.to_response(), status_code=201)
+
+    async def _upload(self, request: Request, tenant: str, quota: AdapterQuota):
         # The whole multipart body (archive, `name`, boundaries) counts against the bound, as it
         # streams in (a chunked upload declares no length): once past it the request is refused
         # before the form parser spools another byte, so no more than the bound is ever spooled.
@@ -50,11 +60,10 @@ class AdapterRoutes:
                 raise APIError(400, "Missing `file`: attach the adapter archive as the form field `file`.", param="file")
             if not isinstance(name, str) or not name:
                 raise APIError(400, "Missing `name`: say what to call the adapter.", param="name")
-            entry = await asyncio.to_thread(self.registry.upload, principal.tenant_id, name, upload.file)
+            return await self.uploads.run(functools.partial(self.registry.upload, quota=quota), tenant, name,
+                                          upload.file, cancellable=True)
         finally:
-            await form.close()  # the spooled upload file
-        self.tenants.forget_adapters(principal.tenant_id)
-        return JSONResponse(entry.to_response(), status_code=201)
+            await form.close()  # the spooled upload file (after the upload thread has stopped with it)
 
     def _too_large(self) -> APIError:
         return APIError(413, f"The upload is over {self.max_upload_bytes} bytes (registry.max_upload_bytes): "
@@ -79,6 +88,7 @@ class AdapterRoutes:
     async def delete(self, request: Request) -> Response:
         principal = await self.tenants.authenticate(request)
         ref = request.path_params["ref"]
-        entries = await asyncio.to_thread(self.registry.delete, principal.tenant_id, ref)
+        async with self.uploads.slot(principal.tenant_id):
+            entries = await self.uploads.run(self.registry.delete, principal.tenant_id, ref)
         self.tenants.forget_adapters(principal.tenant_id)
         return JSONResponse({"deleted": [e.to_response() for e in entries]})

@@ -14,11 +14,11 @@ from starlette.requests import Request
 from loraplex.admission.limiter import Limiter, LocalBackend
 from loraplex.config import PlatformConfig
 from loraplex.db.health import StoreHealth
-from loraplex.db.unavailable import StoreUnavailable, is_unavailable
+from loraplex.db.unavailable import StoreBusy, StoreUnavailable, is_pool_exhausted, is_unavailable
 from loraplex.ingress.adapter_routes import AdapterRoutes
 from loraplex.ingress.admin_adapter_routes import AdminAdapterRoutes
 from loraplex.ingress.admin_routes import AdminRoutes
-from loraplex.ingress.auth import authenticate
+from loraplex.ingress.auth import authenticate, check_admin
 from loraplex.ingress.console_routes import console_routes
 from loraplex.ingress.dedicated_routes import DedicatedRoutes
 from loraplex.errors import StatusError
@@ -28,6 +28,7 @@ from loraplex.ingress.latency_routes import LatencyRoutes
 from loraplex.ingress.openai_routes import OpenAIRoutes
 from loraplex.ingress.overload import GenerationBound
 from loraplex.ingress.tenant_context import TenantContext
+from loraplex.ingress.upload_pool import UploadPool
 from loraplex.ingress.usage_routes import UsageRoutes
 from loraplex.routing.served_keys import replica_statuses
 from loraplex.tenancy.service import Tenancy
@@ -84,12 +85,16 @@ def build_ingress_app(
     routes = [
         *openai.routes(),
         *HealthRoutes(engine, replica_health, store_health=health if tenancy is not None else None,
-                      cached_keys=(lambda: len(tenancy.keys)) if tenancy is not None else None).routes(),
+                      cached_keys=(lambda: len(tenancy.keys)) if tenancy is not None else None,
+                      cache_s=config.ingress.ready_cache_s,
+                      check_admin=(lambda request: check_admin(request, tenancy)) if tenancy is not None else None,
+                      ).routes(),
     ]
     if tenancy is not None:
         routes += AdminRoutes(tenancy, replicas=lambda: engine_replicas(engine)).routes()
     if registry is not None and tenants is not None:
-        routes += AdapterRoutes(tenants, config.registry.max_upload_bytes).routes()
+        uploads = UploadPool(config.registry.upload_workers, config.registry.uploads_per_tenant)
+        routes += AdapterRoutes(tenants, config.registry.max_upload_bytes, uploads).routes()
         routes += AdminAdapterRoutes(tenancy, registry, config.engine).routes()
         routes += DedicatedRoutes(tenancy, registry, dedicated).routes()
     if accounting is not None and tenancy is not None:
@@ -109,6 +114,8 @@ def build_ingress_app(
         # Retry-After, never a 500), or it is a bug (500, logged).
         if not is_unavailable(exc):
             return await on_unexpected(request, exc)
+        if is_pool_exhausted(exc):  # every connection busy: the database is up, so no outage
+            return error_response(StoreBusy(f"{request.method} {request.url.path} cannot be answered now"))
         health.failed(exc)
         logger.warning("database unavailable on %s %s: %r", request.method, request.url.path, exc)
         return error_response(StoreUnavailable(f"{request.method} {request.url.path} cannot be answered now", exc))

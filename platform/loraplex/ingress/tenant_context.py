@@ -14,7 +14,7 @@ from starlette.requests import Request
 
 from loraplex.contract import AdapterTarget
 from loraplex.db.health import StoreHealth
-from loraplex.db.unavailable import StoreUnavailable, is_unavailable
+from loraplex.db.unavailable import StoreBusy, StoreUnavailable, is_pool_exhausted, is_unavailable
 from loraplex.errors import StatusError
 from loraplex.ingress.errors import APIError
 from loraplex.ingress.last_known import LastKnown
@@ -89,10 +89,12 @@ class TenantContext:
     def _last_known(self, exc: Exception, memory: LastKnown, key, what: str):
         if not is_unavailable(exc):
             raise exc
-        self.health.failed(exc)
+        busy = is_pool_exhausted(exc)
+        if not busy:  # a busy pool is not an outage: readiness stays as it is
+            self.health.failed(exc)
         value = memory.recall(key)
         if value is None:
-            raise StoreUnavailable(what, exc) from exc
+            raise (StoreBusy(what) if busy else StoreUnavailable(what, exc)) from exc
         return value
 
     async def adapter_models(self, principal) -> list[dict[str, Any]]:

@@ -4,6 +4,11 @@ An upload is untrusted input headed for the filesystem, so extraction refuses an
 is not a plain file or directory with a relative, `..`-free path, and bounds both the declared
 and the actually decompressed size (a 1 MB gzip can expand to gigabytes). We copy file bytes
 ourselves instead of calling extractall(): that is where the actual-byte count is enforced.
+Beyond `ratio_free_bytes`, the unpacked bytes may not pass `max_compression_ratio` times the
+archive's size (RegistryConfig): checked on zip headers before anything is written, and on the
+stream as it is written, for every compression alike (deflate, bz2, lzma, gzip); a bomb is
+stopped after ratio_free_bytes, not after max_unpacked_bytes. `cancelled` (a threading.Event)
+stops a copy at its next chunk: the async caller is gone (client disconnect).
 """
 
 from __future__ import annotations
@@ -37,7 +42,16 @@ class UploadTooLarge(StatusError):
     status = 413
 
 
-def save_upload(stream: BinaryIO, dest: Path, limits: RegistryConfig | None = None) -> Path:
+class UploadCancelled(Exception):
+    """The caller stopped waiting for this upload (its client went away): stop, leave nothing."""
+
+
+def _check_cancelled(cancelled) -> None:
+    if cancelled is not None and cancelled.is_set():
+        raise UploadCancelled("the upload's request was cancelled")
+
+
+def save_upload(stream: BinaryIO, dest: Path, limits: RegistryConfig | None = None, cancelled=None) -> Path:
     """Copy an upload stream to `dest`, refusing it (413) as soon as it passes max_upload_bytes.
 
     `limits`: max_upload_bytes, max_unpacked_bytes and max_files (defaults: RegistryConfig's)."""
@@ -45,6 +59,7 @@ def save_upload(stream: BinaryIO, dest: Path, limits: RegistryConfig | None = No
     written = 0
     with open(dest, "wb") as out:
         while chunk := stream.read(CHUNK):
+            _check_cancelled(cancelled)
             written += len(chunk)
             if written > limits.max_upload_bytes:
                 raise _upload_too_large(limits)
@@ -52,7 +67,7 @@ def save_upload(stream: BinaryIO, dest: Path, limits: RegistryConfig | None = No
     return dest
 
 
-def extract_archive(archive: Path, dest: Path, limits: RegistryConfig | None = None) -> Path:
+def extract_archive(archive: Path, dest: Path, limits: RegistryConfig | None = None, cancelled=None) -> Path:
     """Extract `archive` into the empty dir `dest`; return the PEFT dir inside it.
 
     The PEFT dir is `dest` itself or its one top-level folder. Raises BadArchive (400) or
@@ -64,10 +79,11 @@ def extract_archive(archive: Path, dest: Path, limits: RegistryConfig | None = N
     dest.mkdir(parents=True, exist_ok=True)
     with open(archive, "rb") as f:
         magic = f.read(4)
+    budget = _Budget(limits, archive.stat().st_size, cancelled)
     if magic.startswith(b"PK\x03\x04") or magic.startswith(b"PK\x05\x06"):
-        _extract_zip(archive, dest, limits)
+        _extract_zip(archive, dest, budget)
     elif magic.startswith(b"\x1f\x8b"):
-        _extract_tar(archive, dest, limits)
+        _extract_tar(archive, dest, budget)
     else:
         raise BadArchive("the upload is not a .tar.gz, .tgz or .zip archive; pack the PEFT dir "
                          "with `tar czf adapter.tar.gz -C <dir> .` or `zip -r adapter.zip <dir>`")
@@ -85,10 +101,21 @@ def find_peft_dir(root: Path) -> Path:
 
 
 class _Budget:
-    """Counts files and bytes across the whole archive."""
+    """Counts files and bytes across the whole archive, against the size and ratio bounds."""
 
-    def __init__(self, limits: RegistryConfig):
+    def __init__(self, limits: RegistryConfig, archive_bytes: int, cancelled=None):
         self.limits, self.files, self.declared, self.actual = limits, 0, 0, 0
+        self.cancelled = cancelled
+        # What the archive may unpack to: its size times the ratio cap, past the free allowance.
+        self.ratio_bound = max(limits.ratio_free_bytes, limits.max_compression_ratio * max(archive_bytes, 1))
+
+    def check_ratio(self, unpacked: int, packed: int | None = None) -> None:
+        """`unpacked` bytes so far (of one zip member: `packed` its compressed size) over the ratio cap?"""
+        if packed is not None:
+            if unpacked > max(self.limits.ratio_free_bytes, self.limits.max_compression_ratio * max(packed, 1)):
+                raise _expands_too_much(self.limits)
+        elif unpacked > self.ratio_bound:
+            raise _expands_too_much(self.limits)
 
     def add_entry(self, declared_size: int) -> None:
         self.files += 1
@@ -100,9 +127,11 @@ class _Budget:
             raise _expands_too_large(self.limits)
 
     def add_bytes(self, n: int) -> None:
+        _check_cancelled(self.cancelled)
         self.actual += n
         if self.actual > self.limits.max_unpacked_bytes:
             raise _expands_too_large(self.limits)
+        self.check_ratio(self.actual)
 
 
 def _safe_relpath(name: str, seen: set[str]) -> PurePosixPath | None:
@@ -135,12 +164,12 @@ def _copy(src: BinaryIO, target: Path, budget: _Budget) -> None:
             out.write(chunk)
 
 
-def _extract_tar(archive: Path, dest: Path, limits: RegistryConfig) -> None:
-    budget, seen = _Budget(limits), set()
+def _extract_tar(archive: Path, dest: Path, budget: _Budget) -> None:
+    seen: set[str] = set()
     try:
         # Iterating (not getmembers()) reads headers lazily: we stop at the first bad one
         # instead of decompressing a whole bomb to build a member list.
-        with _BoundedGzip(archive, limits) as gz, tarfile.open(fileobj=gz, mode="r:") as tar:
+        with _BoundedGzip(archive, budget) as gz, tarfile.open(fileobj=gz, mode="r:") as tar:
             for member in tar:
                 budget.add_entry(member.size)
                 rel = _safe_relpath(member.name, seen)
@@ -170,14 +199,17 @@ class _BoundedGzip(gzip.GzipFile):
 
     HEADER_SLACK = 1 << 20
 
-    def __init__(self, path: Path, limits: RegistryConfig):
+    def __init__(self, path: Path, budget: _Budget):
         super().__init__(path, "rb")
-        self.limits = limits
+        self.budget = budget
 
     def read(self, size=-1):
         data = super().read(size)
-        if self.tell() > self.limits.max_unpacked_bytes + self.HEADER_SLACK:
-            raise _expands_too_large(self.limits)
+        unpacked = self.tell()
+        if unpacked > self.budget.limits.max_unpacked_bytes + self.HEADER_SLACK:
+            raise _expands_too_large(self.budget.limits)
+        # Headers and padding included: a tar of one huge pax header is a bomb too.
+        self.budget.check_ratio(unpacked)
         return data
 
 
@@ -193,14 +225,17 @@ def _tar_kind(member: tarfile.TarInfo) -> str:
     return "special entry"
 
 
-def _extract_zip(archive: Path, dest: Path, limits: RegistryConfig) -> None:
-    budget, seen = _Budget(limits), set()
+def _extract_zip(archive: Path, dest: Path, budget: _Budget) -> None:
+    seen: set[str] = set()
     try:
         with zipfile.ZipFile(archive) as zf:
             infos, paths = zf.infolist(), []
             for info in infos:
                 # Check every header before writing anything: cheap, and the bomb never starts.
                 budget.add_entry(info.file_size)
+                # Whatever the method (stored, deflate, bz2, lzma): zipfile decompresses each to
+                # its declared size at most, so the declared ratio bounds what it writes.
+                budget.check_ratio(info.file_size, info.compress_size)
                 paths.append(_safe_relpath(info.filename, seen))
                 mode = info.external_attr >> 16
                 if stat.S_IFMT(mode) and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
@@ -232,6 +267,14 @@ def _upload_too_large(limits: RegistryConfig) -> UploadTooLarge:
                           "adapter_model.safetensors, or lower the adapter rank")
 
 
+def _expands_too_much(limits: RegistryConfig) -> UploadTooLarge:
+    return UploadTooLarge(f"the archive expands more than {limits.max_compression_ratio:g}x its size past "
+                          f"{limits.ratio_free_bytes} bytes (registry.max_compression_ratio): trained LoRA "
+                          "weights barely compress, so this is not an adapter; upload only "
+                          "adapter_config.json and adapter_model.safetensors")
+
+
 def _expands_too_large(limits: RegistryConfig) -> UploadTooLarge:
-    return UploadTooLarge(f"the archive decompresses to more than {limits.max_unpacked_bytes} bytes; "
+    return UploadTooLarge(f"the archive decompresses to more than {limits.max_unpacked_bytes} bytes "
+                          "(registry.max_unpacked_bytes); "
                           "upload only adapter_config.json and adapter_model.safetensors")

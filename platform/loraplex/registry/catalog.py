@@ -12,6 +12,7 @@ the delete yet; reviving the old row would need every replica to forget that it 
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 
@@ -135,34 +136,54 @@ class AdapterCatalog:
         migrate(engine, MIGRATIONS)
 
     def add(self, tenant: str, name: str, sha256: str, *, rank: int, target_modules: list[str],
-            base_model: str | None, size_bytes: int) -> AdapterVersion:
+            base_model: str | None, size_bytes: int, quota=None, ensure_blob=None) -> AdapterVersion:
         """The version of `name` holding these weights: the live one if they are already there,
-        else a new number and id (also when a deleted version had them: see the module's doc)."""
+        else a new number and id (also when a deleted version had them: see the module's doc).
+        `quota` (registry.quota.AdapterQuota): checked in the same transaction as the insert.
+        `ensure_blob()`: run in that transaction, under the tenant's lock (see `delete`), after
+        the insert: the weights are in the store when the row commits, or neither is."""
         attempts = ADD_ATTEMPTS
         while True:
             try:
-                return self._add(tenant, name, sha256, rank=rank, target_modules=list(target_modules),
-                                 base_model=base_model, size_bytes=size_bytes)
+                return self._add(tenant, name, sha256, quota, ensure_blob, rank=rank,
+                                 target_modules=list(target_modules), base_model=base_model, size_bytes=size_bytes)
             except IntegrityError:
                 attempts -= 1
                 if not attempts:
                     raise
 
-    def _add(self, tenant: str, name: str, sha256: str, **facts) -> AdapterVersion:
+    def _add(self, tenant: str, name: str, sha256: str, quota, ensure_blob, **facts) -> AdapterVersion:
         t = adapter_versions
         now = datetime.now(timezone.utc)
         with write_transaction(self.engine) as conn:
+            _lock_tenant(conn, tenant)
             row = conn.execute(select(t).where(t.c.tenant_id == tenant, t.c.name == name, t.c.sha256 == sha256,
                                                t.c.deleted_at.is_(None))).first()
             if row is not None:
                 return _version(row)
+            if quota is not None:
+                quota.check(*self._usage(conn, tenant), new_bytes=facts["size_bytes"])
             last = conn.execute(
                 select(func.max(t.c.version)).where(t.c.tenant_id == tenant, t.c.name == name)
             ).scalar()
             values = dict(tenant_id=tenant, name=name, version=(last or 0) + 1, sha256=sha256, created_at=now,
                           **facts)
             result = conn.execute(t.insert().values(**values))
+            if ensure_blob is not None:
+                ensure_blob()
             return _version(values | {"id": result.inserted_primary_key[0]})
+
+    def usage(self, tenant: str) -> tuple[int, int]:
+        """(live versions, their bytes) of a tenant: what its adapter quota counts."""
+        with self.engine.connect() as conn:
+            return self._usage(conn, tenant)
+
+    @staticmethod
+    def _usage(conn: Connection, tenant: str) -> tuple[int, int]:
+        t = adapter_versions
+        count, size = conn.execute(select(func.count(), func.coalesce(func.sum(t.c.size_bytes), 0)).where(
+            t.c.tenant_id == tenant, t.c.deleted_at.is_(None))).one()
+        return int(count), int(size)
 
     def resolve(self, tenant: str, ref: str) -> AdapterVersion:
         """The live version `ref` names for this tenant; another tenant's adapter is just missing."""
@@ -191,16 +212,51 @@ class AdapterCatalog:
         with self.engine.connect() as conn:
             return [_version(row) for row in conn.execute(query)]
 
-    def delete(self, tenant: str, ref: str) -> list[AdapterVersion]:
-        """Mark `name` (every version) or `name@v` deleted; new requests for it 404 from now on."""
+    def delete(self, tenant: str, ref: str, on_unused=None) -> list[AdapterVersion]:
+        """Mark `name` (every version) or `name@v` deleted; new requests for it 404 from now on.
+
+        `on_unused(sha256)`: called for each of their weights no live version of the tenant uses
+        any more, inside the same transaction, under the tenant's lock: an upload of the same
+        weights (`add`) runs wholly before it (its row keeps the blob) or wholly after (it finds
+        the blob gone and puts it again), never between the check and the removal. A failing
+        on_unused does not undo the delete (the versions are gone; their blob is incomplete and
+        invisible): its error is raised after the commit."""
         name, version = parse_ref(ref)
         versions = [self.resolve(tenant, ref)] if version else group_by_name(self.list(tenant)).get(name, [])
         if not versions:
             raise AdapterNotFound(f"The adapter `{ref}` does not exist.")
         with write_transaction(self.engine) as conn:
+            _lock_tenant(conn, tenant)
             conn.execute(update(adapter_versions).where(adapter_versions.c.id.in_([v.id for v in versions]))
                          .values(deleted_at=datetime.now(timezone.utc)))
+            failure = self._release(conn, tenant, {v.sha256 for v in versions}, on_unused)
+        if failure is not None:
+            raise failure
         return versions
+
+    def release_if_unused(self, tenant: str, sha256: str, on_unused) -> None:
+        """on_unused(sha256) unless a live version of the tenant uses these weights, under the
+        tenant's lock (an upload that put a blob and then failed to add its row cleans up here)."""
+        with write_transaction(self.engine) as conn:
+            _lock_tenant(conn, tenant)
+            failure = self._release(conn, tenant, {sha256}, on_unused)
+        if failure is not None:
+            raise failure
+
+    @staticmethod
+    def _release(conn: Connection, tenant: str, shas: set[str], on_unused) -> BaseException | None:
+        if on_unused is None:
+            return None
+        t = adapter_versions
+        for sha256 in sorted(shas):
+            used = conn.execute(select(t.c.id).where(t.c.tenant_id == tenant, t.c.sha256 == sha256,
+                                                     t.c.deleted_at.is_(None)).limit(1)).first()
+            if used is None:
+                try:
+                    on_unused(sha256)
+                except Exception as exc:  # noqa: BLE001 (raised after the commit)
+                    return exc
+        return None
 
     def pin(self, tenant: str, ref: str, pinned: bool, max_pinned: int | None = None) -> AdapterVersion:
         """Pin (or unpin) the live version `ref` names. At most `max_pinned` versions are pinned
@@ -244,6 +300,15 @@ class AdapterCatalog:
         with self.engine.connect() as conn:
             rows = conn.execute(select(t.c.id).where(t.c.id.in_(ids), t.c.deleted_at.is_not(None)))
             return {row.id for row in rows}
+
+
+def _lock_tenant(conn: Connection, tenant: str) -> None:
+    """Serialize this tenant's adapter writes (add, delete) for the transaction. SQLite's
+    write_transaction (BEGIN IMMEDIATE) already serializes every writer; PostgreSQL's default
+    isolation does not, so an advisory lock per tenant, released at commit or rollback."""
+    if conn.dialect.name == "postgresql":
+        key = int.from_bytes(hashlib.sha256(f"loraplex-adapters:{tenant}".encode()).digest()[:8], "big", signed=True)
+        conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})
 
 
 def _version(row) -> AdapterVersion:

@@ -17,6 +17,7 @@ from loraplex.registry.archive import extract_archive, save_upload
 from loraplex.registry.catalog import AdapterCatalog, AdapterVersion
 from loraplex.registry.merged_checkpoint import delete_merged
 from loraplex.registry.model_spec import BaseModelSpec
+from loraplex.registry.quota import AdapterQuota
 from loraplex.registry.store import AdapterStore, check_name
 from loraplex.registry.validator import AdapterValidator
 
@@ -28,15 +29,29 @@ class AdapterRegistry:
     store: AdapterStore
     catalog: AdapterCatalog
 
-    def upload(self, tenant: str, name: str, upload: BinaryIO | Path) -> AdapterVersion:
+    def upload(self, tenant: str, name: str, upload: BinaryIO | Path, cancelled=None,
+               quota: AdapterQuota | None = None) -> AdapterVersion:
         """Store an uploaded archive (stream or file path) as a version of `name`; raises a
-        StatusError (400 bad archive or name, 413 too large, 422 not a servable LoRA)."""
+        StatusError (400 bad archive or name, 413 too large, 422 not a servable LoRA, 409/413 over
+        the tenant's `quota`). `cancelled` (threading.Event): set, the copy stops at its next chunk
+        (UploadCancelled). Every temporary file is in one TemporaryDirectory, gone on every way out."""
         check_name(tenant, "tenant id"), check_name(name)
+        if quota is not None:
+            self._check_quota_early(tenant, name, quota)
         with tempfile.TemporaryDirectory(prefix="loraplex-upload-") as tmp:
             archive = Path(upload) if isinstance(upload, (str, Path)) else \
-                save_upload(upload, Path(tmp) / "upload", self.config)
-            adapter = self.validator.validate(extract_archive(archive, Path(tmp) / "extracted", self.config))
+                save_upload(upload, Path(tmp) / "upload", self.config, cancelled)
+            adapter = self.validator.validate(extract_archive(archive, Path(tmp) / "extracted", self.config,
+                                                              cancelled))
             blob = self.store.put(tenant, adapter)
+
+            def ensure_blob():
+                # Under the tenant's lock, in the add's transaction: a delete of the same weights
+                # under another name that removed the blob since our put ran wholly before this;
+                # content-addressed, so putting it again is safe.
+                if not self.store.exists(tenant, blob.sha256):
+                    self.store.put(tenant, adapter)
+
             try:
                 version = self.catalog.add(tenant, name, blob.sha256, rank=adapter.rank,
                                            target_modules=adapter.target_modules,
@@ -44,18 +59,32 @@ class AdapterRegistry:
                                            # call it: the adapter's own base_model_name_or_path is a free-text
                                            # hint (often a path on the trainer's disk)
                                            base_model=self.validator.base.model_id,
-                                           size_bytes=blob.size_bytes)
+                                           size_bytes=blob.size_bytes, quota=quota, ensure_blob=ensure_blob)
             except BaseException:
                 # No version row (the database is down, or refused it): no blob of ours left
-                # behind either. One that was there before belongs to other versions.
+                # behind either, unless a live version uses it (another upload of the same
+                # weights may have added its row since: checked under the tenant's lock).
                 if blob.created:
-                    self.store.delete(tenant, blob.sha256)
+                    try:
+                        self.catalog.release_if_unused(tenant, blob.sha256, self._remove_blob(tenant))
+                    except Exception:
+                        # The database is unreachable (or failing): then no other upload can have
+                        # committed a row on these weights either; remove them as they were put.
+                        self.store.delete(tenant, blob.sha256)
                 raise
-            # A concurrent delete of the same weights under another name may have removed the blob
-            # between put and add; it is content-addressed, so putting it again is safe.
-            if not self.store.exists(tenant, blob.sha256):
-                self.store.put(tenant, adapter)
         return version
+
+    def _check_quota_early(self, tenant: str, name: str, quota: AdapterQuota) -> None:
+        """Before unpacking: a tenant already at its quota spends no CPU on the archive. Weights the
+        name has live again are no new version, so a name with a live version is left to the check
+        at add (after hashing)."""
+        if quota.max_versions is None and quota.max_bytes is None:
+            return
+        versions, stored = self.catalog.usage(tenant)
+        full = (quota.max_versions is not None and versions >= quota.max_versions) or \
+               (quota.max_bytes is not None and stored >= quota.max_bytes)
+        if full and not any(v.name == name for v in self.catalog.list(tenant)):
+            quota.check(versions, stored, new_bytes=1)
 
     def resolve(self, tenant: str, ref: str) -> AdapterVersion:
         return self.catalog.resolve(tenant, ref)
@@ -66,12 +95,15 @@ class AdapterRegistry:
     def delete(self, tenant: str, ref: str) -> list[AdapterVersion]:
         # Catalog first: from this commit on, new requests 404. Engines free their copies
         # once the requests already running on them finish.
-        versions = self.catalog.delete(tenant, ref)
-        for sha256 in {v.sha256 for v in versions}:
-            if not self.catalog.sha_in_use(tenant, sha256):  # the same weights under another name
-                self.store.delete(tenant, sha256)
-                delete_merged(self.store, tenant, sha256)  # a dedicated replica's, if it had one
-        return versions
+        # Weights no live version uses any more (the same weights may live under another name) go
+        # in the delete's own transaction, under the tenant's lock: see AdapterCatalog.delete.
+        return self.catalog.delete(tenant, ref, on_unused=self._remove_blob(tenant))
+
+    def _remove_blob(self, tenant: str):
+        def remove(sha256: str) -> None:
+            self.store.delete(tenant, sha256)
+            delete_merged(self.store, tenant, sha256)  # a dedicated replica's, if it had one
+        return remove
 
 
 def build_registry(config: PlatformConfig, db_engine) -> AdapterRegistry:

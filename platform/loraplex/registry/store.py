@@ -91,6 +91,7 @@ class AdapterStore:
         self.root = config.store_url
         self.storage_options = config.storage_options
         self.cache_dir = Path(config.cache_dir)
+        self.cache_max_bytes = config.cache_max_bytes  # engines prune cache_dir to it (LoadedAdapters)
         self.fs, base = fsspec.core.url_to_fs(self.root, **self.storage_options)
         self.base = base.rstrip("/")
 

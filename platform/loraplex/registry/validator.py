@@ -21,6 +21,7 @@ from safetensors import SafetensorError, safe_open
 
 from loraplex.errors import StatusError
 from loraplex.registry.model_spec import BaseModelSpec
+from loraplex.registry.peft_keys import check_peft_keys
 
 CONFIG_FILE = "adapter_config.json"
 WEIGHTS_FILE = "adapter_model.safetensors"
@@ -87,7 +88,7 @@ class AdapterValidator:
     def validate(self, peft_dir: Path) -> ValidatedAdapter:
         """Return the adapter's facts or raise InvalidAdapter (422) naming the problem and the fix."""
         self._check_files(peft_dir)
-        config = self._read_config(peft_dir / CONFIG_FILE)
+        config = check_peft_keys(self._read_config(peft_dir / CONFIG_FILE))
         rank = self._check_config(config)
         modules = self._check_weights(peft_dir / WEIGHTS_FILE, config, rank)
         return ValidatedAdapter(

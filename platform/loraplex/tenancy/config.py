@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from typing import Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from loraplex.admission.config import LimiterConfig
 from loraplex.tenancy.models import DEFAULT_PLAN, TenantLimits
@@ -49,15 +49,23 @@ class KeyCacheConfig(BaseModel):
     max_entries: int = Field(
         100_000, gt=0, description="Keys cached per ingress replica at most; the least recently used is forgotten first.",
     )
+    negative_s: float = Field(
+        5.0, ge=0,
+        description="A key the database did not know (or knows revoked) is refused with 401 from memory for this "
+        "long on this replica: a flood of random keys costs one query per key per negative_s, not one per "
+        "request. Bounded by max_entries too. 0: every unknown key is looked up.",
+    )
 
 
 class TenancyConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    admin_token: Optional[str] = Field(
+    admin_token: Optional[SecretStr] = Field(
         None,
         description=f"Bearer token for the /admin routes. Prefer the {ADMIN_TOKEN_ENV} env var, which wins "
-        "over this field (a config file is easy to leak). With neither set, /admin answers 503.",
+        "over this field (a config file is easy to leak). With neither set, /admin answers 503. A SecretStr: "
+        "never shown by repr() or a log line; only the Ingress deployment is given it (app.py strips it "
+        "from what Engine and merged replicas get).",
     )
 
     plans: dict[str, PlanConfig] = Field(
@@ -81,4 +89,5 @@ class TenancyConfig(BaseModel):
 
     def resolved_admin_token(self) -> Optional[str]:
         """The env var, else the config field; an empty string counts as unset (never open)."""
-        return os.environ.get(ADMIN_TOKEN_ENV) or self.admin_token or None
+        configured = self.admin_token.get_secret_value() if self.admin_token is not None else None
+        return os.environ.get(ADMIN_TOKEN_ENV) or configured or None

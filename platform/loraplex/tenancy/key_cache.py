@@ -17,6 +17,12 @@ The bounds (KeyCacheConfig):
   `refresh_s` before the outage began takes effect at the first refresh after it ends.
 - **Size: `max_entries`**, the least recently used forgotten first; a key unused for `ttl_s` is
   forgotten by the refresher.
+- **Unknown keys: `negative_s`.** A key the database did not know (or knows revoked) is refused
+  with 401 from memory for negative_s (at most max_entries of them): random keys cost one query
+  each per negative_s, not one per request.
+- **A busy pool is not an outage.** No free connection within pool_timeout (every connection in
+  use) answers 503 StoreBusy + Retry-After to a key without a recent entry, serves one with an
+  entry verified within ttl_s, and leaves the outage mode and /readyz alone.
 
 During an outage the cache does not ask the database per request: the refresher probes it each
 period (`ping` when it holds nothing) and the request path tries again at most every
@@ -33,12 +39,12 @@ from dataclasses import dataclass
 from typing import Optional
 
 from loraplex.db.health import StoreHealth
-from loraplex.db.unavailable import StoreUnavailable, is_unavailable
+from loraplex.db.unavailable import StoreBusy, StoreUnavailable, is_pool_exhausted, is_unavailable
 from loraplex.errors import StatusError
 from loraplex.tenancy.config import KeyCacheConfig
 from loraplex.tenancy.keys import hash_key
 from loraplex.tenancy.models import Principal
-from loraplex.tenancy.service import TenantService, check_key_format
+from loraplex.tenancy.service import InvalidAPIKey, TenantService, check_key_format
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +67,9 @@ class KeyCache:
         self.health = health or StoreHealth()
         self.clock = clock
         self._entries: OrderedDict[str, _Entry] = OrderedDict()  # key digest -> entry, least recently used first
+        # key digest -> (clock time it was found unknown, the 401): refused from memory for negative_s.
+        self._unknown: OrderedDict[str, tuple[float, InvalidAPIKey]] = OrderedDict()
+        self.unknown_served = 0  # 401s answered from memory
         self._lock = threading.Lock()  # the refresher thread and the request path both change it
         self._down_at: Optional[float] = None  # clock time of the last failed query; None: reachable
         self.served_in_outage = 0  # authentications answered from an entry because the database was down
@@ -77,6 +86,10 @@ class KeyCache:
         with self._lock:
             entry = self._entries.get(digest)
             if entry is None:
+                unknown = self._unknown.get(digest)
+                if unknown is not None and now - unknown[0] < self.config.negative_s:
+                    self.unknown_served += 1
+                    raise InvalidAPIKey(unknown[1].message)
                 return None
             age = now - entry.verified_at
             if age >= self.config.refresh_s:
@@ -99,11 +112,17 @@ class KeyCache:
             return self._outage_answer(digest, started, None)  # tried moments ago: do not queue on it
         try:
             principal = self.service.authenticate(bearer_key)
-        except StatusError:
+        except StatusError as exc:
             self._up()
             self.forget_digest(digest)
+            if isinstance(exc, InvalidAPIKey) and self.config.negative_s > 0:
+                self._put_unknown(digest, exc, started)
             raise
         except Exception as exc:
+            if is_pool_exhausted(exc):
+                # Up but busy: not an outage (no outage mode, no degraded readiness); a key
+                # verified within ttl_s is served as last known, any other waits for a connection.
+                return self._busy_answer(digest, exc)
             if not is_unavailable(exc):
                 raise
             self._down(exc)
@@ -111,6 +130,13 @@ class KeyCache:
         self._up()
         self._put(digest, principal, started)
         return principal
+
+    def _busy_answer(self, digest: str, exc: BaseException) -> Principal:
+        with self._lock:
+            entry = self._entries.get(digest)
+            if entry is not None and self.clock() - entry.verified_at < self.config.ttl_s:
+                return entry.principal
+        raise StoreBusy("this API key cannot be checked now")
 
     def _outage_answer(self, digest: str, now: float, exc: BaseException | None) -> Principal:
         with self._lock:
@@ -150,10 +176,14 @@ class KeyCache:
         with self._lock:
             for digest in [d for d, e in self._entries.items() if started - e.used_at >= self.config.ttl_s]:
                 del self._entries[digest]
+            for digest in [d for d, (at, _) in self._unknown.items() if started - at >= self.config.negative_s]:
+                del self._unknown[digest]
             digests = list(self._entries)
         try:
             found = self.service.principals_by_hash(digests) if digests else self.service.ping()
         except Exception as exc:
+            if is_pool_exhausted(exc):
+                return False  # busy, not down: the entries stand, the next period tries again
             if not is_unavailable(exc):
                 logger.exception("key cache: refresh failed")
             self._down(exc)
@@ -193,6 +223,13 @@ class KeyCache:
             self._entries.move_to_end(digest)
             while len(self._entries) > self.config.max_entries:
                 self._entries.popitem(last=False)
+
+    def _put_unknown(self, digest: str, exc: InvalidAPIKey, found_at: float) -> None:
+        with self._lock:
+            self._unknown[digest] = (found_at, exc)
+            self._unknown.move_to_end(digest)
+            while len(self._unknown) > self.config.max_entries:
+                self._unknown.popitem(last=False)
 
     def _down(self, exc: BaseException) -> None:
         if self._down_at is None:

@@ -34,6 +34,16 @@ class TenantLimits(BaseModel):
     priority: int = Field(
         0, ge=0, le=100, description="Load-shedding priority: under overload lower priorities are shed first."
     )
+    max_adapter_versions: Optional[int] = Field(
+        None, ge=0,
+        description="Live adapter versions the tenant may hold (all names); an upload of new weights past it "
+        "gets 409 naming the quota: delete versions (DELETE /v1/adapters/{name@version}) first.",
+    )
+    max_adapter_bytes: Optional[int] = Field(
+        None, ge=0,
+        description="Bytes of adapter weights + config over the tenant's live versions; an upload that would "
+        "pass it gets 413 naming the quota: delete versions first.",
+    )
 
     def over(self, plan: Optional["TenantLimits"]) -> "TenantLimits":
         """The limits in force: this tenant's own, and the plan's where the tenant set none

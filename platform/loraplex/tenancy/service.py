@@ -8,7 +8,7 @@ replica and keeps verified keys working through a database outage.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -245,7 +245,9 @@ class Tenancy:
     """What the ingress needs for tenants, built once per ingress replica."""
 
     service: TenantService
-    admin_token: Optional[str]  # None: the /admin routes answer 503 (never open by default)
+    # None: the /admin routes answer 503 (never open by default). Not in repr(): a log line of the
+    # Tenancy never shows it.
+    admin_token: Optional[str] = field(repr=False)
     keys: Optional["KeyCache"] = None  # verified keys (tenancy/key_cache.py); None: one with the defaults
 
     def __post_init__(self):

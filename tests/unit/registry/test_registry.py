@@ -87,3 +87,141 @@ def test_oversize_stream_is_413_and_stores_nothing(tmp_path, validator, good_ada
             registry.upload("acme", "bot", stream)
     assert e.value.status == 413
     assert registry.list("acme") == [] and not any((tmp_path / "store").glob("*/*"))
+
+
+# --- temporary files: gone on every path (issue 34) -------------------------------------------
+
+def _leftovers(tmp_root):
+    return sorted(p.name for p in tmp_root.iterdir())
+
+
+@pytest.fixture
+def tmp_root(tmp_path, monkeypatch):
+    import tempfile
+
+    root = tmp_path / "tmp"
+    root.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(root))
+    return root
+
+
+def test_no_temporary_file_is_left_on_success_refusal_exception_or_cancellation(
+        registry, good_adapter, tmp_path, tmp_root, monkeypatch):
+    import io
+    import threading
+    import zipfile
+
+    from loraplex.registry.archive import UploadCancelled
+
+    archive = tar_dir(good_adapter, tmp_path / "a.tar.gz")
+    with open(archive, "rb") as stream:
+        registry.upload("acme", "ok", stream)  # success
+    assert _leftovers(tmp_root) == []
+
+    bomb = tmp_path / "bomb.zip"
+    with zipfile.ZipFile(bomb, "w", zipfile.ZIP_BZIP2) as zf:
+        zf.writestr("adapter_model.safetensors", bytes(64 << 20))
+    with pytest.raises(UploadTooLarge), open(bomb, "rb") as stream:
+        registry.upload("acme", "bomb", stream)  # refusal
+    assert _leftovers(tmp_root) == []
+
+    def broken(path):
+        raise RuntimeError("validator bug")
+
+    monkeypatch.setattr(registry.validator, "validate", broken)
+    with pytest.raises(RuntimeError), open(archive, "rb") as stream:
+        registry.upload("acme", "boom", stream)  # exception
+    assert _leftovers(tmp_root) == []
+
+    cancelled = threading.Event()
+    cancelled.set()
+    with pytest.raises(UploadCancelled):
+        registry.upload("acme", "gone", io.BytesIO(archive.read_bytes()), cancelled=cancelled)  # cancellation
+    assert _leftovers(tmp_root) == []
+
+
+# --- the delete/upload race (issue 34) ---------------------------------------------------------
+
+def test_a_delete_racing_an_upload_of_the_same_weights_never_leaves_a_live_version_without_its_blob(
+        registry, good_adapter, tmp_path):
+    """`y` holds the weights; an upload puts them under `x` while a delete of `y` decides they are
+    unused and removes them. The delete's check and removal run in one transaction under the
+    tenant's lock, so the upload's row commits wholly before (the blob stays) or after (it is put
+    again): here the upload's add starts while the delete is between its check and its removal."""
+    import threading
+    import time
+
+    archive = tar_dir(good_adapter, tmp_path / "a.tar.gz")
+    y = registry.upload("acme", "y", archive)
+    store_delete = registry.store.delete
+    in_removal, results = threading.Event(), {}
+
+    def slow_delete(tenant, sha256):
+        in_removal.set()
+        time.sleep(0.5)  # the upload's add runs now, if nothing orders it after us
+        store_delete(tenant, sha256)
+
+    registry.store.delete = slow_delete
+    deleter = threading.Thread(target=lambda: results.setdefault("deleted", registry.delete("acme", "y")))
+    original_add = registry.catalog.add
+
+    def add_during_removal(*args, **kwargs):
+        in_removal.wait(5)
+        return original_add(*args, **kwargs)
+
+    registry.catalog.add = add_during_removal
+    deleter.start()
+    x = registry.upload("acme", "x", archive)
+    deleter.join()
+    assert x.sha256 == y.sha256 and registry.resolve("acme", "x") == x
+    assert registry.store.exists("acme", x.sha256)  # the live version's weights are there
+    assert registry.store.fetch_to_local_cache("acme", x.sha256).is_dir()
+
+
+def test_delete_then_upload_of_the_same_weights_puts_the_blob_back(registry, good_adapter, tmp_path):
+    archive = tar_dir(good_adapter, tmp_path / "a.tar.gz")
+    registry.upload("acme", "y", archive)
+    original_add = registry.catalog.add
+
+    def delete_first(*args, **kwargs):  # the delete of y runs between the upload's put and its add
+        registry.catalog.add = original_add
+        registry.delete("acme", "y")
+        return original_add(*args, **kwargs)
+
+    registry.catalog.add = delete_first
+    x = registry.upload("acme", "x", archive)
+    assert registry.store.exists("acme", x.sha256)
+
+
+# --- quotas (issue 34) -------------------------------------------------------------------------
+
+def test_versions_quota_refuses_a_new_version_with_409_naming_it(registry, good_adapter, spec, tmp_path):
+    from loraplex.registry.quota import AdapterQuota, QuotaExceeded
+
+    quota = AdapterQuota(max_versions=1)
+    archive = tar_dir(good_adapter, tmp_path / "a.tar.gz")
+    v1 = registry.upload("acme", "bot", archive, quota=quota)
+    assert registry.upload("acme", "bot", archive, quota=quota) == v1  # the same weights: no new version
+    other = tar_dir(write_adapter(tmp_path / "o", lora_config(), lora_tensors(spec, fill=0.5)), tmp_path / "o.tgz")
+    for name in ("bot", "second"):
+        with pytest.raises(QuotaExceeded) as e:
+            registry.upload("acme", name, other, quota=quota)
+        assert e.value.status == 409 and "max_adapter_versions" in str(e.value) and "is 1" in str(e.value)
+        assert "delete versions" in str(e.value)
+    assert [v.version for v in registry.list("acme")] == [1]
+    assert registry.upload("globex", "bot", other, quota=quota).version == 1  # per tenant
+    registry.delete("acme", "bot")  # the fix the message names
+    assert registry.upload("acme", "second", other, quota=quota).version == 1
+
+
+def test_bytes_quota_refuses_with_413_and_leaves_no_blob(registry, good_adapter, spec, tmp_path):
+    from loraplex.registry.quota import AdapterQuota, QuotaExceeded
+
+    first = registry.upload("acme", "bot", tar_dir(good_adapter, tmp_path / "a.tar.gz"))
+    quota = AdapterQuota(max_bytes=first.size_bytes + 10)
+    other = tar_dir(write_adapter(tmp_path / "o", lora_config(), lora_tensors(spec, fill=0.5)), tmp_path / "o.tgz")
+    with pytest.raises(QuotaExceeded) as e:
+        registry.upload("acme", "big", other, quota=quota)
+    assert e.value.status == 413 and "max_adapter_bytes" in str(e.value)
+    blobs = [p for p in (tmp_path / "store" / "acme").iterdir()]
+    assert [p.name for p in blobs if registry.store.exists("acme", p.name)] == [first.sha256]  # refused: gone

@@ -202,3 +202,59 @@ def test_oversize_upload_stream_stops_early(tmp_path):
                     RegistryConfig(max_upload_bytes=3 << 20))
     assert e.value.status == 413
     assert (tmp_path / "upload").stat().st_size <= 3 << 20
+
+
+# --- refused: compression ratio (413), every method alike (issue 34) -------------------------
+
+def _disk_bytes(root):
+    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
+
+
+@pytest.mark.parametrize("method", [zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA, zipfile.ZIP_DEFLATED])
+def test_zip_bomb_of_any_method_is_refused_by_the_ratio_before_writing(tmp_path, method):
+    """A few KB of bz2 (or lzma, deflate) declaring 64 MiB of zeros: under max_unpacked_bytes
+    (1 GiB by default), refused by the ratio cap from its header, nothing written."""
+    archive = tmp_path / "bomb.zip"
+    with zipfile.ZipFile(archive, "w", method) as zf:
+        zf.writestr("adapter_model.safetensors", bytes(64 << 20))
+    assert archive.stat().st_size < 1 << 20
+    with pytest.raises(UploadTooLarge, match=r"registry.max_compression_ratio") as e:
+        extract(archive, tmp_path)
+    assert e.value.status == 413
+    assert _disk_bytes(tmp_path / "out") == 0
+
+
+def test_zip_bomb_across_many_members_is_stopped_by_the_streaming_ratio(tmp_path):
+    """Each member under the free allowance (no header check applies), together far over the
+    archive's ratio: the running count stops it after about ratio_free_bytes written."""
+    archive = tmp_path / "many.zip"
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_BZIP2) as zf:
+        for i in range(20):
+            zf.writestr(f"z{i}", bytes(3 << 20))
+    with pytest.raises(UploadTooLarge, match=r"registry.max_compression_ratio"):
+        extract(archive, tmp_path, ratio_free_bytes=4 << 20)
+    assert _disk_bytes(tmp_path / "out") <= (4 << 20) + (1 << 20)
+
+
+def test_targz_bomb_is_stopped_by_the_ratio_while_streaming(tmp_path):
+    archive = tar_entries(tmp_path / "bomb.tar.gz", [("adapter_model.safetensors", bytes(64 << 20))])
+    with pytest.raises(UploadTooLarge, match=r"registry.max_compression_ratio") as e:
+        extract(archive, tmp_path, ratio_free_bytes=4 << 20)
+    assert e.value.status == 413
+    assert _disk_bytes(tmp_path / "out") <= (4 << 20) + (2 << 20)
+
+
+def test_a_well_compressing_small_adapter_is_under_the_free_allowance(tmp_path, good_adapter):
+    extract(tar_dir(good_adapter, tmp_path / "a.tar.gz"), tmp_path)
+
+
+def test_a_cancelled_extraction_stops_at_the_next_chunk(tmp_path):
+    import threading
+
+    from loraplex.registry.archive import UploadCancelled
+
+    archive = tar_entries(tmp_path / "big.tar.gz", [("z", bytes(8 << 20))])
+    cancelled = threading.Event()
+    cancelled.set()
+    with pytest.raises(UploadCancelled):
+        extract_archive(archive, tmp_path / "out", RegistryConfig(), cancelled=cancelled)

@@ -9,6 +9,7 @@ import pytest
 from registry_builders import lora_config, lora_tensors, write_adapter
 
 from loraplex.registry.model_spec import BaseModelSpec
+from loraplex.errors import StatusError
 from loraplex.registry.validator import AdapterValidator, InvalidAdapter
 
 ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -234,3 +235,37 @@ def test_config_is_read_as_json_only(validator, tmp_path, spec):
     path = write_adapter(tmp_path / "a", lora_config(), lora_tensors(spec))
     raw = json.loads((path / "adapter_config.json").read_text())
     assert validator.validate(path).config == raw
+
+
+# --- keys PEFT acts on at load or merge (issue 34) --------------------------------------------
+
+@pytest.mark.parametrize("key, value", [
+    ("init_lora_weights", "pissa"), ("init_lora_weights", "pissa_niter_4"), ("init_lora_weights", "loftq"),
+    ("init_lora_weights", "olora"), ("init_lora_weights", "eva"), ("init_lora_weights", "corda"),
+    ("megatron_config", {"tensor_model_parallel_size": 2}), ("megatron_core", "os"),
+    ("loftq_config", {"loftq_bits": 4}), ("eva_config", {"rho": 2.0}), ("corda_config", {"corda_method": "kpm"}),
+    ("layer_replication", [[0, 4], [2, 8]]), ("use_qalora", True), ("lora_bias", True),
+    ("trainable_token_indices", [1, 2]), ("target_parameters", ["mlp.experts.gate_up_proj"]),
+    ("alora_invocation_tokens", [5]),
+])
+def test_keys_peft_would_act_on_are_refused_naming_the_key(validator, spec, tmp_path, key, value):
+    src = write_adapter(tmp_path / "a", lora_config(**{key: value}), lora_tensors(spec))
+    with pytest.raises(StatusError) as e:
+        validator.validate(src)
+    assert e.value.status == 422 and key in str(e.value)
+
+
+@pytest.mark.parametrize("key, value", [
+    ("init_lora_weights", True), ("init_lora_weights", False), ("init_lora_weights", "gaussian"),
+    ("megatron_config", None), ("megatron_core", "megatron.core"), ("loftq_config", {}),
+    ("layer_replication", None), ("use_qalora", False), ("lora_bias", False),
+])
+def test_peft_defaults_of_those_keys_are_accepted(validator, spec, tmp_path, key, value):
+    validator.validate(write_adapter(tmp_path / "a", lora_config(**{key: value}), lora_tensors(spec)))
+
+
+def test_auto_mapping_and_runtime_config_are_stripped(validator, spec, tmp_path):
+    config = lora_config(auto_mapping={"base_model_class": "Evil", "parent_library": "evil.module"},
+                         runtime_config={"ephemeral_gpu_offload": True})
+    adapter = validator.validate(write_adapter(tmp_path / "a", config, lora_tensors(spec)))
+    assert "auto_mapping" not in adapter.config and "runtime_config" not in adapter.config

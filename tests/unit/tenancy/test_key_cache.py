@@ -192,3 +192,83 @@ def test_refresh_s_setting_is_the_bound(service, clock):
     short.verify(key), long.verify(key)
     clock.t += 5
     assert short.cached(key) is None and long.cached(key) is not None
+
+
+# --- unknown keys and a busy pool (issue 34) -----------------------------------------------------
+
+class CountingService:
+    """The TenantService, counting the authentication queries made."""
+
+    def __init__(self, service):
+        self.service, self.queries = service, 0
+
+    def authenticate(self, key):
+        self.queries += 1
+        return self.service.authenticate(key)
+
+    def __getattr__(self, name):
+        return getattr(self.service, name)
+
+
+def test_a_random_key_costs_one_query_per_negative_s(service, clock):
+    counting = CountingService(service)
+    cache = make_cache(counting, clock, negative_s=5)
+    random_key = "lpx-" + "r" * 40
+    for _ in range(20):
+        with pytest.raises(InvalidAPIKey):
+            authenticate(cache, random_key)
+    assert counting.queries == 1
+    clock.t += 5.1  # the negative entry expires: looked up again
+    with pytest.raises(InvalidAPIKey):
+        authenticate(cache, random_key)
+    assert counting.queries == 2
+
+
+def test_negative_s_zero_looks_every_unknown_key_up(service, clock):
+    counting = CountingService(service)
+    cache = make_cache(counting, clock, negative_s=0)
+    for _ in range(3):
+        with pytest.raises(InvalidAPIKey):
+            authenticate(cache, "lpx-" + "r" * 40)
+    assert counting.queries == 3
+
+
+def test_unknown_keys_are_bounded_by_max_entries(service, clock):
+    cache = make_cache(service, clock, negative_s=5, max_entries=3)
+    for i in range(10):
+        with pytest.raises(InvalidAPIKey):
+            authenticate(cache, f"lpx-{i:040d}")
+    assert len(cache._unknown) == 3
+
+
+class ExhaustedPool:
+    """Every query: QueuePool found no free connection within pool_timeout."""
+
+    def __init__(self, service):
+        self.service = service
+
+    def authenticate(self, key):
+        from sqlalchemy.exc import TimeoutError as PoolTimeout
+
+        raise PoolTimeout("QueuePool limit of size 5 overflow 10 reached, connection timed out")
+
+    principals_by_hash = ping = lambda self, *a: self.authenticate(None)
+
+    def __getattr__(self, name):
+        return getattr(self.service, name)
+
+
+def test_an_exhausted_pool_is_503_busy_not_an_outage(service, clock):
+    from loraplex.db.unavailable import StoreBusy
+
+    tenant, _, known = tenant_with_key(service)
+    cache = make_cache(service, clock)
+    cache.verify(known)
+    cache.service = ExhaustedPool(service)
+    clock.t += 11  # past refresh_s: the known key needs verifying
+    with pytest.raises(StoreBusy) as e:
+        cache.verify("lpx-" + "u" * 40)
+    assert e.value.status == 503 and e.value.headers["Retry-After"]
+    assert cache.verify(known).tenant_id == tenant.id  # verified within ttl_s: served as last known
+    assert cache.refresh() is False
+    assert cache._down_at is None and cache.health.reachable  # never the outage mode

@@ -14,7 +14,8 @@ from loraplex.tenancy import keys as key_material
 from loraplex.tenancy.models import api_keys
 
 LIMITS = {"requests_per_minute": 60, "tokens_per_minute": 10_000, "max_concurrent_requests": 4,
-          "monthly_token_budget": 1_000_000, "priority": 2}
+          "monthly_token_budget": 1_000_000, "priority": 2, "max_adapter_versions": 20,
+          "max_adapter_bytes": 1 << 30}
 
 
 def test_create_get_list_tenant(service):
