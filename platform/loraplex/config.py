@@ -452,6 +452,13 @@ class IngressDeploymentConfig(BaseModel):
     max_request_body_bytes: int = Field(
         1 << 20, gt=0, description="Bigger JSON bodies on /v1 generation routes get 413."
     )
+    body_timeout_s: float = Field(
+        10.0, gt=0,
+        description="A generation request's body must arrive within this long of its first read, else 408 "
+        "(refusal `408:body_timeout`); as nginx's client_body_timeout. Its tenant's concurrency slot "
+        "(max_concurrent_requests) is taken before the body is read, so a tenant trickling bodies holds "
+        "its own slots, not every tenant's ingress (max_ongoing_requests).",
+    )
     request_timeout_s: float = Field(
         300.0, gt=0,
         description="Deadline of a generation request, from its arrival: the engine request is "

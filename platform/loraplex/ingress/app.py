@@ -80,7 +80,8 @@ def build_ingress_app(
                           base_model=config.engine.model_id,
                           request_timeout_s=config.ingress.request_timeout_s,
                           limits=limiter or Limiter(LocalBackend(), config.tenancy.limiter),
-                          metrics=metrics.requests if metrics is not None else None)
+                          metrics=metrics.requests if metrics is not None else None,
+                          body_timeout_s=config.ingress.body_timeout_s, max_model_len=config.engine.max_model_len)
     routes = [
         *openai.routes(),
         *HealthRoutes(engine, replica_health, store_health=health if tenancy is not None else None,
