@@ -119,6 +119,9 @@ class FairQueue:
         # No queued request has a deadline before this (wall clock): expire() skips its scan till then.
         self._next_deadline = float("inf")
         self._aged_dispatch_at = float("-inf")  # when aging last let a lower tier pass a higher one
+        # The tenant whose head (several sequences) is next but does not fit yet: free slots
+        # wait for it, an arrival does not take them (it would starve a request of n choices).
+        self._blocked: Optional[str] = None
         self.refused = {"fair_share": 0, "queue_deadline": 0}
 
     # -- the request path ------------------------------------------------------------------------
@@ -128,6 +131,8 @@ class FairQueue:
         t = self.tenants.setdefault(entry.tenant, _Tenant())
         t.weight = entry.weight
         slot = self._slot_for(t, entry.sequences)  # None: none free; else whether it is a reserved one
+        if slot is False and self._blocked is not None and self._blocked in self.backlog:
+            slot = None  # the free slots are a waiting head's
         if not t.queue and slot is not None and not self._paced(entry.tenant, t):  # it starts now (its deadline: the engine's)
             if not t.running:
                 self._lift(entry.tenant)
@@ -150,6 +155,8 @@ class FairQueue:
         self.queued += 1
         if entry.deadline is not None:
             self._next_deadline = min(self._next_deadline, entry.deadline)
+        if entry.sequences > 1:  # queued for want of slots a single one would find: who waits for them
+            self.pump()
 
     def finish(self, entry: Entry) -> None:
         """A request ended (done, failed, cancelled) or left the queue: free what it held."""
@@ -281,6 +288,7 @@ class FairQueue:
         # A head of several sequences waits for as many slots, and the slots wait with it (given
         # to single ones, they would never free together).
         best_slot = self._head_slot(best, newcomers_only)
+        self._blocked = best if best_slot is None else None
         # Aging: a lower tier than the best gets one dispatch per aging_s while it is passed over
         # (its head queued aging_s or more; the lowest counter of those).
         now, aging = self.clock(), self.config.aging_s
