@@ -78,13 +78,32 @@ class AttackContext:
     bystander_tenant: str
     client: httpx.AsyncClient
     admin_token: Optional[str] = None
-    # The bystander's load: `bystander_concurrency` closed loops of one short request each.
-    bystander_concurrency: int = 2
+    # The bystander's load: `bystander_concurrency` closed loops of short requests (max_tokens
+    # `bystander_max_tokens`), `bystander_requests` of them per measurement.
+    bystander_concurrency: int = 1
     bystander_max_tokens: int = 8
+    bystander_requests: int = 40
     alone: Optional[BystanderStats] = None  # measured by the script before the attacks
+    run_id: str = "hostile"  # prefixes the names of tenants an attack creates (unique per run)
 
     def headers(self, key: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {key}"}
+
+    async def admin(self, method: str, path: str, body: Any = None) -> httpx.Response:
+        """An admin API call (e.g. PATCH /admin/tenants/{id} to give the attacker its limits)."""
+        r = await self.client.request(method, f"{self.url}{path}", json=body,
+                                      headers={"Authorization": f"Bearer {self.admin_token}"})
+        r.raise_for_status()
+        return r
+
+    async def new_tenant(self, name: str, **limits) -> tuple[str, str]:
+        """(tenant id, API key) of a new tenant `<run_id>-<name>` with these limits: an attack
+        that needs its attacker limited makes its own (a PATCH reaches other ingress replicas
+        only within key_cache.refresh_s; a new key is read fresh everywhere)."""
+        tenant = (await self.admin("POST", "/admin/tenants", {"name": f"{self.run_id}-{name}",
+                                                              "limits": limits})).json()
+        key = (await self.admin("POST", f"/admin/tenants/{tenant['id']}/keys")).json()["key"]
+        return tenant["id"], key
 
     async def bystander_request(self, stats: BystanderStats) -> None:
         """One short chat request of the bystander's, counted in `stats`."""
@@ -103,32 +122,31 @@ class AttackContext:
         else:
             stats.refusals[result] += 1
 
-    async def bystander_for(self, seconds: float) -> BystanderStats:
-        """The bystander alone (or beside whatever runs now) for `seconds`."""
+    async def bystander(self, requests: Optional[int] = None) -> BystanderStats:
+        """`requests` (default bystander_requests) short requests over the closed loops."""
         stats = BystanderStats()
-        end = time.monotonic() + seconds
+        left = [requests or self.bystander_requests]
 
         async def loop():
-            while time.monotonic() < end:
+            while left[0] > 0:
+                left[0] -= 1
                 await self.bystander_request(stats)
         await asyncio.gather(*(loop() for _ in range(self.bystander_concurrency)))
         return stats
 
     async def bystander_during(self, harm: Callable[[], Awaitable[Any]], warmup_s: float = 1.0) -> BystanderStats:
-        """Run `harm()` (the attacker's part) and, from `warmup_s` after it started until it
-        ends, the bystander's loops; the bystander's stats."""
-        stats = BystanderStats()
+        """Start `harm()` (the attacker's part: it may run until cancelled), measure the bystander
+        from `warmup_s` later (bystander()), then cancel harm if it still runs; the bystander's stats."""
         task = asyncio.ensure_future(harm())
-        await asyncio.sleep(warmup_s)
-
-        async def loop():
-            while not task.done():
-                await self.bystander_request(stats)
         try:
-            await asyncio.gather(*(loop() for _ in range(self.bystander_concurrency)))
-            await task
+            await asyncio.sleep(warmup_s)
+            stats = await self.bystander()
         finally:
             task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
         return stats
 
 
