@@ -15,7 +15,7 @@ from typing import Any, AsyncIterator
 
 from pydantic import BaseModel, ValidationError
 from ray.serve.exceptions import BackPressureError
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
@@ -42,6 +42,7 @@ TIMEOUT_HEADER = "X-LoRAPlex-Timeout"
 
 
 BODY_TIMEOUT_REASON = "408:body_timeout"
+BODY_INCOMPLETE_REASON = "400:body_incomplete"
 
 
 async def read_body(request: Request, max_bytes: int, timeout_s: float | None = None) -> bytearray:
@@ -57,6 +58,9 @@ async def read_body(request: Request, max_bytes: int, timeout_s: float | None = 
                 body += chunk
                 if len(body) > max_bytes:
                     raise APIError(413, f"Request body is over {max_bytes} bytes; send a shorter prompt.")
+    except ClientDisconnect:  # gone mid-body: nobody to answer; a refusal, not an internal error
+        raise APIError(400, "The client disconnected before its request body arrived.",
+                       reject_reason=BODY_INCOMPLETE_REASON) from None
     except TimeoutError:
         raise APIError(408, f"The request body did not arrive within {timeout_s:g} s (ingress.body_timeout_s; "
                             f"{len(body)} bytes came); send the whole body at once.",

@@ -184,3 +184,19 @@ def test_slow_bodies_hold_their_own_tenants_slots_not_the_ingress(tmp_path):
     assert early == [429, 429]  # at once, before their bodies
     assert served == 200
     assert sorted(attacker_got) == [408, 408, 429, 429]
+
+
+def test_a_client_gone_mid_body_is_a_counted_refusal_not_an_internal_error():
+    from starlette.requests import Request
+
+    from loraplex.errors import StatusError
+    from loraplex.ingress.openai_routes import BODY_INCOMPLETE_REASON, read_body
+
+    messages = iter([{"type": "http.request", "body": b'{"mo', "more_body": True}, {"type": "http.disconnect"}])
+
+    async def receive():
+        return next(messages)
+    request = Request({"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": []}, receive)
+    with pytest.raises(StatusError) as e:
+        asyncio.run(read_body(request, 1 << 20, 5.0))
+    assert e.value.status == 400 and e.value.refusal_reason == BODY_INCOMPLETE_REASON
