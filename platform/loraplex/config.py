@@ -459,6 +459,13 @@ class IngressDeploymentConfig(BaseModel):
         "(max_concurrent_requests) is taken before the body is read, so a tenant trickling bodies holds "
         "its own slots, not every tenant's ingress (max_ongoing_requests).",
     )
+    max_body_reads_per_tenant: Optional[int] = Field(
+        64, gt=0,
+        description="Request bodies one tenant may have arriving at once on one ingress replica; one more gets "
+        "429 + Retry-After (code `body_reads`) before it is read. Bounds a tenant without "
+        "max_concurrent_requests trickling bodies: it holds at most this many of max_ongoing_requests (an "
+        "honest body arrives in milliseconds, so even a burst rarely has many being read). null: unbounded.",
+    )
     request_timeout_s: float = Field(
         300.0, gt=0,
         description="Deadline of a generation request, from its arrival: the engine request is "

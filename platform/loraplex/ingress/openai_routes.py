@@ -27,6 +27,7 @@ from loraplex.engine.metering import Meter
 from loraplex.contract import (SSE_DONE, EngineCall, EngineChunk, EngineError, EngineLost, RequestUsage,
                                       affinity_key, sse_error)
 from loraplex.errors import StatusError
+from loraplex.ingress.body_reads import BodyReads
 from loraplex.ingress.errors import APIError
 from loraplex.ingress.request_size import apply_max_tokens_cap, check_caps, effective_max_tokens, request_size
 from loraplex.ingress.tenant_context import TenantContext
@@ -115,8 +116,10 @@ def parse(model: type[BaseModel], data: dict[str, Any]) -> BaseModel:
 class OpenAIRoutes:
     def __init__(self, engine, max_body_bytes: int, tenants: TenantContext | None = None, ledger=None,
                  base_model: str = "", request_timeout_s: float = 300.0, limits: Limiter | None = None,
-                 metrics=None, body_timeout_s: float | None = 10.0, max_model_len: int | None = None):
+                 metrics=None, body_timeout_s: float | None = 10.0, max_model_len: int | None = None,
+                 max_body_reads_per_tenant: int | None = None):
         self.engine = engine
+        self.body_reads = BodyReads(max_body_reads_per_tenant)
         self.body_timeout_s = body_timeout_s  # None: no deadline on reading a body
         self.max_model_len = max_model_len  # vLLM's default max_tokens of a chat request is the rest of it
         # Tenant limits (loraplex.admission): in-process unless the deployment shares them.
@@ -169,7 +172,9 @@ class OpenAIRoutes:
             # connections are its own max_concurrent_requests', and the body has a deadline.
             held = await self.limits.hold(principal)
             try:
-                oai_request = parse(model, await read_json(request, self.max_body_bytes, self.body_timeout_s))
+                with self.body_reads.reading_for(principal.tenant_id if principal else "-"):  # 429 past the bound
+                    data = await read_json(request, self.max_body_bytes, self.body_timeout_s)
+                oai_request = parse(model, data)
                 call = await self._call(principal, oai_request, arrival, deadline)
                 admission = await self.limits.admit(principal, call, held)  # LimitExceeded: 429
             except BaseException:

@@ -200,3 +200,24 @@ def test_a_client_gone_mid_body_is_a_counted_refusal_not_an_internal_error():
     with pytest.raises(StatusError) as e:
         asyncio.run(read_body(request, 1 << 20, 5.0))
     assert e.value.status == 400 and e.value.refusal_reason == BODY_INCOMPLETE_REASON
+
+
+def test_a_tenant_without_a_concurrency_limit_reads_a_bounded_number_of_bodies_at_once(tmp_path):
+    app, engine, tenant = build(tmp_path, body_timeout_s=1.0, max_ongoing_requests=4, max_body_reads_per_tenant=2)
+    attacker, bystander = tenant("attacker"), tenant("bystander")  # no limits
+
+    async def go():
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=30) as client:
+            slow = [asyncio.create_task(client.post(
+                "/v1/chat/completions", headers={**attacker, "Content-Length": "100000"},
+                content=slow_body(b'{"model": ', 30))) for _ in range(4)]
+            await asyncio.sleep(0.2)
+            early = [t.result() for t in slow if t.done()]
+            served = (await client.post("/v1/chat/completions", headers=bystander, json=chat_body())).status_code
+            return early, served, [(await t).status_code for t in slow]
+    early, served, attacker_got = asyncio.run(asyncio.wait_for(go(), 20))
+    assert [r.status_code for r in early] == [429, 429]
+    assert early[0].json()["error"]["code"] == "body_reads" and early[0].headers["Retry-After"] == "1"
+    assert served == 200
+    assert sorted(attacker_got) == [408, 408, 429, 429]
