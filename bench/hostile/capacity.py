@@ -98,8 +98,9 @@ async def slow_body(host: str, port: int, key: str, path: str, content_length: i
         writer.close()
 
 
-async def slow_bodies(ctx: AttackContext, connections: int = 64, trickle_s: float = 1.0, reconnect_s: float = 2.0,
+async def slow_bodies(ctx: AttackContext, connections: int = 300, trickle_s: float = 1.0, reconnect_s: float = 5.0,
                       content_length: int = 1_000_000, max_concurrent_requests: int = 4) -> AttackResult:
+    """`connections` (more than an ingress replica's default 256 slots) trickling bodies."""
     _, key = await ctx.new_tenant("slow", max_concurrent_requests=max_concurrent_requests)
     url = urlsplit(ctx.url)
     host, port = url.hostname, url.port or 80

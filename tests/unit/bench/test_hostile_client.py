@@ -51,7 +51,7 @@ def test_the_hostile_client_prints_each_attacks_refusals_and_the_bystander(tmp_p
     tenancy = Tenancy.from_config(config.tenancy, make_engine(config.database_url))
     script = load_script()
     out = tmp_path / "tables.md"
-    with serving(build_ingress_app(InstantEngine(), config, tenancy=tenancy)) as url:
+    with serving(build_ingress_app(InstantEngine(), config, tenancy=tenancy)) as url:  # slow_bodies: 300 connections
         assert asyncio.run(script.main(script.parse(["--url", url, "--bystander-requests", "30",
                                                      "--out", str(out)]))) == 0
     printed = capsys.readouterr().out
