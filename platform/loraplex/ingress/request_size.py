@@ -2,7 +2,8 @@
 
 A request is not one unit of work: vLLM runs `n` choices of each prompt, and a completion's
 `prompt` may be a list of prompts (strings or token-id lists) or of `prompt_embeds`, so one
-request is `n x prompts` sequences in the batch. Admission, the fair queue, shedding and the
+request is `n x prompts` sequences in the batch (beam search too: `n` is its width; `best_of` is
+no field of vLLM 0.32's requests, kept as an unknown extra and never run, so it counts nothing). Admission, the fair queue, shedding and the
 dispatch limit count those (EngineCall.sequences). A request that sets no max_tokens gets vLLM's
 own default, which is what it may really generate: a completion 16 (the protocol's default), a
 chat request the rest of the context (max_model_len - prompt).
