@@ -102,6 +102,11 @@ async def slow_bodies(ctx: AttackContext, connections: int = 300, trickle_s: flo
                       content_length: int = 1_000_000, max_concurrent_requests: int = 4) -> AttackResult:
     """`connections` (more than an ingress replica's default 256 slots) trickling bodies."""
     _, key = await ctx.new_tenant("slow", max_concurrent_requests=max_concurrent_requests)
+    # One ordinary request first, so every connection meets the body path with a verified key (a
+    # new key's first lookups, all at once, are the key cache's matter, not this attack's).
+    warm = {"model": ctx.model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+    for _ in range(8):  # reach every ingress replica (the proxy spreads them)
+        await ctx.client.post(f"{ctx.url}/v1/chat/completions", json=warm, headers=ctx.headers(key))
     url = urlsplit(ctx.url)
     host, port = url.hostname, url.port or 80
     got: Counter = Counter()
