@@ -57,7 +57,7 @@ def outcome(status: int, body: Any) -> str:
     elif status >= 400 and body:
         message = str(body)
     message = " ".join(message.split())
-    return f"{status} {message[:200]}".strip()
+    return f"{status} {message[:400]}".strip()
 
 
 async def reply_outcome(response: httpx.Response) -> str:
