@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Optional
 
 from loraplex.admission.config import LimiterConfig
-from loraplex.admission.core import ORDER, RESOURCES, WINDOW_S, LimiterCore, Refusal, too_big
+from loraplex.admission.core import ORDER, RESOURCES, WINDOW_S, LimiterCore, Refusal, too_big, too_many_in_flight
 from loraplex.contract import EngineChunk, EngineError
 from loraplex.errors import StatusError
 
@@ -73,6 +73,7 @@ class Lease:
     consumed: list = field(default_factory=list)  # (request id, tokens): for the budget
     last_used: float = 0.0
     in_flight: int = 0
+    slots: float = 0.0  # concurrency units the admissions in flight here hold (a request: its sequences)
     last_call: float = 0.0
 
 
@@ -145,6 +146,11 @@ class Limiter:
         limits = limit_values(principal.limits)
         if "concurrency" not in limits:
             return OPEN
+        lease = self.leases.get(principal.tenant_id)
+        if lease is not None and lease.limits == limits and lease.slots >= limits["concurrency"]:
+            # Every slot is held by requests on this replica: refused without a round trip (a
+            # flood of connections costs the shared state nothing).
+            raise LimitExceeded("concurrency_limit", 1, too_many_in_flight(limits["concurrency"]))
         self._ensure_sweeper()
         return await self._acquire(principal.tenant_id, limits, {"concurrency": 1}, 0, None)
 
@@ -212,6 +218,7 @@ class Limiter:
         owned = held.amounts if (not held.released and held.lease is lease) else {}
         for r, a in amounts.items():
             lease.credit[r] -= a - owned.get(r, 0)
+        lease.slots += amounts.get("concurrency", 0) - owned.get("concurrency", 0)
         if owned:  # its units are the new admission's now
             held.released = True
         else:
@@ -228,6 +235,7 @@ class Limiter:
         for res, amount in adm.amounts.items():
             if res == "concurrency":
                 lease.credit[res] = lease.credit.get(res, 0.0) + amount
+                lease.slots -= amount
             elif res == "requests":
                 if used is None:  # never reached the engine: it does not count
                     lease.credit[res] = lease.credit.get(res, 0.0) + 1

@@ -83,3 +83,24 @@ def test_holding_costs_nothing_without_a_concurrency_limit():
         assert await lim.hold(principal(tokens_per_minute=100)) is OPEN
         assert await lim.hold(None) is OPEN
     asyncio.run(go())
+
+
+def test_a_connection_flood_past_the_slots_held_here_costs_no_round_trip():
+    backend = LocalBackend(LimiterCore())
+    lim = Limiter(backend, LimiterConfig(slice_fraction=0.01))
+
+    async def go():
+        p = principal(max_concurrent_requests=3)
+        held = [await lim.hold(p) for _ in range(3)]
+        calls = backend.calls
+        for _ in range(50):
+            with pytest.raises(LimitExceeded) as e:
+                await lim.hold(p)
+            assert e.value.code == "concurrency_limit" and "max_concurrent_requests is 3" in e.value.message
+        assert backend.calls == calls  # refused here: every slot is this replica's
+        held[0].release()
+        again = await lim.hold(p)  # a slot came back: admitted again
+        for h in (again, *held[1:]):
+            h.release()
+        assert lim.leases["ten_a"].slots == 0
+    asyncio.run(go())
