@@ -131,7 +131,8 @@ class FairQueue:
         t = self.tenants.setdefault(entry.tenant, _Tenant())
         t.weight = entry.weight
         slot = self._slot_for(t, entry.sequences)  # None: none free; else whether it is a reserved one
-        if slot is False and self._blocked is not None and self._blocked in self.backlog:
+        blocked = slot is False and self._blocked is not None and self._blocked in self.backlog
+        if blocked:
             slot = None  # the free slots are a waiting head's
         if not t.queue and slot is not None and not self._paced(entry.tenant, t):  # it starts now (its deadline: the engine's)
             if not t.running:
@@ -155,7 +156,7 @@ class FairQueue:
         self.queued += 1
         if entry.deadline is not None:
             self._next_deadline = min(self._next_deadline, entry.deadline)
-        if entry.sequences > 1:  # queued for want of slots a single one would find: who waits for them
+        if entry.sequences > 1 or blocked:  # free slots it did not take: VTC says who they wait for
             self.pump()
 
     def finish(self, entry: Entry) -> None:

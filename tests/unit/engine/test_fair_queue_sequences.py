@@ -56,3 +56,18 @@ def test_reserved_slots_count_sequences_against_the_tenants_share():
     single = Entry("other")
     q.submit(single)
     assert single.state == "running" and single.reserved  # a single one still takes a reserved slot
+
+
+def test_an_arrival_held_for_a_wide_head_runs_once_that_head_is_gone():
+    q = make(limit=4)
+    q.submit(Entry("a", sequences=3))
+    wide = Entry("b", sequences=2, deadline=1030.0)
+    q.submit(wide)
+    behind = Entry("b")  # b's next, behind its wide head
+    q.submit(behind)
+    assert wide.state == "queued" and behind.state == "queued"
+    q.wall = lambda: 1030.0  # b's wide head expires: its slot no longer waits for anyone
+    one = Entry("c")
+    q.submit(one)
+    assert wide.state == "refused"
+    assert behind.state == "running" or one.state == "running"  # the free slot is taken, not left idle
