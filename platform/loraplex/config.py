@@ -522,6 +522,20 @@ class IngressDeploymentConfig(BaseModel):
         "most once per this many seconds per ingress replica, answering from the last result in between: "
         "a client hammering it costs a lookup, not a generation. 0: every call probes.",
     )
+    body_timeout_s: float = Field(
+        10.0, gt=0,
+        description="A generation request's body must arrive within this long of its first read, else 408 "
+        "(refusal `408:body_timeout`); as nginx's client_body_timeout. Its tenant's concurrency slot "
+        "(max_concurrent_requests) is taken before the body is read, so a tenant trickling bodies holds "
+        "its own slots, not every tenant's ingress (max_ongoing_requests).",
+    )
+    max_body_reads_per_tenant: Optional[int] = Field(
+        64, gt=0,
+        description="Request bodies one tenant may have arriving at once on one ingress replica; one more gets "
+        "429 + Retry-After (code `body_reads`) before it is read. Bounds a tenant without "
+        "max_concurrent_requests trickling bodies: it holds at most this many of max_ongoing_requests (an "
+        "honest body arrives in milliseconds, so even a burst rarely has many being read). null: unbounded.",
+    )
     request_timeout_s: float = Field(
         300.0, gt=0,
         description="Deadline of a generation request, from its arrival: the engine request is "

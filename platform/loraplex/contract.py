@@ -23,6 +23,7 @@ ERROR_TYPES = {
     404: "not_found_error",
     405: "invalid_request_error",
     409: "conflict_error",
+    408: "timeout_error",
     413: "invalid_request_error",
     415: "invalid_request_error",
     422: "invalid_request_error",
@@ -126,6 +127,10 @@ class EngineCall:
     routing_key: Optional[str] = None
     prompt_tokens: int = 0
     max_tokens: Optional[int] = None
+    # What runs in the engine: `n` x the prompts of the request (a completion's `prompt` may be a
+    # list). Admission, the fair queue, shedding and the dispatch limit count these, not requests;
+    # prompt_tokens is all prompts' and max_tokens each sequence's.
+    sequences: int = 1
     # How an adapter call runs: "lora" (vLLM's LoRA on the shared Engine pool) or "merged" (the
     # version's dedicated replica, whose base weights have the adapter merged in). The usage
     # record says which; base-model calls ignore it.

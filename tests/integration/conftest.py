@@ -67,7 +67,9 @@ def serve_app(tmp_path_factory):
         # A small fixed dispatch limit, so test_fair_queue can queue a tenant with a few requests.
         "engine_deployment": {"health_check_period_s": 5,
                               "fair_queue": {"dispatch_limit": 3, "newcomer_slots": 1}},
-        "ingress": {"num_replicas": 2, "num_cpus": 0.25},
+        # A small ingress bound and body deadline, so test_hostile_capacity's slow bodies could fill
+        # the ingress (were a tenant's slot not taken before its body) within a short test.
+        "ingress": {"num_replicas": 2, "num_cpus": 0.25, "max_ongoing_requests": 24, "body_timeout_s": 3},
     }
     import loraplex
 

@@ -12,8 +12,11 @@ class LimiterConfig(BaseModel):
 
     default_max_tokens: int = Field(
         512, gt=0,
-        description="Completion tokens charged at admission for a request that sets no max_tokens "
-        "(the difference to what it really produced is settled when it ends).",
+        description="Completion tokens charged per sequence at admission for a chat request that sets no "
+        "max_tokens while engine.max_model_len is null (the model's own length, which the ingress does not "
+        "know). Otherwise such a request is charged what vLLM lets it generate: max_model_len minus the prompt "
+        "estimate (a completion's default is 16). The difference to what it really produced is settled when "
+        "it ends.",
     )
     shards: int = Field(1, gt=0, description="Limiter actors; tenants are spread over them by hash.")
     slice_fraction: float = Field(

@@ -50,6 +50,11 @@ def month_start(now: float) -> datetime:
     return month_bounds(datetime.fromtimestamp(now, timezone.utc))[0]
 
 
+def too_many_in_flight(limit: int) -> str:
+    return (f"Too many requests in flight: max_concurrent_requests is {limit}; "
+            "retry when one of them has finished.")
+
+
 def too_big(n: float, field_name: str, limit: int) -> str:
     return (f"This request needs {n:.0f} tokens (prompt + max_tokens), more than the tenant's {field_name} "
             f"({limit}); lower max_tokens or shorten the prompt.")
@@ -292,8 +297,7 @@ class LimiterCore:
             return Refusal(code, wait, f"Rate limit reached: {field_name} is {limit} {unit}; "
                            f"retry in {wait} s.")
         if res == "concurrency":
-            return Refusal(code, 1, f"Too many requests in flight: max_concurrent_requests is {limit}; "
-                           "retry when one of them has finished.")
+            return Refusal(code, 1, too_many_in_flight(limit))
         b = st.budget
         if b.settled + sum(t for t, _ in b.unsettled.values()) + n > b.limit:
             wait = max(1, math.ceil(next_month_start(wall) - wall))

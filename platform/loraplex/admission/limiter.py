@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Optional
 
 from loraplex.admission.config import LimiterConfig
-from loraplex.admission.core import ORDER, RESOURCES, WINDOW_S, LimiterCore, Refusal, too_big
+from loraplex.admission.core import ORDER, RESOURCES, WINDOW_S, LimiterCore, Refusal, too_big, too_many_in_flight
 from loraplex.contract import EngineChunk, EngineError
 from loraplex.errors import StatusError
 
@@ -73,6 +73,7 @@ class Lease:
     consumed: list = field(default_factory=list)  # (request id, tokens): for the budget
     last_used: float = 0.0
     in_flight: int = 0
+    slots: float = 0.0  # concurrency units the admissions in flight here hold (a request: its sequences)
     last_call: float = 0.0
 
 
@@ -135,7 +136,28 @@ class Limiter:
         self._tasks: set[asyncio.Task] = set()
 
     # -- the request path -------------------------------------------------------------------------
-    async def admit(self, principal, call) -> Admission:
+    async def hold(self, principal) -> Admission:
+        """One concurrency slot for a request whose body is still to be read: a tenant's open
+        connections count against its max_concurrent_requests, so a slow body holds its own
+        tenant's slot, not every tenant's ingress. `admit(principal, call, held=...)` takes it
+        over; release it if the request ends before that. OPEN without a concurrency limit."""
+        if principal is None:
+            return OPEN
+        limits = limit_values(principal.limits)
+        if "concurrency" not in limits:
+            return OPEN
+        lease = self.leases.get(principal.tenant_id)
+        if lease is not None and lease.limits == limits and lease.slots >= limits["concurrency"]:
+            # Every slot is held by requests on this replica: refused without a round trip (a
+            # flood of connections costs the shared state nothing).
+            raise LimitExceeded("concurrency_limit", 1, too_many_in_flight(limits["concurrency"]))
+        self._ensure_sweeper()
+        return await self._acquire(principal.tenant_id, limits, {"concurrency": 1}, 0, None)
+
+    async def admit(self, principal, call, held: Admission = None) -> Admission:
+        """Admit `call`, counting its sequences (n x prompts): each holds a concurrency slot and
+        is charged its max_tokens, the prompts once. `held`: this request's slot from hold()."""
+        held = held if held is not None else OPEN
         if principal is None:
             return OPEN
         limits = limit_values(principal.limits)
@@ -143,27 +165,43 @@ class Limiter:
             return OPEN  # no limit: no lease, no round trip
         self._ensure_sweeper()
         tenant = principal.tenant_id
-        charge = call.prompt_tokens + (call.max_tokens or self.config.default_max_tokens)
-        amounts = {res: (charge if res in ("tokens", "budget") else 1) for res in limits}
+        sequences = max(getattr(call, "sequences", 1), 1)
+        charge = call.prompt_tokens + sequences * (call.max_tokens or self.config.default_max_tokens)
+        amounts = {res: (charge if res in ("tokens", "budget") else sequences if res == "concurrency" else 1)
+                   for res in limits}
         if charge > limits.get("tokens", charge):  # can never fit the bucket: say so, no round trip
             raise LimitExceeded("rate_limit_tokens", int(WINDOW_S), too_big(charge, "tokens_per_minute", limits["tokens"]))
+        if sequences > limits.get("concurrency", sequences):  # can never start: the ingress refuses it first
+            raise LimitExceeded("concurrency_limit", 1, f"This request runs {sequences} sequences (n x prompts), "
+                                f"more than max_concurrent_requests ({limits['concurrency']}); send fewer.")
+        return await self._acquire(tenant, limits, amounts, charge, call.request_id, held)
+
+    async def _acquire(self, tenant: str, limits: dict, amounts: dict, charge: float, request_id,
+                       held: Admission = OPEN) -> Admission:
+        """Spend `amounts` from the tenant's lease, leasing more from the shared state as needed.
+        `held`'s units count towards them if it is on the same lease (else it is released)."""
         for _ in range(3):
             lease = self.leases.get(tenant)
             if lease is None or lease.limits != limits:
                 if lease is not None:
                     self._give_back(tenant, lease)  # granted under other limits (a PATCH): return it
                 lease = self.leases[tenant] = Lease(limits)
-            need = {r: a - lease.credit.get(r, 0.0) for r, a in amounts.items() if lease.credit.get(r, 0.0) < a}
+            owned = held.amounts if (not held.released and held.lease is lease) else {}
+            need = {r: a - owned.get(r, 0) - lease.credit.get(r, 0.0) for r, a in amounts.items()
+                    if lease.credit.get(r, 0.0) < a - owned.get(r, 0)}
             if not need:
                 break
             want = {r: max(n, math.ceil(limits[r] * self.config.slice_fraction)) for r, n in need.items()}
             try:
                 result = await self.backend.acquire(tenant, self.holder, limits, need, want)
             except BackendUnavailable as exc:
+                held.release()
                 return self._unavailable(tenant, exc)
             if result is None:
+                held.release()
                 return self._unavailable(tenant, "timed out")
             if "unavailable" in result:  # on_unavailable: closed, and the actor cannot read the budget
+                held.release()
                 return self._unavailable(tenant, result["unavailable"])
             if "refused" in result:
                 raise LimitExceeded(result["refused"], result["retry_after"], result["message"])
@@ -177,11 +215,17 @@ class Limiter:
                 lease.credit[r] = lease.credit.get(r, 0.0) + n
         else:
             raise LimitExceeded(self._first_code(limits), 1, "Too many requests at once for this tenant; retry.")
+        owned = held.amounts if (not held.released and held.lease is lease) else {}
         for r, a in amounts.items():
-            lease.credit[r] -= a
-        lease.in_flight += 1
+            lease.credit[r] -= a - owned.get(r, 0)
+        lease.slots += amounts.get("concurrency", 0) - owned.get("concurrency", 0)
+        if owned:  # its units are the new admission's now
+            held.released = True
+        else:
+            held.release()
+            lease.in_flight += 1
         lease.last_used = self.clock()
-        return Admission(self, tenant, lease, amounts, charge, call.request_id)
+        return Admission(self, tenant, lease, amounts, charge, request_id)
 
     def _release(self, adm: Admission) -> None:
         lease = adm.lease
@@ -190,7 +234,8 @@ class Limiter:
         used = adm.used_tokens()
         for res, amount in adm.amounts.items():
             if res == "concurrency":
-                lease.credit[res] = lease.credit.get(res, 0.0) + 1
+                lease.credit[res] = lease.credit.get(res, 0.0) + amount
+                lease.slots -= amount
             elif res == "requests":
                 if used is None:  # never reached the engine: it does not count
                     lease.credit[res] = lease.credit.get(res, 0.0) + 1

@@ -70,7 +70,7 @@ class Engine:
         self.adapter_demand = KeyDemand(capacity=deployment.routing.served_keys)  # requests per adapter lately
         self.max_loras = config.engine.max_loras
         self._residency = None  # vLLM's LoRA tiers at the last routing-stats sample
-        self.in_flight = 0  # tenant requests this replica is serving (in vLLM or about to be; not queued)
+        self.in_flight = 0  # sequences (EngineCall.sequences) this replica is serving (in vLLM or about to be; not queued)
         self.metrics = Metrics.for_replica(config.metrics, "engine", metrics_sink)
         # vLLM's own numbers, read from its registry by one reader: the shedder, the routing
         # stats and the metrics publisher share its readings.
@@ -153,7 +153,7 @@ class Engine:
             if entry.state == "refused":
                 yield self._queue_refusal(entry)
                 return
-        self.in_flight += 1
+        self.in_flight += call.sequences  # what the shedder bounds: sequences in vLLM, not requests
         usage = RequestUsage(replica_id=self.replica_id)
         if entry is not None:  # its tenant's next request may start now (prefill pacing)
             usage.on_first_token = lambda: self.fair_queue.first_token(entry)
@@ -201,7 +201,7 @@ class Engine:
                 yield EngineError(status=503, message=message, type="ServiceUnavailableError",
                                   billed=bool(usage.engine_request_ids))
         finally:
-            self.in_flight -= 1
+            self.in_flight -= call.sequences
             await batches.aclose()  # on a disconnect: cancels the engine request first
             if not metered and not refused:
                 self._meter(call, usage)
@@ -215,7 +215,8 @@ class Engine:
         a cancelled wait (the client went away) leaves the queue at once."""
         slot = asyncio.get_running_loop().create_future()
         entry = Entry(tenant=call.tenant_id or "-", priority=call.priority, weight=call.weight,
-                      deadline=call.deadline, ready=lambda e: slot.done() or slot.set_result(None))
+                      deadline=call.deadline, ready=lambda e: slot.done() or slot.set_result(None),
+                      sequences=call.sequences)
         queue = self.fair_queue
         queue.submit(entry)
         try:

@@ -80,13 +80,16 @@ class Entry:
     dispatched_at: Optional[float] = None
     prefilling: bool = False  # dispatched, its first token not out yet (first_token() ends it)
     reserved: bool = False  # dispatched into a reserved slot (not counted against the limit)
+    # What it runs in vLLM (EngineCall.sequences: n x prompts): the slots it takes. One that needs
+    # more than the limit waits for the whole limit, then runs (it is never stuck).
+    sequences: int = 1
 
 
 @dataclass
 class _Tenant:
     counter: float = 0.0
     queue: deque = field(default_factory=deque)
-    running: int = 0
+    running: int = 0  # sequences, as every count here (Entry.sequences)
     prefilling: int = 0  # of the running: dispatched, no first token yet
     reserved: int = 0  # of the running: dispatched into a reserved slot
     weight: float = 1.0  # its plan's, from its latest request
@@ -110,12 +113,15 @@ class FairQueue:
         # choices scan these, never the idle tenants.
         self.backlog: dict[str, _Tenant] = {}
         self.active: dict[str, _Tenant] = {}
-        self.running = 0
+        self.running = 0  # sequences dispatched (Entry.sequences), not requests
         self.reserved = 0  # of the running: in reserved slots
         self.queued = 0
         # No queued request has a deadline before this (wall clock): expire() skips its scan till then.
         self._next_deadline = float("inf")
         self._aged_dispatch_at = float("-inf")  # when aging last let a lower tier pass a higher one
+        # The tenant whose head (several sequences) is next but does not fit yet: free slots
+        # wait for it, an arrival does not take them (it would starve a request of n choices).
+        self._blocked: Optional[str] = None
         self.refused = {"fair_share": 0, "queue_deadline": 0}
 
     # -- the request path ------------------------------------------------------------------------
@@ -124,7 +130,10 @@ class FairQueue:
         self.expire()
         t = self.tenants.setdefault(entry.tenant, _Tenant())
         t.weight = entry.weight
-        slot = self._slot_for(t)  # None: none free; else whether it is a reserved one
+        slot = self._slot_for(t, entry.sequences)  # None: none free; else whether it is a reserved one
+        blocked = slot is False and self._blocked is not None and self._blocked in self.backlog
+        if blocked:
+            slot = None  # the free slots are a waiting head's
         if not t.queue and slot is not None and not self._paced(entry.tenant, t):  # it starts now (its deadline: the engine's)
             if not t.running:
                 self._lift(entry.tenant)
@@ -147,19 +156,22 @@ class FairQueue:
         self.queued += 1
         if entry.deadline is not None:
             self._next_deadline = min(self._next_deadline, entry.deadline)
+        if entry.sequences > 1 or blocked:  # free slots it did not take: VTC says who they wait for
+            self.pump()
 
     def finish(self, entry: Entry) -> None:
         """A request ended (done, failed, cancelled) or left the queue: free what it held."""
         if entry.state == "running":
             entry.state = "done"
-            self.running -= 1
+            n = entry.sequences
+            self.running -= n
             t = self.tenants[entry.tenant]
-            t.running -= 1
-            self.reserved -= entry.reserved
-            t.reserved -= entry.reserved
+            t.running -= n
+            self.reserved -= n * entry.reserved
+            t.reserved -= n * entry.reserved
             if entry.prefilling:
                 entry.prefilling = False
-                t.prefilling -= 1
+                t.prefilling -= n
         elif entry.state == "queued":
             self._remove(entry)
             entry.state = "done"
@@ -170,7 +182,7 @@ class FairQueue:
         """The request's first token is out: its prefill no longer paces its tenant."""
         if entry.prefilling and entry.state == "running":
             entry.prefilling = False
-            self.tenants[entry.tenant].prefilling -= 1
+            self.tenants[entry.tenant].prefilling -= entry.sequences
             self.pump()
 
     def charge(self, tenant: str, prompt_tokens: int, completion_tokens: int, weight: float = 1.0) -> None:
@@ -210,22 +222,26 @@ class FairQueue:
                     self._next_deadline = min(self._next_deadline, entry.deadline)
 
     # -- the choices -----------------------------------------------------------------------------
-    def _slots(self) -> tuple[int, bool]:
-        """(the limit now, whether only a reserved slot can be free): the limit counts every
-        running request but those in reserved slots of tenants with nothing queued."""
+    def _slots(self, need: int = 1) -> tuple[int, bool]:
+        """(the limit now, whether only reserved slots can be free for `need` sequences): the
+        limit counts every running sequence but those in reserved slots of tenants with nothing
+        queued. A need over the limit needs the whole limit."""
         limit = min(self.limit(), self.max_num_seqs)
+        need = min(need, limit)
         light = self.reserved - (sum(t.reserved for t in self.backlog.values()) if self.reserved else 0)
-        return limit, not (self.running - light < limit and self.running < self.max_num_seqs)
+        return limit, not (self.running - light + need <= limit and self.running + need <= self.max_num_seqs)
 
-    def _reserve_free(self, limit: int) -> bool:
-        return self.running < min(limit + self.config.newcomer_slots, self.max_num_seqs)
+    def _reserve_free(self, limit: int, need: int = 1) -> bool:
+        return self.running + min(need, limit) <= min(limit + self.config.newcomer_slots, self.max_num_seqs)
 
-    def _slot_for(self, t: _Tenant) -> Optional[bool]:
-        """The slot t's next request would take: None if none is free, else whether it is reserved."""
-        limit, reserved_only = self._slots()
+    def _slot_for(self, t: _Tenant, need: int = 1) -> Optional[bool]:
+        """The slot t's next request (of `need` sequences) would take: None if none is free,
+        else whether it is reserved."""
+        limit, reserved_only = self._slots(need)
         if not reserved_only:
             return False
-        return True if self._reserve_free(limit) and self._under_share(t, limit, self._active_weight(t)) else None
+        return True if (self._reserve_free(limit, need)
+                        and self._under_share(t, limit, self._active_weight(t), need)) else None
 
     def _paced(self, name: str, t: _Tenant) -> bool:
         """Held by its own prefills, while another tenant is active: pacing protects the others'
@@ -240,9 +256,10 @@ class FairQueue:
         return total if t.running or t.queue else total + t.weight  # active: something queued or running
 
     @staticmethod
-    def _under_share(t: _Tenant, limit: int, active_weight: float) -> bool:
-        """May take a reserved slot: runs fewer than its share of the limit (at least 1)."""
-        return t.running < max(1, int(limit * t.weight / max(active_weight, 1e-9)))
+    def _under_share(t: _Tenant, limit: int, active_weight: float, need: int = 1) -> bool:
+        """May take reserved slots for `need` sequences: still within its share of the limit
+        (at least 1) with them."""
+        return t.running + min(need, limit) <= max(1, int(limit * t.weight / max(active_weight, 1e-9)))
 
     @staticmethod
     def tier(entry: Entry) -> int:
@@ -269,11 +286,15 @@ class FairQueue:
             # tenant further over its share: given away, a paced tenant would get one refill per
             # step whatever its weight, and slots freed together would split evenly.
             return None
+        # A head of several sequences waits for as many slots, and the slots wait with it (given
+        # to single ones, they would never free together).
+        best_slot = self._head_slot(best, newcomers_only)
+        self._blocked = best if best_slot is None else None
         # Aging: a lower tier than the best gets one dispatch per aging_s while it is passed over
         # (its head queued aging_s or more; the lowest counter of those).
         now, aging = self.clock(), self.config.aging_s
         if best_key[0] == 0 or now - self._aged_dispatch_at < aging:  # tier 0: no lower tier to let in
-            return best, newcomers_only
+            return None if best_slot is None else (best, best_slot)
         aged, aged_counter = None, None
         for name, t in self.backlog.items():
             head = t.queue[0]
@@ -283,9 +304,18 @@ class FairQueue:
             if aged_counter is None or t.counter < aged_counter:
                 aged, aged_counter = name, t.counter
         if aged is None:
-            return best, newcomers_only
+            return None if best_slot is None else (best, best_slot)
+        aged_slot = self._head_slot(aged, newcomers_only)
+        if aged_slot is None:
+            return None
         self._aged_dispatch_at = now
-        return aged, newcomers_only
+        return aged, aged_slot
+
+    def _head_slot(self, name: str, newcomers_only: bool) -> Optional[bool]:
+        """The slot the tenant's head request takes (whether reserved), None if it does not fit."""
+        t = self.backlog[name]
+        need = t.queue[0].sequences
+        return newcomers_only if need <= 1 else self._slot_for(t, need)
 
     def _victim(self, incoming: Entry) -> Entry:
         """The newest request of the tenant furthest over its share (module docstring);
@@ -294,7 +324,7 @@ class FairQueue:
         for name, t in self.backlog.items():
             mine = name == incoming.tenant
             newest = incoming if mine else t.queue[-1]
-            held = (len(t.queue) + t.running + mine) / max(newest.weight, 1e-9)
+            held = (sum(e.sequences for e in t.queue) + t.running + mine * incoming.sequences) / max(newest.weight, 1e-9)
             key = (self.tier(newest), -held, -t.counter)
             if worst_key is None or key < worst_key:
                 worst, worst_key = newest, key
@@ -315,13 +345,14 @@ class FairQueue:
         if entry.state == "queued":
             t.queue_wait_s += self.clock() - entry.enqueued_at
         entry.reserved = reserved
-        self.reserved += entry.reserved
-        t.reserved += entry.reserved
+        n = entry.sequences
+        self.reserved += n * entry.reserved
+        t.reserved += n * entry.reserved
         entry.state, entry.dispatched_at = "running", self.clock()
         entry.prefilling = True
-        self.running += 1
-        t.running += 1
-        t.prefilling += 1
+        self.running += n
+        t.running += n
+        t.prefilling += n
         t.dispatches += 1
         self.active[entry.tenant] = t
         entry.ready(entry)

@@ -2,7 +2,8 @@
 requests or its KV cache is nearly full, instead of letting every request's latency grow.
 
 Lower priorities are shed first: a request of priority p (0..100, the tenant's `priority`
-limit) is refused once the replica's requests in flight (running + waiting in vLLM) reach
+limit) is refused once the replica's sequences in flight (running + waiting in vLLM; a request
+of `n` choices or a list of prompts is n x prompts of them, EngineCall.sequences) reach
 `shed_requests + (max_requests - shed_requests) * p / 100`, or its KV-cache usage reaches
 `shed_kv_usage + (max_kv_usage - shed_kv_usage) * p / 100`. So while a low-priority tenant is
 shed, a high-priority one is still admitted (and scheduled first by vLLM's priority policy),
@@ -27,7 +28,7 @@ from loraplex.config import SheddingConfig  # noqa: F401, E402  (config models l
 class LoadShedder:
     def __init__(self, config: SheddingConfig, in_flight: Callable[[], int], read_kv_usage: Callable[[], float]):
         self.config = config
-        self.in_flight = in_flight  # exact and cheap: the engine's unfinished requests
+        self.in_flight = in_flight  # exact and cheap: the sequences the replica has in vLLM
         self.read_kv_usage = read_kv_usage  # a gauge scrape: sampled
         self._kv_usage = 0.0
         self._read_at = float("-inf")
@@ -47,7 +48,7 @@ class LoadShedder:
         share = min(max(priority, 0), 100) / 100
         in_flight = self.in_flight()
         if in_flight >= c.requests_limit(priority):
-            reason = f"{in_flight} requests are in flight on this engine replica"
+            reason = f"{in_flight} sequences are in flight on this engine replica"
         elif (kv := self.kv_usage()) >= c.shed_kv_usage + (c.max_kv_usage - c.shed_kv_usage) * share:
             reason = f"its KV cache is {kv:.0%} full"
         else:

@@ -6,6 +6,7 @@ vLLM's serving layer and streams back SSE strings exactly as vLLM's server would
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -14,7 +15,7 @@ from typing import Any, AsyncIterator
 
 from pydantic import BaseModel, ValidationError
 from ray.serve.exceptions import BackPressureError
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
@@ -26,7 +27,9 @@ from loraplex.engine.metering import Meter
 from loraplex.contract import (SSE_DONE, EngineCall, EngineChunk, EngineError, EngineLost, RequestUsage,
                                       affinity_key, sse_error)
 from loraplex.errors import StatusError
+from loraplex.ingress.body_reads import BodyReads
 from loraplex.ingress.errors import APIError
+from loraplex.ingress.request_size import apply_max_tokens_cap, check_caps, effective_max_tokens, request_size
 from loraplex.ingress.tenant_context import TenantContext
 from loraplex.metrics.request_metrics import NoRequestMetrics
 
@@ -39,15 +42,35 @@ RETRY_AFTER = {"Retry-After": "1"}
 TIMEOUT_HEADER = "X-LoRAPlex-Timeout"
 
 
-async def read_json(request: Request, max_bytes: int) -> dict[str, Any]:
+BODY_TIMEOUT_REASON = "408:body_timeout"
+BODY_INCOMPLETE_REASON = "400:body_incomplete"
+
+
+async def read_body(request: Request, max_bytes: int, timeout_s: float | None = None) -> bytearray:
+    """The whole body, at most `max_bytes` (413), within `timeout_s` of the first read (408):
+    a client trickling a byte now and then must not hold an ingress slot for free."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > max_bytes:
         raise APIError(413, f"Request body is over {max_bytes} bytes; send a shorter prompt.")
     body = bytearray()  # not bytes +=: a body in many tiny chunks would cost quadratic time
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > max_bytes:
-            raise APIError(413, f"Request body is over {max_bytes} bytes; send a shorter prompt.")
+    try:
+        async with asyncio.timeout(timeout_s):
+            async for chunk in request.stream():
+                body += chunk
+                if len(body) > max_bytes:
+                    raise APIError(413, f"Request body is over {max_bytes} bytes; send a shorter prompt.")
+    except ClientDisconnect:  # gone mid-body: nobody to answer; a refusal, not an internal error
+        raise APIError(400, "The client disconnected before its request body arrived.",
+                       reject_reason=BODY_INCOMPLETE_REASON) from None
+    except TimeoutError:
+        raise APIError(408, f"The request body did not arrive within {timeout_s:g} s (ingress.body_timeout_s; "
+                            f"{len(body)} bytes came); send the whole body at once.",
+                       reject_reason=BODY_TIMEOUT_REASON) from None
+    return body
+
+
+async def read_json(request: Request, max_bytes: int, timeout_s: float | None = None) -> dict[str, Any]:
+    body = await read_body(request, max_bytes, timeout_s)
     try:
         data = json.loads(body)
         if not isinstance(data, dict):
@@ -93,8 +116,12 @@ def parse(model: type[BaseModel], data: dict[str, Any]) -> BaseModel:
 class OpenAIRoutes:
     def __init__(self, engine, max_body_bytes: int, tenants: TenantContext | None = None, ledger=None,
                  base_model: str = "", request_timeout_s: float = 300.0, limits: Limiter | None = None,
-                 metrics=None):
+                 metrics=None, body_timeout_s: float | None = 10.0, max_model_len: int | None = None,
+                 max_body_reads_per_tenant: int | None = None):
         self.engine = engine
+        self.body_reads = BodyReads(max_body_reads_per_tenant)
+        self.body_timeout_s = body_timeout_s  # None: no deadline on reading a body
+        self.max_model_len = max_model_len  # vLLM's default max_tokens of a chat request is the rest of it
         # Tenant limits (loraplex.admission): in-process unless the deployment shares them.
         self.limits = limits if limits is not None else Limiter(LocalBackend())
         self.request_timeout_s = request_timeout_s
@@ -141,9 +168,18 @@ class OpenAIRoutes:
             if self.tenants is not None:
                 principal = await self.tenants.authenticate(request)
             deadline = arrival + self._timeout_s(request)
-            oai_request = parse(model, await read_json(request, self.max_body_bytes))
-            call = await self._call(principal, oai_request, arrival, deadline)
-            admission = await self.limits.admit(principal, call)  # LimitExceeded: 429
+            # The tenant's concurrency slot before its body is read (LimitExceeded: 429): its open
+            # connections are its own max_concurrent_requests', and the body has a deadline.
+            held = await self.limits.hold(principal)
+            try:
+                with self.body_reads.reading_for(principal.tenant_id if principal else "-"):  # 429 past the bound
+                    data = await read_json(request, self.max_body_bytes, self.body_timeout_s)
+                oai_request = parse(model, data)
+                call = await self._call(principal, oai_request, arrival, deadline)
+                admission = await self.limits.admit(principal, call, held)  # LimitExceeded: 429
+            except BaseException:
+                held.release()  # idempotent; admit took it over if it got that far
+                raise
             try:
                 response = await self.generate(call, oai_request, admission.track)
             except BaseException:
@@ -183,9 +219,15 @@ class OpenAIRoutes:
         # so a client-chosen value could collide with another request.
         request_id = uuid.uuid4().hex
         oai_request.request_id = request_id
-        max_tokens = getattr(oai_request, "max_completion_tokens", None) or oai_request.max_tokens
+        size = request_size(oai_request)
+        if principal is not None:  # the per-request caps: 400 naming the cap
+            check_caps(size, principal.limits)
+            apply_max_tokens_cap(oai_request, size, principal.limits)
+        prompt_tokens = prompt_tokens_estimate(oai_request)
+        max_tokens = effective_max_tokens(oai_request, prompt_tokens // size.prompts, self.max_model_len,
+                                          self.limits.config.default_max_tokens)
         common = dict(request_id=request_id, arrival_time=arrival, deadline=deadline, stream=bool(oai_request.stream),
-                      prompt_tokens=prompt_tokens_estimate(oai_request), max_tokens=max_tokens)
+                      prompt_tokens=prompt_tokens, max_tokens=max_tokens, sequences=size.sequences)
         if principal is None:
             return EngineCall(**common)
         adapter = await self.tenants.resolve_adapter(principal, oai_request.model)

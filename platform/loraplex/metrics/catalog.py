@@ -154,7 +154,7 @@ FAIR_QUEUE_LIMIT = MetricSpec(
     "loraplex_fair_queue_dispatch_limit", "gauge", (),
     "Requests the replica's fair queue lets into vLLM at once (fixed, or adapted to the SLO).")
 FAIR_QUEUE_DISPATCHED = MetricSpec(
-    "loraplex_fair_queue_dispatched", "gauge", (), "Requests the fair queue has in vLLM now.")
+    "loraplex_fair_queue_dispatched", "gauge", (), "Sequences (n x prompts of each request) the fair queue has in vLLM now.")
 FAIR_QUEUE_LENGTH = MetricSpec(
     "loraplex_fair_queue_length", "gauge", (TENANT,), "Requests of the tenant waiting in the replica's fair queue.")
 FAIR_QUEUE_COUNTER = MetricSpec(

@@ -164,7 +164,7 @@ class TenantAffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
         call, request = generate_args(args, kwargs)
         if call is None or call.routing_key is None:
             return None
-        tokens = call.prompt_tokens + (call.max_tokens or self.output_tokens)
+        tokens = call.prompt_tokens + call.sequences * (call.max_tokens or self.output_tokens)
         return self._policy.route(call, request), tokens
 
     async def _snapshots(self, candidates: list[RunningReplica]

@@ -44,6 +44,21 @@ class TenantLimits(BaseModel):
         description="Bytes of adapter weights + config over the tenant's live versions; an upload that would "
         "pass it gets 413 naming the quota: delete versions first.",
     )
+    # Per-request caps (ingress/request_size.py): over one, 400 naming it; never queued.
+    max_n: Optional[int] = Field(None, ge=1, description="Most choices (`n`) one request may ask for.")
+    max_prompts_per_request: Optional[int] = Field(
+        None, ge=1, description="Most prompts in one completions request (a list `prompt` or `prompt_embeds`).",
+    )
+    max_tokens_per_request: Optional[int] = Field(
+        None, ge=1,
+        description="Highest max_tokens (max_completion_tokens) a request may ask for; a request that sets none "
+        "runs with this as its max_tokens.",
+    )
+    max_sequences_per_request: Optional[int] = Field(
+        None, ge=1,
+        description="Most sequences (n x prompts) one request may run. Each sequence also holds one slot of "
+        "max_concurrent_requests while it runs, so a request over that is refused too.",
+    )
 
     def over(self, plan: Optional["TenantLimits"]) -> "TenantLimits":
         """The limits in force: this tenant's own, and the plan's where the tenant set none

@@ -14,7 +14,7 @@ def test_priorities_are_shed_lowest_first_by_requests_in_flight():
     load = [40]
     s = shedder(load, shed_requests=16, max_requests=64)
     # Thresholds: p0 at 16, p50 at 40, p100 at 64 in flight.
-    assert "40 requests are in flight" in s.refusal(0)
+    assert "40 sequences are in flight" in s.refusal(0)
     assert s.refusal(49) is not None and s.refusal(50) is not None
     assert s.refusal(51) is None and s.refusal(100) is None
     load[0] = 64
