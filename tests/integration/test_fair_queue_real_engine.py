@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import select, text
 
 from loraplex.accounting.tables import usage_records
-from tenant_keys import ADMIN_TOKEN
+from tenant_keys import ADMIN_TOKEN, new_tenant
 
 pytestmark = pytest.mark.integration
 
@@ -22,11 +22,8 @@ W_REQUESTS = 8  # the dispatch limit (3) runs 3; 5 queue
 
 
 def tenant(admin, name):
-    created = admin.post("/admin/tenants", json={"name": name})
-    assert created.status_code == 201, created.text
-    key = admin.post(f"/admin/tenants/{created.json()['id']}/keys")
-    assert key.status_code == 201, key.text
-    return created.json()["id"], {"Authorization": f"Bearer {key.json()['key']}"}
+    tenant_id, key = new_tenant(admin, name)
+    return tenant_id, {"Authorization": f"Bearer {key}"}
 
 
 async def stream(client, headers, model, max_tokens, timeout_s=None):

@@ -14,6 +14,7 @@ chunked prompts is one usage record with all of its prompt tokens, as its reply 
 """
 
 import asyncio
+import json
 import statistics
 import time
 
@@ -23,6 +24,7 @@ from sqlalchemy import select
 
 from loraplex.accounting.tables import usage_records
 from loraplex.config import SloConfig
+from tenant_keys import new_tenant
 
 pytestmark = pytest.mark.integration
 
@@ -30,11 +32,8 @@ DOCUMENT = " ".join(f"Section {i}: the harbour ledger lists ship {i * 7 % 97} ar
 
 
 def tenant(admin, name):
-    created = admin.post("/admin/tenants", json={"name": name})
-    assert created.status_code == 201, created.text
-    key = admin.post(f"/admin/tenants/{created.json()['id']}/keys")
-    assert key.status_code == 201, key.text
-    return created.json()["id"], {"Authorization": f"Bearer {key.json()['key']}"}
+    tenant_id, key = new_tenant(admin, name)
+    return tenant_id, {"Authorization": f"Bearer {key}"}
 
 
 async def chat_stream(client, headers, model, content, max_tokens):
@@ -48,8 +47,6 @@ async def chat_stream(client, headers, model, content, max_tokens):
                 tokens += 1
                 first = first or time.monotonic()
             elif line.startswith("data: {") and '"usage":{' in line.replace(" ", ""):
-                import json
-
                 usage = json.loads(line[len("data: "):]).get("usage")
         end = time.monotonic()
         rid = r.headers.get("x-loraplex-request-id")
