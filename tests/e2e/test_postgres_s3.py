@@ -77,7 +77,10 @@ def stack(tmp_path_factory):
         args = config["applications"][0]["args"]
         args["database_url"] = db_url
         args["registry"] = {"store_url": f"s3://{BUCKET}/{PREFIX}", "storage_options": options,
-                            "cache_dir": str(tmp / "cache"), "deletion_poll_s": 1}
+                            "cache_dir": str(tmp / "cache"), "deletion_poll_s": 1,
+                            # Two uploads of one tenant at once (the catalog's concurrent write
+                            # transactions below); by default a tenant's second gets 429.
+                            "uploads_per_tenant": 2, "upload_workers": 3}
         args["accounting"] = {"spool_dir": str(tmp / "spool"), "flush_interval_s": 0.2}
         config_path = tmp / "serve_config.yaml"
         config_path.write_text(yaml.safe_dump(config))
