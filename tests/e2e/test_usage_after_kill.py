@@ -30,6 +30,13 @@ from waiting import wait_until  # noqa: E402
 pytestmark = pytest.mark.e2e
 
 ADMIN_TOKEN = secrets.token_urlsafe(16)
+
+
+def readyz_details() -> httpx.Response:
+    """/readyz with its details (the probe's replica): the public route answers the status alone."""
+    return httpx.get(f"{BASE_URL}/admin/readyz", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=60)
+
+
 ENGINE_PROCESS = "ServeReplica:loraplex:Engine"  # Ray's process title of an Engine replica
 
 
@@ -100,7 +107,7 @@ def test_records_survive_kill_9_exactly_once(tmp_path):
                    "every stream's first tokens")
         assert all(s.tokens >= 3 for s in streams), [(s.tokens, s.failure) for s in streams]
 
-        dead_replica = httpx.get(f"{BASE_URL}/readyz", timeout=60).json()["probe"]["replica_id"]
+        dead_replica = readyz_details().json()["probe"]["replica_id"]
         [pid] = engine_pids(proc)
         engine_core = [c for c in descendants(pid) if "orphan_guard" not in cmdline(c)]
         assert engine_core, "vLLM's EngineCore should be a child of the Engine replica"
@@ -122,7 +129,7 @@ def test_records_survive_kill_9_exactly_once(tmp_path):
 
         def ready_on_the_replacement():
             assert proc.poll() is None, f"`serve run` exited with {proc.returncode}"
-            ready = httpx.get(f"{BASE_URL}/readyz", timeout=60)
+            ready = readyz_details()
             return ready.status_code == 200 and ready.json()["probe"]["replica_id"] != dead_replica
         wait_until(ready_on_the_replacement, 600, "/readyz to answer 200 from the replacement replica", interval_s=2)
 
