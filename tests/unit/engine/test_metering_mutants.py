@@ -6,6 +6,8 @@ Written to kill the mutants `mutmut` left alive in engine/usage_tracking.py and 
 twice, a field mapped to its neighbour) would break. Fakes stand in only for vLLM's output
 objects and AsyncLLM's own generate.
 """
+import sys
+import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
@@ -45,8 +47,14 @@ def out(request_id="e0", tokens=(), prompt=10, cached=None, index=0, finish=None
 def clock(monkeypatch):
     """usage_tracking's time.time(), stepping by one second per call from 1000."""
     now = [999.0]
+    real = usage_tracking.time.time
 
     def tick():
+        # Only this test's own calls step it: a thread left by an earlier test in the same process
+        # (CI runs the integration tests first) calling time.time() gets the real time.
+        if (threading.current_thread() is not threading.main_thread()
+                or not sys._getframe(1).f_globals.get("__name__", "").startswith("loraplex.")):
+            return real()  # (and a log record's timestamp, or any other library's, stays real too)
         now[0] += 1
         return now[0]
     monkeypatch.setattr(usage_tracking.time, "time", tick)
