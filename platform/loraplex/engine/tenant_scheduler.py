@@ -91,10 +91,10 @@ class TenantFairness:
     # -- requests --------------------------------------------------------------------------------
     def add_request(self, request) -> None:
         if request.request_id not in self.requests:
-            request.loraplex_tenant, request.loraplex_weight = request_tenant(request)
+            tenant = _tenant(request)  # read once here, kept on the request
             active = {_tenant(r) for r in self.requests.values()}
-            if request.loraplex_tenant not in active:
-                self.counters.arrive(request.loraplex_tenant, active)
+            if tenant not in active:
+                self.counters.arrive(tenant, active)
         super().add_request(request)
 
     # -- the step --------------------------------------------------------------------------------
