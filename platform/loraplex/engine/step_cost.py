@@ -7,7 +7,8 @@ part per token the batch carries. It is fitted by recursive least squares with f
 now (a loaded CPU, a GPU warming up, LoRA batches) without a calibration run. Until
 `min_steps` steps are in, `prior` holds (the CPU profile's measured figures).
 
-Two readers: the tenant scheduler sizes each step's prompt-token budget so the step ends within
+Two readers: the tenant scheduler sizes each step's prompt-token budget (and, when the decodes
+alone would overrun, how many decodes a shared step carries: `decode_capacity`) so the step ends within
 the TPOT target (`prompt_budget`, less what the fit lately underestimated such steps by: the
 model is linear, attention over long contexts and a large batch are not), and charges each tenant's virtual counter in engine-seconds
 (`seconds`), so a prompt token and a decode token cost what they cost this engine.
@@ -85,6 +86,13 @@ class StepCost:
         c = self.coefficients
         room = step_target_s - max(self.bias_s, 0.0) - c.base_s - c.per_decode_s * decode_tokens
         return max(0, int(room / c.per_prompt_s + 1e-6))  # + a hair: 0.196 / 0.001 is 195.999...
+
+    def decode_capacity(self, step_target_s: float, prompt_tokens: int = 0) -> int:
+        """Decodes a step may carry beside `prompt_tokens` prompt tokens and still end within
+        step_target_s (at least 1: a step always makes progress)."""
+        c = self.coefficients
+        room = step_target_s - max(self.bias_s, 0.0) - c.base_s - c.per_prompt_s * prompt_tokens
+        return max(1, int(room / c.per_decode_s + 1e-6))
 
     def seconds(self, decode_tokens: int, prompt_tokens: int, step_tokens: int) -> float:
         """One request's share of a step (what its tenant's virtual counter is charged): its own

@@ -13,6 +13,11 @@ vLLM glue (tenant_scheduler.py) describes the step's work and applies the plan.
   and would otherwise arrive during an uncapped step (6 s for 2,048 prompt tokens on this CPU) and
   wait it out. One tenant alone is never capped (its prompts against its own decodes are its own trade, and capping it would only
   slow it below bare vLLM): its steps are vLLM's own.
+- A shared step's decodes fit the target too: when a step's decodes alone would run past it (a
+  backlogged tenant's full batch beside a light tenant's few), the decodes are cut to what fits
+  (`StepCost.decode_capacity`) and shared the same way, tier then counter, max-min: the light
+  tenant's decodes all run, the heavy tenant's take turns (the one that waited longest first).
+  Its requests keep their KV blocks and slots; they only skip a step.
 - The budget is split across tenants by their virtual counters: tenants in order of tier (the
   request's vLLM priority), then counter; as many as the budget can give `floor` tokens each are
   served this step, max-min fair (a short prompt gets all it needs, the rest share the
@@ -38,6 +43,16 @@ class PromptWork:
     remaining: int  # prompt tokens still to compute (an upper bound: a prefix-cache hit may cut it)
     running: bool
     arrival: float
+
+
+@dataclass(frozen=True)
+class DecodeWork:
+    """A running request past its prefill: one token a step, if the step carries it."""
+
+    key: str
+    tenant: str
+    tier: int
+    last_step: int  # the step that last carried it (-1: none yet): a tenant's decodes take turns by it
 
 
 @dataclass
@@ -76,6 +91,34 @@ class TenantCounters:
                 del self.counter[tenant]
 
 
+def is_shared(decode_tenants: Iterable[str], work: Iterable[PromptWork], recent: Iterable[str] = ()) -> bool:
+    """The step's work (or work moments ago) belongs to two or more tenants: its time is sized."""
+    return len(set(decode_tenants) | {w.tenant for w in work} | set(recent)) > 1
+
+
+def keep_decodes(decodes: list[DecodeWork], counters: TenantCounters, cap: int) -> set[str]:
+    """The decodes a shared step carries when it cannot carry them all: `cap` of them, split across
+    tenants in order of tier then counter, max-min (a tenant with few gets all of them), and within
+    a tenant the ones that waited longest first."""
+    if len(decodes) <= cap:
+        return {d.key for d in decodes}
+    by_tenant: dict[str, list[DecodeWork]] = {}
+    for d in sorted(decodes, key=lambda d: (d.last_step, d.key)):
+        by_tenant.setdefault(d.tenant, []).append(d)
+    kept: set[str] = set()
+    left = max(cap, 1)
+    for tier in sorted({min(d.tier for d in ds) for ds in by_tenant.values()}):
+        group = sorted((t for t, ds in by_tenant.items() if min(d.tier for d in ds) == tier),
+                       key=lambda t: counters.get(t))
+        shares = _water_fill({t: len(by_tenant[t]) for t in group}, left)
+        for t in group:
+            kept.update(d.key for d in by_tenant[t][:shares[t]])
+        left -= sum(shares.values())
+        if left <= 0:
+            break
+    return kept
+
+
 def plan_step(decode_tenants: list[str], work: list[PromptWork], counters: TenantCounters,
               budget_when_shared: Optional[int], ceiling: int, floor: int,
               recent: Iterable[str] = ()) -> StepPlan:
@@ -83,11 +126,9 @@ def plan_step(decode_tenants: list[str], work: list[PromptWork], counters: Tenan
     `budget_when_shared`: the TPOT-sized prompt budget (None: no target, the ceiling); `recent`:
     tenants with nothing in the engine now that had work moments ago (their next request is
     likely on its way, and would wait out a whole uncapped step)."""
-    recent = set(recent)
-    tenants = set(decode_tenants) | {w.tenant for w in work} | recent
     # Shared: another tenant's decodes to keep on pace, its prompt to let through soon (a step with
     # another's 1,800-token chunk in it took 5.8 s here), or its next request, soon.
-    protected = len(tenants) > 1
+    protected = is_shared(decode_tenants, work, recent)
     budget = ceiling
     if protected and budget_when_shared is not None:
         budget = min(max(budget_when_shared, floor), ceiling)

@@ -9,7 +9,8 @@ them:
 
 - the order of `running` (decodes first, then mid-prefill requests in plan order) and of
   `waiting` (plan order; vLLM's priority queue is replaced by a FCFS deque re-sorted each step);
-- prompt work the plan holds back is taken out of both lists for the step (and out of the
+- prompt work the plan holds back, and a shared step's decodes past its target, are taken out of
+  both lists for the step (and out of the
   active-request count, so no extra request is admitted in its place);
 - `max_num_scheduled_tokens` (this step's token budget: its decodes + the plan's prompt budget)
   and `long_prefill_token_threshold` (the plan's chunk cap) on a private copy of the scheduler
@@ -36,7 +37,7 @@ from vllm.v1.core.sched.request_queue import FCFSRequestQueue
 from vllm.v1.core.sched.scheduler import Scheduler
 
 from loraplex.engine.step_cost import StepCost
-from loraplex.engine.step_plan import PromptWork, TenantCounters, plan_step
+from loraplex.engine.step_plan import DecodeWork, PromptWork, TenantCounters, is_shared, keep_decodes, plan_step
 
 # Under "vllm.": EngineCore configures vLLM's loggers only, and this runs in EngineCore.
 logger = logging.getLogger("vllm.loraplex.tenant_scheduler")
@@ -85,6 +86,7 @@ class TenantFairness:
         # the counters), for reading a replica's choices after the fact; unset: nothing written.
         trace = os.environ.get("LORAPLEX_SCHEDULER_TRACE")
         self._trace = open(trace, "a", buffering=1) if trace else None
+        self._step_no = 0
         self.shared_steps = 0  # steps whose prompt budget was the TPOT-sized one (for tests and logs)
         logger.info("tenant scheduler on: %s", self.settings)
 
@@ -106,11 +108,6 @@ class TenantFairness:
         waiting = list(self.waiting)
         work = [_work(r, True) for r in prefills] + [_work(r, False) for r in waiting]
         s = self.settings
-        ceiling = max(self._token_budget - len(decodes), 0)
-        if s.max_prompt_tokens is not None:
-            ceiling = min(ceiling, s.max_prompt_tokens)
-        shared_budget = (self.cost.prompt_budget(len(decodes), s.step_target_s)
-                         if s.step_target_s is not None else None)
         present = {_tenant(r) for r in self.running} | {w.tenant for w in work}
         for tenant in present:
             self._seen_at[tenant] = started
@@ -119,9 +116,19 @@ class TenantFairness:
                   if t not in present and t != NO_TENANT and started - at < s.idle_grace_s]
         if len(self._seen_at) > 4 * len(present) + 64:  # bounded: only the recent ones matter
             self._seen_at = {t: at for t, at in self._seen_at.items() if started - at < s.idle_grace_s}
+        held_decodes = self._over_step_target(decodes, work, recent)
+        if held_decodes:  # their tenants still share the step
+            recent += [_tenant(r) for r in decodes if r.request_id in held_decodes]
+            decodes = [r for r in decodes if r.request_id not in held_decodes]
+        ceiling = max(self._token_budget - len(decodes), 0)
+        if s.max_prompt_tokens is not None:
+            ceiling = min(ceiling, s.max_prompt_tokens)
+        shared_budget = (self.cost.prompt_budget(len(decodes), s.step_target_s)
+                         if s.step_target_s is not None else None)
         plan = plan_step([_tenant(r) for r in decodes], work, self.counters, shared_budget,
                          ceiling, s.min_prompt_tokens, recent=recent)
-        if not plan.protected and not plan.hidden and not plan.chunk_cap and s.max_prompt_tokens is None:
+        if (not plan.protected and not plan.hidden and not plan.chunk_cap and not held_decodes
+                and s.max_prompt_tokens is None):
             # One tenant's step (or no prompts beside others' decodes): vLLM's own.
             self.waiting = FCFSRequestQueue(sorted(waiting, key=lambda r: (r.priority, r.arrival_time)))
             self._sized = False
@@ -130,7 +137,8 @@ class TenantFairness:
             return output
         rank = {key: i for i, key in enumerate(plan.order)}
         hidden = plan.hidden | self._over_lora_slots(waiting, plan.hidden, rank)
-        held_running = [r for r in prefills if r.request_id in hidden]
+        held_running = [r for r in prefills if r.request_id in hidden] + [r for r in self.running
+                                                                           if r.request_id in held_decodes]
         held_waiting = [r for r in waiting if r.request_id in hidden]
         self.running = decodes + sorted((r for r in prefills if r.request_id not in hidden),
                                         key=lambda r: rank.get(r.request_id, len(rank)))
@@ -154,6 +162,21 @@ class TenantFairness:
         self._note_step(output, started)
         return output
 
+    def _over_step_target(self, decodes: list, work: list, recent: list) -> set[str]:
+        """Decodes a shared step leaves out because, with them all, its decodes alone (and the least
+        prompt work, when some waits) would run past the step's target: a backlogged tenant's full
+        batch beside a light tenant's few made every step of this CPU 0.3 s, the whole TPOT target.
+        Who waits is step_plan.keep_decodes' choice (the highest counters, taking turns)."""
+        s = self.settings
+        if s.step_target_s is None or not is_shared((_tenant(r) for r in decodes), work, recent):
+            return set()
+        cap = self.cost.decode_capacity(s.step_target_s, s.min_prompt_tokens if work else 0)
+        if len(decodes) <= cap:
+            return set()
+        kept = keep_decodes([DecodeWork(r.request_id, _tenant(r), r.priority, getattr(r, "loraplex_step", -1))
+                             for r in decodes], self.counters, cap)
+        return {r.request_id for r in decodes if r.request_id not in kept}
+
     def _over_lora_slots(self, waiting: list, hidden: set[str], rank: dict[str, int]) -> set[str]:
         """Waiting requests whose adapter would make the running set hold more than max_loras.
         vLLM counts only the adapters of the running requests it schedules this step; with some
@@ -174,8 +197,10 @@ class TenantFairness:
 
     def _note_step(self, output, started: float) -> None:
         carried = []
+        self._step_no += 1
         for req_id, n in output.num_scheduled_tokens.items():
             r = self.requests[req_id]
+            r.loraplex_step = self._step_no  # a tenant's held-back decodes take turns by it
             before = r.num_computed_tokens - n  # vLLM already advanced it by this step's tokens
             prompt = max(0, min(n, r.num_prompt_tokens - before))
             carried.append((_tenant(r), getattr(r, "loraplex_weight", 1.0), n - prompt, prompt))

@@ -3,7 +3,7 @@
 import pytest
 
 from loraplex.engine.step_cost import Coefficients, StepCost
-from loraplex.engine.step_plan import PromptWork, TenantCounters, plan_step
+from loraplex.engine.step_plan import DecodeWork, PromptWork, TenantCounters, keep_decodes, plan_step
 
 
 def work(key, tenant, remaining, running=False, arrival=0.0, tier=0):
@@ -152,3 +152,29 @@ def test_a_tenant_gone_moments_ago_keeps_the_step_sized():
     prompts_only = plan_step([], [work("l1", "long", 1000, running=True)], TenantCounters(), 100, 2048, 32,
                              recent=["chat"])
     assert prompts_only.protected and prompts_only.prompt_budget == 100
+
+
+def test_a_shared_steps_decodes_past_its_cap_go_by_tier_then_counter_max_min_taking_turns():
+    counters = TenantCounters()
+    counters.charge("heavy", 5.0)
+    decodes = ([DecodeWork(f"h{i}", "heavy", 0, last_step=i) for i in range(10)]
+               + [DecodeWork(f"c{i}", "chat", 0, last_step=9) for i in range(2)])
+    kept = keep_decodes(decodes, counters, 6)
+    assert {"c0", "c1"} <= kept and len(kept) == 6  # the light tenant's few all run
+    assert kept - {"c0", "c1"} == {"h0", "h1", "h2", "h3"}  # the heavy one's that waited longest
+    # Two heavy tenants share the cap equally, whatever their counters.
+    counters.charge("other", 50.0)
+    both = [DecodeWork(f"h{i}", "heavy", 0, 0) for i in range(10)] + [DecodeWork(f"o{i}", "other", 0, 0) for i in range(10)]
+    kept = keep_decodes(both, counters, 8)
+    assert sum(k.startswith("h") for k in kept) == 4 and sum(k.startswith("o") for k in kept) == 4
+    # A higher tier (lower priority value) first, whatever its counter; within the cap, all kept.
+    tiers = [DecodeWork("o0", "other", 0, 0), DecodeWork("h0", "heavy", 1, 0), DecodeWork("h1", "heavy", 1, 0)]
+    assert keep_decodes(tiers, counters, 2) == {"o0", "h0"}
+    assert keep_decodes(tiers, counters, 3) == {"o0", "h0", "h1"}
+
+
+def test_decode_capacity_leaves_room_for_the_least_prompt_work():
+    cost = StepCost(prior=Coefficients(base_s=0.04, per_decode_s=0.004, per_prompt_s=0.001), min_steps=10**9)
+    assert cost.decode_capacity(0.24) == 50
+    assert cost.decode_capacity(0.24, prompt_tokens=32) == 42
+    assert cost.decode_capacity(0.01) == 1  # a step always makes progress

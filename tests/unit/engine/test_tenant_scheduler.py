@@ -26,10 +26,10 @@ TOKEN_BUDGET = 2048
 COSTS = Coefficients(base_s=0.04, per_decode_s=0.004, per_prompt_s=0.001)
 
 
-def scheduler(cls=TenantScheduler, max_loras: int | None = None, **settings) -> Scheduler:
+def scheduler(cls=TenantScheduler, max_loras: int | None = None, max_num_seqs: int = 16, **settings) -> Scheduler:
     config = TenantSchedulerConfig(tpot_s=0.3, **settings)
     s = make_scheduler(cls, str(default_model_dir()), {CONFIG_KEY: config.settings()}, token_budget=TOKEN_BUDGET,
-                       max_loras=max_loras)
+                       max_loras=max_loras, max_num_seqs=max_num_seqs)
     if cls is TenantScheduler:
         s.cost.prior = COSTS  # the fit would replace it only after min_steps real steps
         s.cost.min_steps = 10**9
@@ -96,6 +96,27 @@ def test_decodes_go_first_even_behind_a_running_long_prefill():
     # ...the chat request, whose decode is never crowded out: its token is in the step's budget
     # before any prompt token (the order and the budget's reserve both see to it).
     assert run(TenantScheduler) == [1, 1, 1]
+
+
+def test_a_shared_steps_decodes_fit_the_target_the_light_tenants_all_the_heavy_taking_turns():
+    s = scheduler(max_num_seqs=64)
+    heavy = [request("heavy", 16, max_tokens=100) for _ in range(60)]
+    chat = [request("chat", 16, max_tokens=100) for _ in range(2)]
+    for r in heavy + chat:
+        s.add_request(r)
+    decoding(s, *heavy, *chat)
+    first, second = step(s), step(s)
+    # 62 decodes would take 0.04 + 62 x 4 ms = 0.288 s, past the 0.24 s target: 50 fit.
+    assert sum(first.values()) == 50 and sum(second.values()) == 50
+    assert of("chat", first) == 2 and of("chat", second) == 2  # the light tenant's, every step
+    assert {r.request_id for r in heavy} <= set(first) | set(second)  # the heavy one's take turns
+    # Alone, the heavy tenant's steps are vLLM's own: all its decodes at once.
+    alone = scheduler(max_num_seqs=64)
+    heavy = [request("heavy", 16, max_tokens=100) for _ in range(60)]
+    for r in heavy:
+        alone.add_request(r)
+    decoding(alone, *heavy)
+    assert sum(step(alone).values()) == 60
 
 
 def test_the_budget_is_split_across_tenants_and_a_long_prompt_is_chunked():
