@@ -15,13 +15,14 @@ vLLM glue (tenant_scheduler.py) describes the step's work and applies the plan.
   slow it below bare vLLM): its steps are vLLM's own.
 - A shared step's decodes fit the target too: when a step's decodes alone would run past it (a
   backlogged tenant's full batch beside a light tenant's few), the decodes are cut to what fits
-  (`StepCost.decode_capacity`) and shared the same way, tier then counter, max-min: the light
-  tenant's decodes all run, the heavy tenant's take turns (the one that waited longest first).
-  Its requests keep their KV blocks and slots; they only skip a step.
+  (`StepCost.decode_capacity`) and shared the same way, tier then counter, max-min by weight: the
+  light tenant's decodes all run, and of the heavy tenant's its oldest (so they finish, as they
+  would have had it been alone with a smaller batch; taking turns made all of them slow, and in
+  a 20-tenant overload none finished). The held ones keep their KV blocks and slots.
 - The budget is split across tenants by their virtual counters: tenants in order of tier (the
   request's vLLM priority), then counter; as many as the budget can give `floor` tokens each are
-  served this step, max-min fair (a short prompt gets all it needs, the rest share the
-  remainder equally: the water level). A tenant whose first prompt needs more than its share
+  served this step, max-min fair by weight (a short prompt gets all it needs, the rest share the
+  remainder in proportion to their weights: the water level). A tenant whose first prompt needs more than its share
   gets that share as a chunk; its further prompts wait. A tenant that arrives now has its
   counter lifted to the lowest active one (no credit for idle time) and so is among the first
   served in the very next step.
@@ -43,6 +44,7 @@ class PromptWork:
     remaining: int  # prompt tokens still to compute (an upper bound: a prefix-cache hit may cut it)
     running: bool
     arrival: float
+    weight: float = 1.0  # the tenant's plan weight: its share of a step against others'
 
 
 @dataclass(frozen=True)
@@ -52,7 +54,8 @@ class DecodeWork:
     key: str
     tenant: str
     tier: int
-    last_step: int  # the step that last carried it (-1: none yet): a tenant's decodes take turns by it
+    arrival: float  # a tenant's oldest decodes go first
+    weight: float = 1.0
 
 
 @dataclass
@@ -98,19 +101,20 @@ def is_shared(decode_tenants: Iterable[str], work: Iterable[PromptWork], recent:
 
 def keep_decodes(decodes: list[DecodeWork], counters: TenantCounters, cap: int) -> set[str]:
     """The decodes a shared step carries when it cannot carry them all: `cap` of them, split across
-    tenants in order of tier then counter, max-min (a tenant with few gets all of them), and within
-    a tenant the ones that waited longest first."""
+    tenants in order of tier then counter, max-min by weight (a tenant with few gets all of them),
+    and within a tenant its oldest first."""
     if len(decodes) <= cap:
         return {d.key for d in decodes}
     by_tenant: dict[str, list[DecodeWork]] = {}
-    for d in sorted(decodes, key=lambda d: (d.last_step, d.key)):
+    for d in sorted(decodes, key=lambda d: (d.arrival, d.key)):
         by_tenant.setdefault(d.tenant, []).append(d)
     kept: set[str] = set()
     left = max(cap, 1)
     for tier in sorted({min(d.tier for d in ds) for ds in by_tenant.values()}):
         group = sorted((t for t, ds in by_tenant.items() if min(d.tier for d in ds) == tier),
                        key=lambda t: counters.get(t))
-        shares = _water_fill({t: len(by_tenant[t]) for t in group}, left)
+        shares = _water_fill({t: len(by_tenant[t]) for t in group}, left,
+                             {t: by_tenant[t][0].weight for t in group})
         for t in group:
             kept.update(d.key for d in by_tenant[t][:shares[t]])
         left -= sum(shares.values())
@@ -140,7 +144,8 @@ def plan_step(decode_tenants: list[str], work: list[PromptWork], counters: Tenan
     ranked = sorted(by_tenant, key=lambda t: (min(w.tier for w in by_tenant[t]), counters.get(t),
                                               min(w.arrival for w in by_tenant[t])))
     served = ranked[:max(1, budget // max(floor, 1))]
-    shares = _water_fill({t: sum(w.remaining for w in by_tenant[t]) for t in served}, budget)
+    shares = _water_fill({t: sum(w.remaining for w in by_tenant[t]) for t in served}, budget,
+                         {t: by_tenant[t][0].weight for t in served})
     level = max((shares[t] for t in served if shares[t] < sum(w.remaining for w in by_tenant[t])), default=0)
     order, hidden = [], {w.key for t in ranked[len(served):] for w in by_tenant[t]}
     for t in served:
@@ -155,13 +160,16 @@ def plan_step(decode_tenants: list[str], work: list[PromptWork], counters: Tenan
     return StepPlan(protected, budget, level, order=order, hidden=hidden, shares=shares)
 
 
-def _water_fill(demand: dict[str, int], budget: int) -> dict[str, int]:
-    """Max-min fair split of `budget` over `demand` (whole tokens; the remainder to the first)."""
+def _water_fill(demand: dict[str, int], budget: int, weight: dict[str, float] | None = None) -> dict[str, int]:
+    """Weighted max-min fair split of `budget` over `demand`: each open tenant gets its weight's
+    part of what is left, up to its demand, until nothing is (whole tokens; the remainder to the first)."""
+    weight = weight or {}
     share = {t: 0 for t in demand}
     left, open_ = budget, [t for t in demand if demand[t] > 0]
     while left > 0 and open_:
-        each = max(left // len(open_), 1)
+        round_left, total = left, sum(max(weight.get(t, 1.0), 1e-9) for t in open_)
         for t in list(open_):
+            each = max(int(round_left * max(weight.get(t, 1.0), 1e-9) / total + 1e-9), 1)
             give = min(each, demand[t] - share[t], left)
             share[t] += give
             left -= give

@@ -86,7 +86,6 @@ class TenantFairness:
         # the counters), for reading a replica's choices after the fact; unset: nothing written.
         trace = os.environ.get("LORAPLEX_SCHEDULER_TRACE")
         self._trace = open(trace, "a", buffering=1) if trace else None
-        self._step_no = 0
         self.shared_steps = 0  # steps whose prompt budget was the TPOT-sized one (for tests and logs)
         logger.info("tenant scheduler on: %s", self.settings)
 
@@ -166,14 +165,14 @@ class TenantFairness:
         """Decodes a shared step leaves out because, with them all, its decodes alone (and the least
         prompt work, when some waits) would run past the step's target: a backlogged tenant's full
         batch beside a light tenant's few made every step of this CPU 0.3 s, the whole TPOT target.
-        Who waits is step_plan.keep_decodes' choice (the highest counters, taking turns)."""
+        Who waits is step_plan.keep_decodes' choice (the heaviest tenant's newest)."""
         s = self.settings
         if s.step_target_s is None or not is_shared((_tenant(r) for r in decodes), work, recent):
             return set()
         cap = self.cost.decode_capacity(s.step_target_s, s.min_prompt_tokens if work else 0)
         if len(decodes) <= cap:
             return set()
-        kept = keep_decodes([DecodeWork(r.request_id, _tenant(r), r.priority, getattr(r, "loraplex_step", -1))
+        kept = keep_decodes([DecodeWork(r.request_id, _tenant(r), r.priority, r.arrival_time, r.loraplex_weight)
                              for r in decodes], self.counters, cap)
         return {r.request_id for r in decodes if r.request_id not in kept}
 
@@ -197,10 +196,8 @@ class TenantFairness:
 
     def _note_step(self, output, started: float) -> None:
         carried = []
-        self._step_no += 1
         for req_id, n in output.num_scheduled_tokens.items():
             r = self.requests[req_id]
-            r.loraplex_step = self._step_no  # a tenant's held-back decodes take turns by it
             before = r.num_computed_tokens - n  # vLLM already advanced it by this step's tokens
             prompt = max(0, min(n, r.num_prompt_tokens - before))
             carried.append((_tenant(r), getattr(r, "loraplex_weight", 1.0), n - prompt, prompt))
@@ -256,7 +253,7 @@ def _tenant(r) -> str:
 def _work(r, running: bool) -> PromptWork:
     return PromptWork(key=r.request_id, tenant=_tenant(r), tier=r.priority,
                       remaining=max(r.num_tokens - r.num_computed_tokens, 1), running=running,
-                      arrival=r.arrival_time)
+                      arrival=r.arrival_time, weight=r.loraplex_weight)
 
 
 class TenantScheduler(TenantFairness, Scheduler):

@@ -154,23 +154,34 @@ def test_a_tenant_gone_moments_ago_keeps_the_step_sized():
     assert prompts_only.protected and prompts_only.prompt_budget == 100
 
 
-def test_a_shared_steps_decodes_past_its_cap_go_by_tier_then_counter_max_min_taking_turns():
+def test_a_shared_steps_decodes_past_its_cap_go_by_tier_then_counter_max_min_by_weight_oldest_first():
     counters = TenantCounters()
     counters.charge("heavy", 5.0)
-    decodes = ([DecodeWork(f"h{i}", "heavy", 0, last_step=i) for i in range(10)]
-               + [DecodeWork(f"c{i}", "chat", 0, last_step=9) for i in range(2)])
+    decodes = ([DecodeWork(f"h{i}", "heavy", 0, arrival=10 - i) for i in range(10)]
+               + [DecodeWork(f"c{i}", "chat", 0, arrival=0) for i in range(2)])
     kept = keep_decodes(decodes, counters, 6)
     assert {"c0", "c1"} <= kept and len(kept) == 6  # the light tenant's few all run
-    assert kept - {"c0", "c1"} == {"h0", "h1", "h2", "h3"}  # the heavy one's that waited longest
-    # Two heavy tenants share the cap equally, whatever their counters.
+    assert kept - {"c0", "c1"} == {"h9", "h8", "h7", "h6"}  # the heavy one's oldest
+    # Two heavy tenants share the cap equally, whatever their counters...
     counters.charge("other", 50.0)
     both = [DecodeWork(f"h{i}", "heavy", 0, 0) for i in range(10)] + [DecodeWork(f"o{i}", "other", 0, 0) for i in range(10)]
     kept = keep_decodes(both, counters, 8)
     assert sum(k.startswith("h") for k in kept) == 4 and sum(k.startswith("o") for k in kept) == 4
+    # ...or by their weights.
+    both = ([DecodeWork(f"h{i}", "heavy", 0, 0, weight=2.0) for i in range(20)]
+            + [DecodeWork(f"o{i}", "other", 0, 0) for i in range(20)])
+    kept = keep_decodes(both, counters, 30)
+    assert sum(k.startswith("h") for k in kept) == 20 and sum(k.startswith("o") for k in kept) == 10
     # A higher tier (lower priority value) first, whatever its counter; within the cap, all kept.
-    tiers = [DecodeWork("o0", "other", 0, 0), DecodeWork("h0", "heavy", 1, 0), DecodeWork("h1", "heavy", 1, 0)]
+    tiers = [DecodeWork("o0", "other", 0, 0), DecodeWork("h0", "heavy", 1, 0), DecodeWork("h1", "heavy", 1, 1)]
     assert keep_decodes(tiers, counters, 2) == {"o0", "h0"}
     assert keep_decodes(tiers, counters, 3) == {"o0", "h0", "h1"}
+
+
+def test_a_shared_steps_prompt_budget_is_split_by_weight():
+    plan = plan_step(["x"], [PromptWork("h1", "heavy", 0, 3000, False, 0.0, weight=2.0),
+                             PromptWork("l1", "light", 0, 3000, False, 0.0)], TenantCounters(), 90, 2048, 8)
+    assert plan.shares == {"heavy": 60, "light": 30}
 
 
 def test_decode_capacity_leaves_room_for_the_least_prompt_work():
