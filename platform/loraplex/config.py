@@ -9,6 +9,7 @@ from typing import Any, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from loraplex.accounting.config import DEFAULT_PLAN, AccountingConfig
+from loraplex.batches.config import BatchConfig
 from loraplex.console.config import ConsoleConfig
 from loraplex.metrics.config import MetricsConfig
 from loraplex.routing.config import RoutingConfig
@@ -708,6 +709,11 @@ class PlatformConfig(BaseModel):
     console: ConsoleConfig = Field(
         default_factory=ConsoleConfig,
         description="The web console at /console: where its latency panel (GET /admin/latency) reads TTFT/TPOT.",
+    )
+    batches: BatchConfig = Field(
+        default_factory=BatchConfig,
+        description="The Batch API (/v1/files, /v1/batches): file and line bounds, the completion window, and "
+        "the pace of the runner every Ingress replica runs.",
     )
     dedicated: DedicatedConfig = Field(
         default_factory=DedicatedConfig,
