@@ -182,6 +182,12 @@ class FairQueueConfig(BaseModel):
         "queue_deadline, never billed) rather than started too late to finish.",
     )
     retry_after_s: int = Field(2, ge=1, description="Retry-After of a request the queue refuses, in seconds.")
+    batch_max_share: float = Field(
+        0.5, gt=0, le=1,
+        description="Most of the dispatch limit Batch API lines may hold at once (at least one sequence). They "
+        "start only while no online request is queued; the slots they leave free are what an online burst "
+        "starts in at once, and every slot a line frees goes to queued online work first.",
+    )
     adaptive: AdaptiveLimitConfig = Field(
         default_factory=AdaptiveLimitConfig,
         description="How the dispatch limit adapts when dispatch_limit is `adaptive`.",

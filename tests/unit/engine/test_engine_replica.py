@@ -422,10 +422,11 @@ async def test_the_request_reaches_vllm_with_its_id_and_tenant_salt(replica):
 
 async def test_the_request_carries_its_tenant_and_weight_to_the_tenant_scheduler_over_the_clients(replica):
     request = chat()
-    request.vllm_xargs = {"loraplex_tenant": "ten_other", "loraplex_weight": 100.0, "theirs": 1}  # a client's own
+    request.vllm_xargs = {"loraplex_tenant": "ten_other", "loraplex_weight": 100.0, "loraplex_batch": True,
+                          "theirs": 1}  # a client's own
     await drain(replica.generate(make_call("req-who", weight=2.0), request))
     sent = replica.engine.chat_serving.requests[-1].vllm_xargs
-    assert sent == {"loraplex_tenant": "ten_a", "loraplex_weight": 2.0, "theirs": 1}
+    assert sent == {"loraplex_tenant": "ten_a", "loraplex_weight": 2.0, "loraplex_batch": False, "theirs": 1}
 
 
 async def test_a_stream_with_an_adapter_runs_its_lora_and_echoes_the_name_the_client_used(replica):
