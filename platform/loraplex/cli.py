@@ -330,7 +330,7 @@ def _parser() -> argparse.ArgumentParser:
     p = command(groups, "usage", usage, "usage and cost report (your own; any tenant with --admin)")
     p.add_argument("--start", help="ISO-8601 date or time (UTC)")
     p.add_argument("--end", help="ISO-8601 date or time (UTC), exclusive")
-    p.add_argument("--group-by", choices=["day", "hour", "adapter", "model", "tenant"],
+    p.add_argument("--group-by", choices=["day", "hour", "adapter", "model", "tenant", "batch"],
                    help="default day; tenant needs --admin")
     p.add_argument("--format", choices=["json", "csv"])
     p.add_argument("--admin", action="store_true", help="use /admin/usage with the admin token")
