@@ -7,6 +7,8 @@
     LORAPLEX_API_KEY=lpx-... loraplex usage --group-by adapter --start 2026-11-01
     loraplex billing export --period 2026-11 > events.jsonl
     loraplex latency                                  # TTFT / TPOT P95 of the last hour vs the SLO
+    LORAPLEX_API_KEY=lpx-... loraplex batches create requests.jsonl --wait   # upload, run, progress bar
+    LORAPLEX_API_KEY=lpx-... loraplex batches results batch_... > out.jsonl
 
 Admin commands send --admin-token (LORAPLEX_ADMIN_TOKEN); tenant commands send --api-key
 (LORAPLEX_API_KEY). Lists print as tables, or as the server's JSON with --json.
@@ -18,6 +20,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any, Optional, Sequence
 from urllib.parse import quote
@@ -275,6 +278,82 @@ def latency(s: Session) -> None:
 
 
 # -- argument parsing --------------------------------------------------------------------------
+BATCH_COLUMNS = ("id", "status", "endpoint", "request_counts", "created_at", "output_file_id", "error_file_id")
+BATCH_ENDED = ("completed", "failed", "expired", "cancelled")
+
+
+def batches_create(s: Session) -> None:
+    """From a JSONL file (uploaded first) or an uploaded file's id."""
+    path = Path(s.args.input)
+    if path.is_file():
+        with path.open("rb") as f:
+            file_id = s.tenant("POST", "/v1/files", data={"purpose": "batch"},
+                               files={"file": (path.name, f, "application/jsonl")}).json()["id"]
+    elif s.args.input.startswith("file-"):
+        file_id = s.args.input
+    else:
+        raise CLIError(f"{path}: no such file; pass a JSONL of requests or an uploaded file's id (file-...).", code=2)
+    batch = s.tenant("POST", "/v1/batches", json={"input_file_id": file_id, "endpoint": s.args.endpoint,
+                                                  "completion_window": "24h"}).json()
+    if s.args.quiet:
+        print(batch["id"])
+    elif not s.args.wait:
+        s.show(batch, [batch], BATCH_COLUMNS)
+    if s.args.wait:
+        _watch(s, batch["id"])
+
+
+def batches_list(s: Session) -> None:
+    s.show(s.tenant("GET", "/v1/batches", params={"limit": s.args.limit}).json(), None, BATCH_COLUMNS)
+
+
+def batches_get(s: Session) -> None:
+    batch = s.tenant("GET", f"/v1/batches/{_seg(s.args.batch_id)}").json()
+    s.show(batch, [batch], BATCH_COLUMNS)
+
+
+def batches_watch(s: Session) -> None:
+    _watch(s, s.args.batch_id)
+
+
+def batches_cancel(s: Session) -> None:
+    batch = s.tenant("POST", f"/v1/batches/{_seg(s.args.batch_id)}/cancel").json()
+    s.show(batch, [batch], BATCH_COLUMNS)
+
+
+def batches_results(s: Session) -> None:
+    """The output file (or with --errors the error file) of an ended batch, to stdout."""
+    batch = s.tenant("GET", f"/v1/batches/{_seg(s.args.batch_id)}").json()
+    file_id = batch.get("error_file_id" if s.args.errors else "output_file_id")
+    if not file_id:
+        state = batch.get("status")
+        raise CLIError(f"batch {s.args.batch_id} has no {'error' if s.args.errors else 'output'} file "
+                       f"({'not ended yet: ' + state if state not in BATCH_ENDED else 'no such lines'}).")
+    sys.stdout.write(s.tenant("GET", f"/v1/files/{_seg(file_id)}/content").text)
+
+
+def _watch(s: Session, batch_id: str) -> None:
+    """A progress bar on stderr until the batch ends; then the batch (a table, or --json)."""
+    while True:
+        batch = s.tenant("GET", f"/v1/batches/{_seg(batch_id)}").json()
+        print("\r" + progress_bar(batch), end="", file=sys.stderr, flush=True)
+        if batch.get("status") in BATCH_ENDED:
+            print(file=sys.stderr)
+            s.show(batch, [batch], BATCH_COLUMNS)
+            if batch["status"] != "completed":
+                raise CLIError(f"batch {batch_id} ended {batch['status']}")
+            return
+        time.sleep(s.args.poll_s)
+
+
+def progress_bar(batch: dict, width: int = 30) -> str:
+    counts = batch.get("request_counts") or {}
+    total, done, failed = counts.get("total") or 0, counts.get("completed") or 0, counts.get("failed") or 0
+    filled = int(width * (done + failed) / total) if total else 0
+    return (f"[{'#' * filled}{'.' * (width - filled)}] {done + failed}/{total} ({done} ok, {failed} failed) "
+            f"{batch.get('status')}")
+
+
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     # SUPPRESS: options given after the subcommand override those before it, absent ones don't.
@@ -287,7 +366,8 @@ def _parser() -> argparse.ArgumentParser:
 
     root = argparse.ArgumentParser(prog="loraplex", description=__doc__.split("\n")[0], parents=[common],
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
-    groups = root.add_subparsers(dest="group", required=True, metavar="{tenants,keys,adapters,usage,latency,billing}")
+    groups = root.add_subparsers(dest="group", required=True,
+                                 metavar="{tenants,keys,adapters,batches,usage,latency,billing}")
 
     def command(sub, name: str, run, help: str) -> argparse.ArgumentParser:
         p = sub.add_parser(name, parents=[common], help=help, description=help)
@@ -327,10 +407,30 @@ def _parser() -> argparse.ArgumentParser:
     command(sub, "delete", adapters_delete, "delete an adapter, or one version").add_argument(
         "ref", metavar="NAME[@VERSION]")
 
+    batches = groups.add_parser("batches", help="run JSONL batches of requests below online traffic (tenant key)")
+    sub = batches.add_subparsers(dest="command", required=True)
+    p = command(sub, "create", batches_create, "upload a JSONL of requests (or name an uploaded file) and start it")
+    p.add_argument("input", metavar="FILE.jsonl|file-ID")
+    p.add_argument("--endpoint", default="/v1/chat/completions", choices=["/v1/chat/completions", "/v1/completions"])
+    p.add_argument("--wait", action="store_true", help="show a progress bar until the batch ends")
+    p.add_argument("--poll-s", type=float, default=2.0, help="seconds between progress updates (default 2)")
+    p.add_argument("-q", "--quiet", action="store_true", help="print only the new batch's id")
+    command(sub, "list", batches_list, "list your batches, newest first").add_argument(
+        "--limit", type=int, default=20, help="at most this many (1-100, default 20)")
+    command(sub, "get", batches_get, "one batch's state and counts").add_argument("batch_id")
+    p = command(sub, "watch", batches_watch, "a progress bar until the batch ends")
+    p.add_argument("batch_id")
+    p.add_argument("--poll-s", type=float, default=2.0, help="seconds between progress updates (default 2)")
+    command(sub, "cancel", batches_cancel, "cancel a batch (lines not run go to its error file)").add_argument(
+        "batch_id")
+    p = command(sub, "results", batches_results, "print an ended batch's output file (JSONL) to stdout")
+    p.add_argument("batch_id")
+    p.add_argument("--errors", action="store_true", help="the error file instead")
+
     p = command(groups, "usage", usage, "usage and cost report (your own; any tenant with --admin)")
     p.add_argument("--start", help="ISO-8601 date or time (UTC)")
     p.add_argument("--end", help="ISO-8601 date or time (UTC), exclusive")
-    p.add_argument("--group-by", choices=["day", "hour", "adapter", "model", "tenant"],
+    p.add_argument("--group-by", choices=["day", "hour", "adapter", "model", "tenant", "batch"],
                    help="default day; tenant needs --admin")
     p.add_argument("--format", choices=["json", "csv"])
     p.add_argument("--admin", action="store_true", help="use /admin/usage with the admin token")

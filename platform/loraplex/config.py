@@ -9,6 +9,7 @@ from typing import Any, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from loraplex.accounting.config import DEFAULT_PLAN, AccountingConfig
+from loraplex.batches.config import BatchConfig
 from loraplex.console.config import ConsoleConfig
 from loraplex.metrics.config import MetricsConfig
 from loraplex.routing.config import RoutingConfig
@@ -181,6 +182,12 @@ class FairQueueConfig(BaseModel):
         "queue_deadline, never billed) rather than started too late to finish.",
     )
     retry_after_s: int = Field(2, ge=1, description="Retry-After of a request the queue refuses, in seconds.")
+    batch_max_share: float = Field(
+        0.5, gt=0, le=1,
+        description="Most of the dispatch limit Batch API lines may hold at once (at least one sequence). They "
+        "start only while no online request is queued; the slots they leave free are what an online burst "
+        "starts in at once, and every slot a line frees goes to queued online work first.",
+    )
     adaptive: AdaptiveLimitConfig = Field(
         default_factory=AdaptiveLimitConfig,
         description="How the dispatch limit adapts when dispatch_limit is `adaptive`.",
@@ -708,6 +715,11 @@ class PlatformConfig(BaseModel):
     console: ConsoleConfig = Field(
         default_factory=ConsoleConfig,
         description="The web console at /console: where its latency panel (GET /admin/latency) reads TTFT/TPOT.",
+    )
+    batches: BatchConfig = Field(
+        default_factory=BatchConfig,
+        description="The Batch API (/v1/files, /v1/batches): file and line bounds, the completion window, and "
+        "the pace of the runner every Ingress replica runs.",
     )
     dedicated: DedicatedConfig = Field(
         default_factory=DedicatedConfig,

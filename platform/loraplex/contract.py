@@ -135,6 +135,9 @@ class EngineCall:
     # version's dedicated replica, whose base weights have the adapter merged in). The usage
     # record says which; base-model calls ignore it.
     path: str = "lora"
+    # A Batch API line (issue 36): the fair queue and the tenant scheduler serve it below every
+    # online request, and its usage record is marked batch (priced at the plan's batch price).
+    batch: bool = False
 
     @property
     def adapter_label(self) -> Optional[str]:

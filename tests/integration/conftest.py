@@ -70,6 +70,8 @@ def serve_app(tmp_path_factory):
         # A small ingress bound and body deadline, so test_hostile_capacity's slow bodies could fill
         # the ingress (were a tenant's slot not taken before its body) within a short test.
         "ingress": {"num_replicas": 2, "num_cpus": 0.25, "max_ongoing_requests": 24, "body_timeout_s": 3},
+        # test_batches: an idle runner looks for a batch twice a second.
+        "batches": {"poll_s": 0.5},
     }
     import loraplex
 

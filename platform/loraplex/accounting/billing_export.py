@@ -14,7 +14,7 @@ from sqlalchemy import Engine
 
 from loraplex.accounting import render
 from loraplex.accounting.period import period_bounds
-from loraplex.accounting.pricing import METERS, meter_quantities
+from loraplex.accounting.pricing import METERS, billed_quantities  # noqa: F401  (METERS: re-exported)
 from loraplex.accounting.usage_query import usage_totals
 
 # Fixed forever: changing it changes every event id.
@@ -56,9 +56,10 @@ def billing_export(engine: Engine, period: str, *, source: str = "loraplex", now
     with engine.connect() as conn:
         totals = usage_totals(conn, start, closed_end, "day", tenant_id)
     for t in sorted(totals, key=lambda t: (t.tenant_id, t.key)):
-        quantities = meter_quantities(t.prompt_tokens, t.cached_prompt_tokens, t.completion_tokens)
+        # A Batch API line's tokens are the batch_* meters: their own events (and ids) beside the online ones.
+        quantities = billed_quantities(t.prompt_tokens, t.cached_prompt_tokens, t.completion_tokens, t.batch)
         day_start = datetime.fromisoformat(t.key).replace(tzinfo=timezone.utc)
-        for meter in METERS:
+        for meter in quantities:
             if quantities[meter] == 0:
                 continue
             export.events.append({

@@ -15,6 +15,10 @@ class TokenPrice(BaseModel):
     input: Decimal = Field(description="Price per 1M uncached prompt tokens.")
     cached_input: Decimal = Field(description="Price per 1M prompt tokens served from the prefix cache.")
     output: Decimal = Field(description="Price per 1M completion tokens.")
+    batch_discount: Decimal = Field(
+        Decimal("0.5"), ge=0, le=1,
+        description="Fraction taken off every price for Batch API lines (0.5: half price, as OpenAI's); their "
+        "tokens are billed as the batch_* meters at the discounted prices.")
 
 
 class PricingConfig(BaseModel):

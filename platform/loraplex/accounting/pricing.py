@@ -6,6 +6,9 @@ from loraplex.accounting.config import PricingConfig
 
 MILLION = Decimal(1_000_000)
 METERS = ("input_tokens", "cached_input_tokens", "output_tokens")  # what a tenant is billed for
+BATCH_PREFIX = "batch_"  # a Batch API line's meters: batch_input_tokens, ... (at the batch price)
+BATCH_METERS = tuple(BATCH_PREFIX + m for m in METERS)
+ALL_METERS = METERS + BATCH_METERS
 
 
 def meter_quantities(prompt_tokens: int, cached_prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
@@ -15,6 +18,13 @@ def meter_quantities(prompt_tokens: int, cached_prompt_tokens: int, completion_t
             "output_tokens": completion_tokens}
 
 
+def billed_quantities(prompt_tokens: int, cached_prompt_tokens: int, completion_tokens: int,
+                      batch: bool = False) -> dict[str, int]:
+    """meter_quantities under the meters they are billed as: batch_* for Batch API lines."""
+    quantities = meter_quantities(prompt_tokens, cached_prompt_tokens, completion_tokens)
+    return {BATCH_PREFIX + m: q for m, q in quantities.items()} if batch else quantities
+
+
 @dataclass(frozen=True)
 class Price:
     """Per 1M tokens. Cached prompt tokens are billed at `cached_input`, the rest at `input`."""
@@ -22,9 +32,12 @@ class Price:
     input: Decimal
     cached_input: Decimal
     output: Decimal
+    batch_discount: Decimal = Decimal(0)  # fraction off for the batch_* meters
 
     def unit_price(self, meter: str) -> Decimal:
-        """Per 1M tokens of a meter (METERS)."""
+        """Per 1M tokens of a meter (ALL_METERS: a batch_* one at the batch discount)."""
+        if meter.startswith(BATCH_PREFIX):
+            return self.unit_price(meter[len(BATCH_PREFIX):]) * (1 - self.batch_discount)
         return {"input_tokens": self.input, "cached_input_tokens": self.cached_input, "output_tokens": self.output}[meter]
 
     def amount(self, meter: str, quantity: int) -> Decimal:
@@ -32,8 +45,8 @@ class Price:
         one division by 1e6: never rounds at 28 digits)."""
         return Decimal(quantity) * self.unit_price(meter) / MILLION
 
-    def cost(self, prompt_tokens: int, cached_prompt_tokens: int, completion_tokens: int) -> Decimal:
-        quantities = meter_quantities(prompt_tokens, cached_prompt_tokens, completion_tokens)
+    def cost(self, prompt_tokens: int, cached_prompt_tokens: int, completion_tokens: int, batch: bool = False) -> Decimal:
+        quantities = billed_quantities(prompt_tokens, cached_prompt_tokens, completion_tokens, batch)
         return sum((Decimal(q) * self.unit_price(m) for m, q in quantities.items()), Decimal(0)) / MILLION
 
 
@@ -49,7 +62,7 @@ class PriceBook:
 
     @classmethod
     def from_config(cls, cfg: PricingConfig, plan_of: Callable[[str], str | None] | None = None) -> "PriceBook":
-        as_price = lambda p: Price(p.input, p.cached_input, p.output)  # noqa: E731
+        as_price = lambda p: Price(p.input, p.cached_input, p.output, p.batch_discount)  # noqa: E731
         if cfg.default_plan not in cfg.plans:
             raise ValueError(f"default_plan {cfg.default_plan!r} has no prices")
         return cls(plans={k: as_price(v) for k, v in cfg.plans.items()}, default_plan=cfg.default_plan,
@@ -67,5 +80,6 @@ class PriceBook:
             return self.tenant_overrides[tenant_id]
         return self.plans[self.plan_for(tenant_id)]
 
-    def cost(self, tenant_id: str, prompt_tokens: int, cached_prompt_tokens: int, completion_tokens: int) -> Decimal:
-        return self.price_for(tenant_id).cost(prompt_tokens, cached_prompt_tokens, completion_tokens)
+    def cost(self, tenant_id: str, prompt_tokens: int, cached_prompt_tokens: int, completion_tokens: int,
+             batch: bool = False) -> Decimal:
+        return self.price_for(tenant_id).cost(prompt_tokens, cached_prompt_tokens, completion_tokens, batch)

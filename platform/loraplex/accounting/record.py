@@ -40,6 +40,7 @@ class UsageRecord:
     ttft: float | None = None  # seconds; derived from the timestamps when not given
     replica_id: str | None = None
     path: str | None = None  # which path served an adapter request: "lora" or "merged"; None: base model
+    batch: bool = False  # a Batch API line: priced at the plan's batch price, reported apart
 
     def __post_init__(self):
         for name in _TIME_FIELDS:

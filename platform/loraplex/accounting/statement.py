@@ -5,7 +5,7 @@ from sqlalchemy import Engine
 
 from loraplex.accounting import render
 from loraplex.accounting.period import period_bounds
-from loraplex.accounting.pricing import PriceBook, meter_quantities
+from loraplex.accounting.pricing import BATCH_METERS, METERS, PriceBook, billed_quantities
 from loraplex.accounting.usage_query import usage_totals
 
 CENT = Decimal("0.01")
@@ -14,7 +14,7 @@ CSV_COLUMNS = ["tenant", "period", "plan", "currency", "meter", "quantity", "uni
 
 @dataclass
 class StatementLine:
-    meter: str               # input_tokens | cached_input_tokens | output_tokens
+    meter: str               # input_tokens | cached_input_tokens | output_tokens | batch_<those> (Batch API lines)
     quantity: int
     unit_price: Decimal      # per 1M tokens
     amount: Decimal          # exact
@@ -64,11 +64,14 @@ def monthly_statement(engine: Engine, prices: PriceBook, tenant_id: str, period:
     start, end = period_bounds(period)
     with engine.connect() as conn:
         totals = usage_totals(conn, start, end, "tenant", tenant_id)
-    prompt = sum(t.prompt_tokens for t in totals)
-    cached = sum(t.cached_prompt_tokens for t in totals)
-    completion = sum(t.completion_tokens for t in totals)
+    quantities = dict.fromkeys(METERS + BATCH_METERS, 0)
+    for t in totals:
+        for meter, qty in billed_quantities(t.prompt_tokens, t.cached_prompt_tokens, t.completion_tokens, t.batch).items():
+            quantities[meter] += qty
     price = prices.price_for(tenant_id)
     st = Statement(tenant_id, period, prices.plan_for(tenant_id), prices.currency, sum(t.requests for t in totals))
-    for meter, qty in meter_quantities(prompt, cached, completion).items():
-        st.lines.append(StatementLine(meter, qty, price.unit_price(meter), price.amount(meter, qty)))
+    batch_used = any(quantities[m] for m in BATCH_METERS)
+    for meter, qty in quantities.items():
+        if meter in METERS or batch_used:  # the batch lines only on a bill with batch usage
+            st.lines.append(StatementLine(meter, qty, price.unit_price(meter), price.amount(meter, qty)))
     return st

@@ -1,4 +1,5 @@
-from sqlalchemy import BigInteger, Column, Float, Index, Integer, PrimaryKeyConstraint, String, Table, inspect, text
+from sqlalchemy import (BigInteger, Boolean, Column, Float, Index, Integer, PrimaryKeyConstraint, String, Table, false,
+                        inspect, text)
 
 from loraplex.db.base import Base
 from loraplex.db.migrations import Migration
@@ -22,6 +23,7 @@ usage_records = Table(
     Column("ttft", Float),
     Column("replica_id", String(128)),
     Column("path", String(16)),  # "lora" / "merged" (an adapter's request), NULL: the base model
+    Column("batch", Boolean, nullable=False, server_default=false()),  # a Batch API line (issue 36)
     Index("ix_usage_records_tenant_finish", "tenant_id", "finish_time"),
     Index("ix_usage_records_finish", "finish_time"),
 )
@@ -51,5 +53,14 @@ def _v2_path(conn):
         conn.execute(text("ALTER TABLE usage_records ADD COLUMN path VARCHAR(16)"))
 
 
+def _batch_column(conn):
+    columns = {c["name"] for c in inspect(conn).get_columns("usage_records")}
+    if "batch" not in columns:
+        conn.execute(text("ALTER TABLE usage_records ADD COLUMN batch BOOLEAN NOT NULL DEFAULT FALSE"))
+
+
+# The batch column is its own component's (not accounting 3): another branch's accounting
+# migrations are numbered without coordinating with this one.
 MIGRATIONS = [Migration("accounting", 1, "usage_records and usage_rejections", _v1),
-              Migration("accounting", 2, "usage_records.path (lora / merged)", _v2_path)]
+              Migration("accounting", 2, "usage_records.path (lora / merged)", _v2_path),
+              Migration("accounting_batch", 1, "usage_records.batch (Batch API lines)", _batch_column)]

@@ -2,12 +2,12 @@
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Connection, func, select
+from sqlalchemy import Connection, case, func, select
 
 from loraplex.accounting.period import check_range
 from loraplex.accounting.tables import usage_records as u
 
-GROUP_BY = ("day", "hour", "adapter", "model", "tenant")
+GROUP_BY = ("day", "hour", "adapter", "model", "tenant", "batch")
 
 
 @dataclass
@@ -18,6 +18,7 @@ class UsageTotals:
     cached_prompt_tokens: int
     completion_tokens: int
     requests: int
+    batch: bool = False  # Batch API lines' (priced at the batch price): totals are split by it
 
 
 def group_key(conn: Connection, group_by: str):
@@ -32,6 +33,8 @@ def group_key(conn: Connection, group_by: str):
         return u.c.base_model
     if group_by == "tenant":
         return u.c.tenant_id
+    if group_by == "batch":  # online and Batch API usage apart
+        return case((u.c.batch, "batch"), else_="online")
     raise ValueError(f"group_by must be one of {GROUP_BY}")
 
 
@@ -39,14 +42,15 @@ def usage_totals(conn: Connection, start: datetime, end: datetime, group_by: str
                  tenant_id: str | None = None) -> list[UsageTotals]:
     """Sums per (tenant, group) of records whose finish_time is in [start, end).
 
-    Always split by tenant too: prices are per tenant, so cost is computed per tenant and summed.
+    Always split by tenant and by batch too: prices are per tenant and batch lines have their
+    own, so cost is computed per (tenant, batch) and summed.
     """
     check_range(start, end)
     key = group_key(conn, group_by).label("key")
     q = (select(u.c.tenant_id, key, func.sum(u.c.prompt_tokens), func.sum(u.c.cached_prompt_tokens),
-                func.sum(u.c.completion_tokens), func.count())
+                func.sum(u.c.completion_tokens), func.count(), u.c.batch)
          .where(u.c.finish_time >= start, u.c.finish_time < end)
-         .group_by(u.c.tenant_id, key).order_by(key, u.c.tenant_id))
+         .group_by(u.c.tenant_id, key, u.c.batch).order_by(key, u.c.tenant_id, u.c.batch))
     if tenant_id is not None:
         q = q.where(u.c.tenant_id == tenant_id)
-    return [UsageTotals(t, k, int(p), int(c), int(o), int(n)) for t, k, p, c, o, n in conn.execute(q)]
+    return [UsageTotals(t, k, int(p), int(c), int(o), int(n), bool(b)) for t, k, p, c, o, n, b in conn.execute(q)]

@@ -216,7 +216,7 @@ class Engine:
         slot = asyncio.get_running_loop().create_future()
         entry = Entry(tenant=call.tenant_id or "-", priority=call.priority, weight=call.weight,
                       deadline=call.deadline, ready=lambda e: slot.done() or slot.set_result(None),
-                      sequences=call.sequences)
+                      sequences=call.sequences, batch=call.batch)
         queue = self.fair_queue
         queue.submit(entry)
         try:
@@ -245,7 +245,7 @@ class Engine:
 
     def _charge(self, entry: Entry, usage: RequestUsage, charged: list) -> None:
         prompt, completion = usage.prompt_tokens - charged[0], usage.completion_tokens - charged[1]
-        if prompt or completion:
+        if (prompt or completion) and not entry.batch:  # a batch line charges no tenant's online share
             self.fair_queue.charge(entry.tenant, prompt, completion, entry.weight)
             charged[0], charged[1] = usage.prompt_tokens, usage.completion_tokens
 

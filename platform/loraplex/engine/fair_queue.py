@@ -38,6 +38,12 @@ wait here, one FIFO per tenant. When a slot frees:
   refills spread over the steps, and so do the slots' next ends. Each tenant is paced by its own
   prefills, and only while another tenant is active (a tenant alone would only start its
   requests more slowly, for nobody);
+- batch lines (EngineCall.batch, the Batch API) below every online request: they wait in a FIFO of
+  their own and are dispatched only while no online request is queued, into slots the limit has
+  free, and never past `batch_max_share` of the limit, so an online arrival finds a slot free at
+  once and every slot a batch line frees goes to the online backlog first: when online work
+  returns, the batch is the first held back (its running lines finish; none is started). They
+  are never refused for share or pacing, and charge no tenant's counter;
 - queue full (`max_queued`): the request refused is the newest one of the tenant furthest over
   its share among the queued ones: the lowest `priority` (aging does not protect from this), then
   the most requests held on the replica (queued + running) per unit of weight, then the highest
@@ -83,6 +89,7 @@ class Entry:
     # What it runs in vLLM (EngineCall.sequences: n x prompts): the slots it takes. One that needs
     # more than the limit waits for the whole limit, then runs (it is never stuck).
     sequences: int = 1
+    batch: bool = False  # a Batch API line: below every online request (the module docstring)
 
 
 @dataclass
@@ -123,11 +130,15 @@ class FairQueue:
         # wait for it, an arrival does not take them (it would starve a request of n choices).
         self._blocked: Optional[str] = None
         self.refused = {"fair_share": 0, "queue_deadline": 0}
+        self.batch_queue: deque[Entry] = deque()  # batch lines waiting, oldest first
+        self.batch_running = 0  # sequences of batch lines dispatched (also in self.running)
 
     # -- the request path ------------------------------------------------------------------------
     def submit(self, entry: Entry) -> None:
         """Dispatch the entry now, queue it, or refuse it; `entry.ready` is called unless queued."""
         self.expire()
+        if entry.batch:
+            return self._submit_batch(entry)
         t = self.tenants.setdefault(entry.tenant, _Tenant())
         t.weight = entry.weight
         slot = self._slot_for(t, entry.sequences)  # None: none free; else whether it is a reserved one
@@ -161,6 +172,8 @@ class FairQueue:
 
     def finish(self, entry: Entry) -> None:
         """A request ended (done, failed, cancelled) or left the queue: free what it held."""
+        if entry.batch:
+            return self._finish_batch(entry)
         if entry.state == "running":
             entry.state = "done"
             n = entry.sequences
@@ -180,7 +193,7 @@ class FairQueue:
 
     def first_token(self, entry: Entry) -> None:
         """The request's first token is out: its prefill no longer paces its tenant."""
-        if entry.prefilling and entry.state == "running":
+        if entry.prefilling and entry.state == "running" and not entry.batch:
             entry.prefilling = False
             self.tenants[entry.tenant].prefilling -= entry.sequences
             self.pump()
@@ -199,7 +212,7 @@ class FairQueue:
         while self.queued:
             chosen = self._next()
             if chosen is None:
-                return
+                return  # online work waits: no batch line may pass it
             name, reserved = chosen
             t = self.backlog[name]
             entry = t.queue.popleft()
@@ -207,12 +220,19 @@ class FairQueue:
             if not t.queue:
                 del self.backlog[name]
             self._dispatch(entry, t, reserved)
+        self._pump_batch()
 
     def expire(self) -> None:
         """Refuse every queued request too close to its deadline to start."""
         if self.wall() < self._next_deadline - self.config.deadline_margin_s:
             return
         self._next_deadline = float("inf")
+        for entry in [e for e in self.batch_queue if self._expired(e)]:
+            self.batch_queue.remove(entry)
+            self._refuse(entry, "queue_deadline")
+        for entry in self.batch_queue:
+            if entry.deadline is not None:
+                self._next_deadline = min(self._next_deadline, entry.deadline)
         for t in list(self.backlog.values()):
             for entry in list(t.queue):
                 if self._expired(entry):
@@ -220,6 +240,41 @@ class FairQueue:
                     self._refuse(entry, "queue_deadline")
                 elif entry.deadline is not None:
                     self._next_deadline = min(self._next_deadline, entry.deadline)
+
+    # -- batch lines (below every online request) ------------------------------------------------
+    def _submit_batch(self, entry: Entry) -> None:
+        entry.state, entry.enqueued_at = "queued", self.clock()
+        self.batch_queue.append(entry)
+        if entry.deadline is not None:
+            self._next_deadline = min(self._next_deadline, entry.deadline)
+        self.pump()
+
+    def batch_cap(self) -> int:
+        """Sequences batch lines may hold at most: batch_max_share of the limit (at least 1)."""
+        return max(1, int(min(self.limit(), self.max_num_seqs) * self.config.batch_max_share))
+
+    def _pump_batch(self) -> None:
+        """Dispatch batch lines while no online request is queued and the limit and the batch cap have room."""
+        limit, cap = min(self.limit(), self.max_num_seqs), self.batch_cap()
+        while self.batch_queue and not self.queued:
+            entry = self.batch_queue[0]
+            n = entry.sequences
+            if self.running + min(n, limit) > limit or self.batch_running + min(n, cap) > cap:
+                return
+            self.batch_queue.popleft()
+            entry.state, entry.dispatched_at = "running", self.clock()
+            self.running += n
+            self.batch_running += n
+            entry.ready(entry)
+
+    def _finish_batch(self, entry: Entry) -> None:
+        if entry.state == "running":
+            self.running -= entry.sequences
+            self.batch_running -= entry.sequences
+        elif entry.state == "queued":
+            self.batch_queue.remove(entry)
+        entry.state = "done"
+        self.pump()
 
     # -- the choices -----------------------------------------------------------------------------
     def _slots(self, need: int = 1) -> tuple[int, bool]:
@@ -361,7 +416,8 @@ class FairQueue:
         entry.state, entry.reason = "refused", reason
         self.refused[reason] += 1
         entry.ready(entry)
-        self._forget(entry.tenant)
+        if not entry.batch:
+            self._forget(entry.tenant)
 
     def _remove(self, entry: Entry) -> None:
         t = self.tenants[entry.tenant]
@@ -396,6 +452,8 @@ class FairQueue:
             "dispatch_limit": min(self.limit(), self.max_num_seqs),
             "dispatched": self.running,
             "queued": self.queued,
+            "batch_queued": len(self.batch_queue),
+            "batch_running": self.batch_running,
             "tenants": {n: {"queued": len(t.queue), "running": t.running, "prefilling": t.prefilling,
                             "counter": round(t.counter, 1),
                             "dispatches": t.dispatches, "queue_wait_s": round(t.queue_wait_s, 3)}

@@ -28,6 +28,7 @@ def usage_record(call: EngineCall, usage: RequestUsage, base_model: str) -> Usag
         finish_time=usage.finish_time,
         replica_id=usage.replica_id or None,
         path=call.path if call.adapter is not None else None,
+        batch=call.batch,
     )
 
 

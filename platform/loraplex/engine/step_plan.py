@@ -26,6 +26,8 @@ vLLM glue (tenant_scheduler.py) describes the step's work and applies the plan.
   gets that share as a chunk; its further prompts wait. A tenant that arrives now has its
   counter lifted to the lowest active one (no credit for idle time) and so is among the first
   served in the very next step.
+- Batch lines (PromptWork.batch) get only what the online tenants leave of the budget: the water
+  fill runs over the online tenants first, then over the batch ones with the rest.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ class PromptWork:
     running: bool
     arrival: float
     weight: float = 1.0  # the tenant's plan weight: its share of a step against others'
+    batch: bool = False  # a Batch API line: served from what online work leaves of the step
 
 
 @dataclass(frozen=True)
@@ -144,8 +147,11 @@ def plan_step(decode_tenants: list[str], work: list[PromptWork], counters: Tenan
     ranked = sorted(by_tenant, key=lambda t: (min(w.tier for w in by_tenant[t]), counters.get(t),
                                               min(w.arrival for w in by_tenant[t])))
     served = ranked[:max(1, budget // max(floor, 1))]
-    shares = _water_fill({t: sum(w.remaining for w in by_tenant[t]) for t in served}, budget,
-                         {t: by_tenant[t][0].weight for t in served})
+    demand = {t: sum(w.remaining for w in by_tenant[t]) for t in served}
+    weights = {t: by_tenant[t][0].weight for t in served}
+    batch = {t for t in served if by_tenant[t][0].batch}
+    shares = _water_fill({t: d for t, d in demand.items() if t not in batch}, budget, weights)
+    shares.update(_water_fill({t: demand[t] for t in batch}, budget - sum(shares.values()), weights))
     level = max((shares[t] for t in served if shares[t] < sum(w.remaining for w in by_tenant[t])), default=0)
     order, hidden = [], {w.key for t in ranked[len(served):] for w in by_tenant[t]}
     for t in served:

@@ -44,7 +44,12 @@ logger = logging.getLogger("vllm.loraplex.tenant_scheduler")
 
 CONFIG_KEY = "loraplex_tenant_scheduler"  # additional_config's entry with TenantSchedulerSettings
 TENANT_ARG, WEIGHT_ARG = "loraplex_tenant", "loraplex_weight"  # a request's extra_args
+BATCH_ARG = "loraplex_batch"  # a Batch API line (EngineCall.batch): below every online request
 NO_TENANT = "-"  # requests without one (health probes)
+# A tenant's batch lines are a tenant of their own here (`<tenant>#batch`: '#' is in no tenant id),
+# so they never share a rank with its online work, and sort after every online tier: vLLM
+# priorities run 0..100 (100 - EngineCall.priority), batch lines' tiers start past them.
+BATCH_SUFFIX, BATCH_TIER = "#batch", 1000
 
 
 @dataclass(frozen=True)
@@ -60,8 +65,15 @@ class TenantSchedulerSettings:
 
 
 def request_tenant(request) -> tuple[str, float]:
+    """(the scheduler's tenant key, its weight): a batch line's key is `<tenant>#batch`."""
     args = (request.sampling_params.extra_args or {}) if request.sampling_params is not None else {}
-    return str(args.get(TENANT_ARG, NO_TENANT)), float(args.get(WEIGHT_ARG, 1.0))
+    tenant = str(args.get(TENANT_ARG, NO_TENANT))
+    return tenant + BATCH_SUFFIX if args.get(BATCH_ARG) else tenant, float(args.get(WEIGHT_ARG, 1.0))
+
+
+def tier(r) -> int:
+    """The request's rank among tiers (lower first): vLLM's priority, past every online one for a batch line."""
+    return r.priority + BATCH_TIER if _tenant(r).endswith(BATCH_SUFFIX) else r.priority
 
 
 class TenantFairness:
@@ -129,7 +141,7 @@ class TenantFairness:
         if (not plan.protected and not plan.hidden and not plan.chunk_cap and not held_decodes
                 and s.max_prompt_tokens is None):
             # One tenant's step (or no prompts beside others' decodes): vLLM's own.
-            self.waiting = FCFSRequestQueue(sorted(waiting, key=lambda r: (r.priority, r.arrival_time)))
+            self.waiting = FCFSRequestQueue(sorted(waiting, key=lambda r: (tier(r), r.arrival_time)))
             self._sized = False
             output = super().schedule(*args, **kwargs)
             self._note_step(output, started)
@@ -172,7 +184,7 @@ class TenantFairness:
         cap = self.cost.decode_capacity(s.step_target_s, s.min_prompt_tokens if work else 0)
         if len(decodes) <= cap:
             return set()
-        kept = keep_decodes([DecodeWork(r.request_id, _tenant(r), r.priority, r.arrival_time, r.loraplex_weight)
+        kept = keep_decodes([DecodeWork(r.request_id, _tenant(r), tier(r), r.arrival_time, r.loraplex_weight)
                              for r in decodes], self.counters, cap)
         return {r.request_id for r in decodes if r.request_id not in kept}
 
@@ -251,9 +263,9 @@ def _tenant(r) -> str:
 
 
 def _work(r, running: bool) -> PromptWork:
-    return PromptWork(key=r.request_id, tenant=_tenant(r), tier=r.priority,
+    return PromptWork(key=r.request_id, tenant=_tenant(r), tier=tier(r),
                       remaining=max(r.num_tokens - r.num_computed_tokens, 1), running=running,
-                      arrival=r.arrival_time, weight=r.loraplex_weight)
+                      arrival=r.arrival_time, weight=r.loraplex_weight, batch=_tenant(r).endswith(BATCH_SUFFIX))
 
 
 class TenantScheduler(TenantFairness, Scheduler):

@@ -28,7 +28,8 @@ from vllm.utils.argparse_utils import FlexibleArgumentParser
 from vllm.v1.executor import Executor
 
 from loraplex.engine.cpu_backend import set_cpu_backend_env
-from loraplex.engine.tenant_scheduler import CONFIG_KEY, NO_TENANT, TENANT_ARG, WEIGHT_ARG, scheduler_cls_for
+from loraplex.engine.tenant_scheduler import (BATCH_ARG, CONFIG_KEY, NO_TENANT, TENANT_ARG, WEIGHT_ARG,
+                                              scheduler_cls_for)
 from loraplex.engine.loaded_adapters import AdapterGone, LoadedAdapters
 from loraplex.engine.lora_residency import EXTENSION, RPC, LoRAResidency
 from loraplex.engine.orphan_guard import start_guard
@@ -147,7 +148,7 @@ class VLLMEngine:
             request.cache_salt = call.cache_salt
         # Whose tokens these are, for the tenant scheduler in EngineCore: ours, whatever the client sent.
         request.vllm_xargs = {**(request.vllm_xargs or {}), TENANT_ARG: call.tenant_id or NO_TENANT,
-                              WEIGHT_ARG: float(call.weight)}
+                              WEIGHT_ARG: float(call.weight), BATCH_ARG: bool(call.batch)}
         adapter = call.adapter
         if adapter is None:
             async for item in self._run(create, request, usage):

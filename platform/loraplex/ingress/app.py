@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+import uuid
 
 from ray.exceptions import TaskCancelledError
 from sqlalchemy.exc import SQLAlchemyError
@@ -56,13 +59,16 @@ def build_ingress_app(
     limiter=None,
     metrics=None,
     dedicated=None,
+    run_batches: bool = False,
 ) -> Starlette:
     """`tenancy`: tenants, keys and the admin token; with it every /v1 route needs a tenant key.
     `registry`: tenants' adapters (needs tenancy). None for both: an open base-model-only server.
     `accounting`: loraplex.accounting.Accounting, for rejection counts and the usage routes.
     `limiter`: loraplex.admission.Limiter enforcing tenant limits; None: one in this process.
     `metrics`: the replica's loraplex.metrics.Metrics (refusals, requests billed here); None: none.
-    `dedicated`: the app's dedicated versions and their health (loraplex.dedicated.path_choice.DedicatedPaths)."""
+    `dedicated`: the app's dedicated versions and their health (loraplex.dedicated.path_choice.DedicatedPaths).
+    `run_batches`: run a batch runner in this app's event loop (its lifespan); the app's state
+    holds it as `batch_runner` either way (None without the Batch API)."""
     tenants = None
     # What this replica's queries found of the database: /readyz and the outage mapping below.
     health = tenancy.keys.health if tenancy is not None else StoreHealth()
@@ -102,6 +108,10 @@ def build_ingress_app(
     if accounting is not None and tenancy is not None:
         routes += UsageRoutes(accounting, tenants, tenancy).routes()
         routes += LatencyRoutes(tenancy, accounting.db, config.slo, config.console).routes()
+    batch_runner = None
+    if config.batches.enabled and registry is not None and tenants is not None and accounting is not None:
+        batch_routes, batch_runner = batch_api(config, tenants, tenancy, accounting.db, openai)
+        routes += batch_routes
     routes += console_routes()
 
     async def on_status_error(request: Request, exc: StatusError):
@@ -134,9 +144,44 @@ def build_ingress_app(
     # Its refusal is counted before authentication: no tenant.
     bound = Middleware(GenerationBound, limit=config.ingress.max_ongoing_requests,
                        paths=OpenAIRoutes.GENERATION_PATHS, on_refused=lambda reason: openai.refused(None, reason))
-    return Starlette(
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        task = None
+        if run_batches and batch_runner is not None:
+            task = asyncio.create_task(batch_runner.run_forever(), name="batch-runner")
+        try:
+            yield
+        finally:
+            if task is not None:
+                batch_runner.stop()
+                await task
+
+    app = Starlette(
         routes=routes,
         exception_handlers={StatusError: on_status_error, HTTPException: on_http_error,
                             SQLAlchemyError: on_database_error, Exception: on_unexpected},
         middleware=[bound],
+        lifespan=lifespan,
     )
+    app.state.batch_runner = batch_runner
+    return app
+
+
+def batch_api(config: PlatformConfig, tenants: TenantContext, tenancy: Tenancy, db, openai: OpenAIRoutes):
+    """The Batch API's routes and this replica's runner (its lines through `openai`'s path)."""
+    from loraplex.batches.files import BatchFileStore
+    from loraplex.batches.repository import BatchRepository
+    from loraplex.batches.runner import BatchRunner
+    from loraplex.batches.tables import MIGRATIONS
+    from loraplex.db.migrations import migrate
+    from loraplex.ingress.batch_lines import BatchLines
+    from loraplex.ingress.batch_routes import BatchRoutes
+    from loraplex.ingress.file_routes import FileRoutes
+
+    migrate(db, MIGRATIONS)
+    repo = BatchRepository(db)
+    files = BatchFileStore(config.registry.store_url, config.registry.storage_options)
+    cfg = config.batches
+    routes = FileRoutes(tenants, repo, files, cfg).routes() + BatchRoutes(tenants, repo, files, cfg).routes()
+    lines = BatchLines(openai, tenancy.service, cfg.line_timeout_s)
+    return routes, BatchRunner(repo, files, cfg, lines, owner=f"runner-{uuid.uuid4().hex[:12]}")

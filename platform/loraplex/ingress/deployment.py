@@ -68,6 +68,7 @@ class Ingress:
         app = build_ingress_app(
             self.engine, self.config, self.engine_replica_health, tenancy=self.tenancy, registry=self.registry,
             accounting=self.accounting, limiter=self.limiter, metrics=self.metrics, dedicated=self.dedicated,
+            run_batches=True,  # every replica runs batches, each claimed by one at a time (a lease)
         )
         # What this process holds from now on (~680k objects: vLLM's protocol imports torch) is
         # never garbage: kept out of the collector, a full collection scans the requests' objects

@@ -214,10 +214,12 @@ class OpenAIRoutes:
                            param=TIMEOUT_HEADER)
         return min(seconds, self.request_timeout_s)
 
-    async def _call(self, principal, oai_request, arrival: float, deadline: float) -> EngineCall:
+    async def _call(self, principal, oai_request, arrival: float, deadline: float, request_id: str | None = None,
+                    batch: bool = False) -> EngineCall:
         # Ours, never the client's: it is the ledger's idempotency key and vLLM's request id,
-        # so a client-chosen value could collide with another request.
-        request_id = uuid.uuid4().hex
+        # so a client-chosen value could collide with another request. A batch line's is its
+        # batch's id and line number (the same on every run of it: billed once).
+        request_id = request_id or uuid.uuid4().hex
         oai_request.request_id = request_id
         size = request_size(oai_request)
         if principal is not None:  # the per-request caps: 400 naming the cap
@@ -233,9 +235,9 @@ class OpenAIRoutes:
         adapter = await self.tenants.resolve_adapter(principal, oai_request.model)
         return EngineCall(
             **common, tenant_id=principal.tenant_id, api_key_id=principal.key_id, adapter=adapter,
-            cache_salt=self.tenants.cache_salt(principal), priority=principal.limits.priority,
+            cache_salt=self.tenants.cache_salt(principal), priority=0 if batch else principal.limits.priority,
             weight=self.tenants.weight(principal),
-            routing_key=affinity_key(principal.tenant_id, adapter.name if adapter else None),
+            routing_key=affinity_key(principal.tenant_id, adapter.name if adapter else None), batch=batch,
         )
 
     async def generate(self, call: EngineCall, oai_request, track=None) -> Response:

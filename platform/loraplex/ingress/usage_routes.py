@@ -27,7 +27,7 @@ from loraplex.ingress.errors import APIError
 from loraplex.ingress.tenant_context import TenantContext
 from loraplex.tenancy.service import Tenancy
 
-TENANT_GROUP_BY = ("day", "hour", "adapter", "model")
+TENANT_GROUP_BY = ("day", "hour", "adapter", "model", "batch")  # batch: online and Batch API usage apart
 ADMIN_GROUP_BY = (*TENANT_GROUP_BY, "tenant")
 REPORT_FORMATS = ("json", "csv")
 EXPORT_FORMATS = ("jsonl", "csv")

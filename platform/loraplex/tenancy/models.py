@@ -44,6 +44,16 @@ class TenantLimits(BaseModel):
         description="Bytes of adapter weights + config over the tenant's live versions; an upload that would "
         "pass it gets 413 naming the quota: delete versions first.",
     )
+    # The Batch API's (issue 36): checked by POST /v1/files and POST /v1/batches.
+    max_batch_files: Optional[int] = Field(
+        None, ge=0, description="Batch input files (purpose=batch) the tenant may hold; an upload past it gets "
+        "409 naming the quota: delete files (DELETE /v1/files/{id}) first.")
+    max_batch_file_bytes: Optional[int] = Field(
+        None, ge=0, description="Bytes of the tenant's batch input files together; an upload that would pass it "
+        "gets 413 naming the quota.")
+    max_batches_in_flight: Optional[int] = Field(
+        None, ge=0, description="Batches of the tenant not yet ended (validating, in_progress, finalizing, "
+        "cancelling); a create past it gets 429 naming the quota.")
     # Per-request caps (ingress/request_size.py): over one, 400 naming it; never queued.
     max_n: Optional[int] = Field(None, ge=1, description="Most choices (`n`) one request may ask for.")
     max_prompts_per_request: Optional[int] = Field(

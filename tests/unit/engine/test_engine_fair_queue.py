@@ -166,3 +166,19 @@ async def test_prefill_pacing_holds_a_tenants_next_request_until_its_first_token
     await asyncio.gather(*w, m)
     assert in_vllm(replica) == ["m0", "w0", "w1"]  # the first token (the engine's usage hook) let it go
     assert len(ledger_rows(replica)) == 3
+
+
+async def test_a_batch_line_waits_in_the_batch_tier_and_yields_to_online_work(make):
+    replica = await make(dispatch_limit=2, newcomer_slots=0, batch_max_share=0.5)
+    b = [asyncio.create_task(drain(replica.generate(make_call(f"b{i}", tenant="ten_b", batch=True), chat())))
+         for i in range(2)]
+    await settle()
+    assert in_vllm(replica) == ["b0"]  # half the limit: the other slot is online work's
+    snap = replica.fair_queue.snapshot()
+    assert (snap["batch_running"], snap["batch_queued"]) == (1, 1) and "ten_b" not in snap["tenants"]
+    o = [asyncio.create_task(drain(replica.generate(make_call(f"o{i}", tenant="ten_o"), chat()))) for i in range(2)]
+    await settle()
+    assert in_vllm(replica) == ["b0", "o0"]  # the free slot went to the online request at once
+    llm(replica).gate.set()
+    await asyncio.gather(*b, *o)
+    assert in_vllm(replica).index("o1") < in_vllm(replica).index("b1")  # queued online work first

@@ -228,7 +228,7 @@ ADAPTER = AdapterTarget("ten/bot@abc", 7, "ten", "bot", "abc", "bot", version=2)
 
 def test_usage_record_maps_every_field():
     call = EngineCall(request_id="req-1", tenant_id="ten", api_key_id="key", adapter=ADAPTER, arrival_time=T,
-                      path="merged")
+                      path="merged", batch=True)
     usage = RequestUsage(prompt_tokens=9, cached_prompt_tokens=4, completion_tokens=3, replica_id="rep",
                          first_token_time=T + 0.5, finish_time=T + 2, status="length")
     rec = usage_record(call, usage, "base-model")
@@ -237,7 +237,7 @@ def test_usage_record_maps_every_field():
         "request_id": "req-1", "tenant_id": "ten", "api_key_id": "key", "base_model": "base-model",
         "adapter": "bot@2", "prompt_tokens": 9, "cached_prompt_tokens": 4, "completion_tokens": 3,
         "status": "length", "arrival_time": utc(T), "first_token_time": utc(T + 0.5),
-        "finish_time": utc(T + 2), "ttft": 0.5, "replica_id": "rep", "path": "merged"}
+        "finish_time": utc(T + 2), "ttft": 0.5, "replica_id": "rep", "path": "merged", "batch": True}
 
 
 def test_usage_record_defaults_for_what_is_unknown():
@@ -245,6 +245,7 @@ def test_usage_record_defaults_for_what_is_unknown():
     usage = RequestUsage(finish_time=T)  # never got a status or a replica id
     rec = usage_record(call, usage, "base")
     assert (rec.status, rec.replica_id, rec.adapter, rec.api_key_id, rec.path) == ("error", None, None, None, None)
+    assert rec.batch is False
     assert rec.arrival_time == rec.finish_time == datetime.fromtimestamp(T, timezone.utc)
     assert rec.first_token_time is None and rec.ttft is None
     assert rec.finish_time - rec.arrival_time == timedelta(0)

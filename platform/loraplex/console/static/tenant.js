@@ -1,5 +1,5 @@
-// The tenant view: usage chart, adapters, playground. Every figure is from the tenant routes
-// (/v1/usage, /v1/adapters, /v1/models, /v1/chat/completions) with the tenant's own key.
+// The tenant view: usage chart, adapters, batches, playground. Every figure is from the tenant routes
+// (/v1/usage, /v1/adapters, /v1/batches, /v1/models, /v1/chat/completions) with the tenant's own key.
 import { Session, download, streamChat } from "./api.js";
 import { $, addDays, bytes, confirmAction, fillRows, h, number, say, signInForm, utcDate, when } from "./ui.js";
 import { renderUsageChart } from "./usage_chart.js";
@@ -81,6 +81,39 @@ async function deleteAdapter(ref) {
     await session.send("DELETE", `/v1/adapters/${encodeURIComponent(ref)}`);
     say(message, `Deleted ${ref}.`);
     await loadAdapters();
+  } catch (err) {
+    say(message, err.message, "error");
+  }
+}
+
+// -- batches ------------------------------------------------------------------------------------
+const BATCH_ENDED = ["completed", "failed", "expired", "cancelled"];
+
+async function loadBatches() {
+  const body = await session.json("/v1/batches?limit=100");
+  const rows = body.data.map((b) => {
+    const c = b.request_counts || {};
+    const ended = BATCH_ENDED.includes(b.status);
+    return h("tr", { "data-batch": b.id },
+      h("th", { scope: "row" }, h("code", {}, b.id)),
+      h("td", {}, b.status),
+      h("td", { class: "num" }, `${(c.completed || 0) + (c.failed || 0)} / ${c.total || 0}`),
+      h("td", { class: "num" }, c.failed || 0),
+      h("td", {}, b.endpoint),
+      h("td", {}, when(b.created_at * 1000)),
+      h("td", {}, ended ? "" : h("button", { type: "button", class: "danger small", "aria-label": `Cancel ${b.id}`,
+        onclick: () => cancelBatch(b.id) }, "Cancel")));
+  });
+  fillRows($("#batches-table tbody"), rows, "No batches yet: start one with `loraplex batches create`.", 7);
+}
+
+async function cancelBatch(id) {
+  const message = $("#batches-message");
+  if (!(await confirmAction(`Cancel ${id}? Lines not yet run go to its error file.`))) return;
+  try {
+    await session.send("POST", `/v1/batches/${encodeURIComponent(id)}/cancel`);
+    say(message, `Cancelling ${id}.`);
+    await loadBatches();
   } catch (err) {
     say(message, err.message, "error");
   }
@@ -227,7 +260,7 @@ function init() {
     verify: loadModels,
     onSignedIn: async () => {
       $("#who").textContent = "Signed in with a tenant API key";
-      await Promise.all([loadUsage(), loadAdapters()]);
+      await Promise.all([loadUsage(), loadAdapters(), loadBatches()]);
       document.body.dataset.ready = "tenant";
     },
     onSignedOut: () => {

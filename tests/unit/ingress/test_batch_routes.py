@@ -1,0 +1,165 @@
+"""/v1/files and /v1/batches on the real ingress app (SQLite, a local store) over a fake engine:
+OpenAI's shapes, per-tenant isolation, the upload's 4xx, the plan quotas; then the runner works a
+batch through the same path online requests take (one EngineCall per line, marked batch, with its
+deterministic request id), and every input line ends in exactly one output or error line."""
+
+import asyncio
+import json
+
+from starlette.testclient import TestClient
+
+from platform_app import build_platform_app
+from loraplex.tenancy.models import TenantLimits
+
+CHAT = "/v1/chat/completions"
+
+
+def reply(method, call, request):
+    if request.messages[0]["content"] == "overload" and reply.refusals < 1:
+        from loraplex.contract import EngineError
+        reply.refusals += 1
+        yield EngineError(503, "shed", reason="shed")
+        return
+    yield {"id": call.request_id, "object": "chat.completion", "model": request.model,
+           "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
+           "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}}
+
+
+reply.refusals = 0
+
+
+def line(custom_id, content="hello", model="SmolLM2-135M-Instruct", url=CHAT):
+    return json.dumps({"custom_id": custom_id, "method": "POST", "url": url,
+                       "body": {"model": model, "messages": [{"role": "user", "content": content}], "max_tokens": 2}})
+
+
+def upload(client, key, text, purpose="batch"):
+    return client.post("/v1/files", headers={"Authorization": key}, data={"purpose": purpose},
+                       files={"file": ("in.jsonl", text.encode())})
+
+
+def make(tmp_path, **kw):
+    platform = build_platform_app(tmp_path, reply, **kw)
+    platform.add_tenant("acme")
+    platform.add_tenant("other")
+    return platform, TestClient(platform.app, raise_server_exceptions=False)
+
+
+def test_upload_refuses_bad_files_with_a_4xx_naming_the_line(tmp_path):
+    platform, client = make(tmp_path)
+    key = platform.keys["acme"]
+    try:
+        bad = upload(client, key, line("a") + "\n{not json\n")
+        assert bad.status_code == 400 and "Line 2" in bad.json()["error"]["message"]
+        unknown = upload(client, key, line("a", url="/v1/embeddings"))
+        assert unknown.status_code == 400 and "/v1/embeddings" in unknown.json()["error"]["message"]
+        dup = upload(client, key, line("a") + "\n" + line("a"))
+        assert dup.status_code == 400 and "custom_id" in dup.json()["error"]["message"]
+        assert upload(client, key, line("a"), purpose="fine-tune").status_code == 400
+        assert client.get("/v1/files", headers={"Authorization": key}).json()["data"] == []  # nothing stored
+    finally:
+        platform.close()
+
+
+def test_an_oversize_file_gets_413(tmp_path):
+    platform, client = make(tmp_path)
+    platform.config.batches.max_file_bytes = 200  # the routes read the config object the app was built with
+    try:
+        big = upload(client, platform.keys["acme"], "\n".join(line(str(i)) for i in range(5)))
+        assert big.status_code == 413 and "batches.max_file_bytes" in big.json()["error"]["message"]
+        platform.config.batches.max_file_bytes = 10_000
+        assert upload(client, platform.keys["acme"], line("a")).status_code == 200
+    finally:
+        platform.close()
+
+
+def test_files_and_batches_are_the_tenants_own(tmp_path):
+    platform, client = make(tmp_path)
+    acme, other = platform.keys["acme"], platform.keys["other"]
+    try:
+        f = upload(client, acme, line("a") + "\n" + line("b"))
+        assert f.status_code == 200, f.text
+        file_id = f.json()["id"]
+        assert f.json()["purpose"] == "batch" and f.json()["object"] == "file"
+        assert client.get(f"/v1/files/{file_id}", headers={"Authorization": other}).status_code == 404
+        assert client.get(f"/v1/files/{file_id}/content", headers={"Authorization": other}).status_code == 404
+        # Another tenant cannot start a batch on it either.
+        made = client.post("/v1/batches", headers={"Authorization": other},
+                           json={"input_file_id": file_id, "endpoint": CHAT, "completion_window": "24h"})
+        assert made.status_code == 404
+        batch = client.post("/v1/batches", headers={"Authorization": acme},
+                            json={"input_file_id": file_id, "endpoint": CHAT, "completion_window": "24h"}).json()
+        assert batch["status"] == "validating" and batch["object"] == "batch"
+        assert client.get(f"/v1/batches/{batch['id']}", headers={"Authorization": other}).status_code == 404
+        assert client.post(f"/v1/batches/{batch['id']}/cancel", headers={"Authorization": other}).status_code == 404
+        assert client.get("/v1/batches", headers={"Authorization": other}).json()["data"] == []
+        assert [b["id"] for b in client.get("/v1/batches", headers={"Authorization": acme}).json()["data"]] == [batch["id"]]
+        # The input of a batch not yet ended cannot be deleted under it.
+        assert client.delete(f"/v1/files/{file_id}", headers={"Authorization": acme}).status_code == 409
+        wrong = client.post("/v1/batches", headers={"Authorization": acme},
+                            json={"input_file_id": file_id, "endpoint": "/v1/completions"})
+        assert wrong.status_code == 400 and "one endpoint per batch" in wrong.json()["error"]["message"]
+        cancelled = client.post(f"/v1/batches/{batch['id']}/cancel", headers={"Authorization": acme}).json()
+        assert cancelled["status"] == "cancelling"
+    finally:
+        platform.close()
+
+
+def test_the_plans_batch_quotas_hold(tmp_path):
+    platform, client = make(tmp_path)
+    platform.service.plans["default"] = TenantLimits(max_batch_files=1, max_batches_in_flight=1)
+    platform.tenancy.keys.forget_tenant(platform.tenant_ids["acme"])
+    key = platform.keys["acme"]
+    try:
+        file_id = upload(client, key, line("a")).json()["id"]
+        second = upload(client, key, line("b"))
+        assert second.status_code == 409 and "max_batch_files" in second.json()["error"]["message"]
+        body = {"input_file_id": file_id, "endpoint": CHAT, "completion_window": "24h"}
+        assert client.post("/v1/batches", headers={"Authorization": key}, json=body).status_code == 200
+        again = client.post("/v1/batches", headers={"Authorization": key}, json=body)
+        assert again.status_code == 429 and "max_batches_in_flight" in again.json()["error"]["message"]
+        assert again.headers["Retry-After"]
+        platform.service.update_tenant(platform.tenant_ids["acme"], limits={"max_batch_file_bytes": 10,
+                                                                           "max_batch_files": 5})
+        platform.tenancy.keys.forget_tenant(platform.tenant_ids["acme"])
+        big = upload(client, key, line("c"))
+        assert big.status_code == 413 and "max_batch_file_bytes" in big.json()["error"]["message"]
+    finally:
+        platform.close()
+
+
+def test_the_runner_serves_every_line_once_through_the_online_path(tmp_path):
+    platform, client = make(tmp_path)
+    acme, other = platform.keys["acme"], platform.keys["other"]
+    try:
+        assert client.post("/v1/adapters", headers={"Authorization": other}, data={"name": "theirs"},
+                           files={"file": ("a.tar.gz", platform.adapter_archive())}).status_code == 201
+        text = "\n".join([line("a"), line("b", model="theirs"), line("c", content="overload"), line("d")])
+        file_id = upload(client, acme, text).json()["id"]
+        batch = client.post("/v1/batches", headers={"Authorization": acme},
+                            json={"input_file_id": file_id, "endpoint": CHAT, "completion_window": "24h"}).json()
+        runner = platform.app.state.batch_runner
+        runner.config = runner.config.model_copy(update={"retry_s": 0.01})
+        asyncio.run(runner.run_once())
+        done = client.get(f"/v1/batches/{batch['id']}", headers={"Authorization": acme}).json()
+        assert done["status"] == "completed", done
+        assert done["request_counts"] == {"total": 4, "completed": 3, "failed": 1}
+        out = client.get(f"/v1/files/{done['output_file_id']}/content", headers={"Authorization": acme}).text
+        err = client.get(f"/v1/files/{done['error_file_id']}/content", headers={"Authorization": acme}).text
+        outs = [json.loads(x) for x in out.splitlines()]
+        errs = [json.loads(x) for x in err.splitlines()]
+        assert sorted(o["custom_id"] for o in outs + errs) == ["a", "b", "c", "d"]  # each exactly once
+        assert [e["custom_id"] for e in errs] == ["b"] and errs[0]["response"]["status_code"] == 404
+        assert all(o["response"]["status_code"] == 200 for o in outs)
+        calls = [r[1] for r in platform.engine.requests if r[0] == "generate"]
+        assert all(c.batch and c.priority == 0 for c in calls)
+        # Each line's request id is its batch's and its number: the shed one ran again under the same id.
+        ids = [c.request_id for c in calls]
+        assert sorted(set(ids)) == sorted(f"{batch['id']}-{i}" for i in (0, 2, 3))
+        assert ids.count(f"{batch['id']}-2") == 2
+        # Run again (a restart): nothing left to run, nothing runs twice.
+        before = len(platform.engine.requests)
+        asyncio.run(runner.run_once())
+        assert len(platform.engine.requests) == before
+    finally:
+        platform.close()
