@@ -154,24 +154,27 @@ class Limiter:
         self._ensure_sweeper()
         return await self._acquire(principal.tenant_id, limits, {"concurrency": 1}, 0, None)
 
-    async def admit(self, principal, call, held: Admission = None) -> Admission:
+    async def admit(self, principal, call, held: Admission = None, resources: tuple[str, ...] | None = None) -> Admission:
         """Admit `call`, counting its sequences (n x prompts): each holds a concurrency slot and
-        is charged its max_tokens, the prompts once. `held`: this request's slot from hold()."""
+        is charged its max_tokens, the prompts once. `held`: this request's slot from hold().
+        `resources`: only these of the tenant's limits apply (a batch line: the budget alone);
+        the lease stays the tenant's one, under all its limits."""
         held = held if held is not None else OPEN
         if principal is None:
             return OPEN
         limits = limit_values(principal.limits)
-        if not limits:
+        applied = [r for r in limits if resources is None or r in resources]
+        if not applied:
             return OPEN  # no limit: no lease, no round trip
         self._ensure_sweeper()
         tenant = principal.tenant_id
         sequences = max(getattr(call, "sequences", 1), 1)
         charge = call.prompt_tokens + sequences * (call.max_tokens or self.config.default_max_tokens)
         amounts = {res: (charge if res in ("tokens", "budget") else sequences if res == "concurrency" else 1)
-                   for res in limits}
-        if charge > limits.get("tokens", charge):  # can never fit the bucket: say so, no round trip
+                   for res in applied}
+        if "tokens" in amounts and charge > limits["tokens"]:  # can never fit the bucket: say so, no round trip
             raise LimitExceeded("rate_limit_tokens", int(WINDOW_S), too_big(charge, "tokens_per_minute", limits["tokens"]))
-        if sequences > limits.get("concurrency", sequences):  # can never start: the ingress refuses it first
+        if "concurrency" in amounts and sequences > limits["concurrency"]:  # can never start: the ingress refuses it first
             raise LimitExceeded("concurrency_limit", 1, f"This request runs {sequences} sequences (n x prompts), "
                                 f"more than max_concurrent_requests ({limits['concurrency']}); send fewer.")
         return await self._acquire(tenant, limits, amounts, charge, call.request_id, held)

@@ -6,6 +6,13 @@ What the line gets is what an online request would: its 2xx reply (the output fi
 it (503 overload, shed, queue full; an Engine replica lost before its reply) are retried by the
 runner, never written: nothing of them was billed, or the ledger keeps the one record a request
 id may have.
+
+Of the tenant's limits a line meets `monthly_token_budget` (BATCH_LIMITS): it is a cap on the
+bill, and a batch is billed like online traffic. The per-minute rates and
+`max_concurrent_requests` are the online traffic's; a batch's own bounds are
+`max_batches_in_flight` and `batches.lines_in_flight`. A budget refusal that lifts within
+MAX_RETRY_AFTER_S (the requests in flight would exceed it) is waited out; an exhausted budget (it
+refills next month) ends the line in the error file with the 429 an online request gets.
 """
 
 from __future__ import annotations
@@ -29,6 +36,8 @@ from loraplex.tenancy.models import Principal
 logger = logging.getLogger(__name__)
 MODELS = {"/v1/chat/completions": ChatCompletionRequest, "/v1/completions": CompletionRequest}
 RETRYABLE = (429, 503)
+BATCH_LIMITS = ("budget",)
+MAX_RETRY_AFTER_S = 60  # a refusal that lifts later than this (the budget's next month) ends the line
 PRINCIPAL_TTL_S = 30.0  # a suspension or a limit change reaches a running batch within this
 
 
@@ -44,12 +53,18 @@ class BatchLines:
             arrival = time.time()
             call = await self.openai._call(principal, oai_request, arrival, arrival + self.line_timeout_s,
                                            request_id=request_id, batch=True)
+            admission = await self.openai.limits.admit(principal, call, resources=BATCH_LIMITS)
         except StatusError as exc:
-            return LineResult(exc.status, exc.body(), retry=exc.status in RETRYABLE)
-        return await self._run(call, oai_request)
+            wait = float(exc.headers.get("Retry-After", 0) or 0)
+            return LineResult(exc.status, exc.body(), retry=exc.status in RETRYABLE and wait <= MAX_RETRY_AFTER_S,
+                              retry_after_s=wait or None)
+        try:
+            return await self._run(call, oai_request, admission)
+        finally:
+            admission.release()  # idempotent: the stream's end released it, unless it never started
 
-    async def _run(self, call, oai_request) -> LineResult:
-        items = self.openai.engine.generate(call, oai_request)
+    async def _run(self, call, oai_request, admission) -> LineResult:
+        items = admission.track(self.openai.engine.generate(call, oai_request))
         try:
             first = await anext(items)
             if isinstance(first, EngineError):

@@ -163,3 +163,37 @@ def test_the_runner_serves_every_line_once_through_the_online_path(tmp_path):
         assert len(platform.engine.requests) == before
     finally:
         platform.close()
+
+
+def test_a_batch_stops_at_the_monthly_token_budget(tmp_path):
+    # A batch is billed like online traffic: its lines meet monthly_token_budget (and nothing else
+    # of the tenant's online limits). Each line here uses 3 tokens (the fake's prompt, no output).
+    platform, client = make(tmp_path)
+    tid, key = platform.tenant_ids["acme"], platform.keys["acme"]
+    platform.service.update_tenant(tid, limits={"monthly_token_budget": 40, "requests_per_minute": 1})
+    platform.tenancy.keys.forget_tenant(tid)
+    try:
+        file_id = upload(client, key, "\n".join(line(f"l{i}") for i in range(30))).json()["id"]
+        batch = client.post("/v1/batches", headers={"Authorization": key},
+                            json={"input_file_id": file_id, "endpoint": CHAT, "completion_window": "24h"}).json()
+        runner = platform.app.state.batch_runner
+        runner.config = runner.config.model_copy(update={"retry_s": 0.01, "lines_in_flight": 1})
+        asyncio.run(runner.run_once())
+        done = client.get(f"/v1/batches/{batch['id']}", headers={"Authorization": key}).json()
+        assert done["status"] == "completed", done
+        counts = done["request_counts"]
+        ran = [r for r in platform.engine.requests if r[0] == "generate"]
+        # requests_per_minute: 1 is the online traffic's, not the batch's: more than one line ran.
+        assert counts["total"] == 30 and 1 < counts["completed"] == len(ran) and counts["failed"] > 0
+        assert 3 * counts["completed"] <= 40  # never past the budget
+        err = client.get(f"/v1/files/{done['error_file_id']}/content", headers={"Authorization": key}).text
+        errs = [json.loads(x)["response"] for x in err.splitlines()]
+        assert len(errs) == counts["failed"]
+        assert all(e["status_code"] == 429 and e["body"]["error"]["code"] == "budget_exceeded" for e in errs)
+        # The online path sees the same budget spent.
+        online = client.post(CHAT, headers={"Authorization": key},
+                             json={"model": "SmolLM2-135M-Instruct", "messages": [{"role": "user", "content": "x"}],
+                                   "max_tokens": 2})
+        assert online.status_code == 429 and online.json()["error"]["code"] == "budget_exceeded"
+    finally:
+        platform.close()
