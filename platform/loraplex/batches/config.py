@@ -29,6 +29,11 @@ class BatchConfig(BaseModel):
         30.0, gt=0,
         description="How long a runner's claim on a batch lasts without renewal (renewed every lease_s / 3): "
         "after an Ingress replica dies, another one takes its batches over within this.")
+    slice_s: float = Field(
+        60.0, gt=0,
+        description="Longest a runner works one batch before it leaves it (its lines in flight finish) and "
+        "claims the batch worked least recently: batches take turns, so one tenant's 50,000-line batch does "
+        "not hold back another tenant's small one for hours.")
     poll_s: float = Field(2.0, gt=0, description="How often an idle runner looks for a batch to claim.")
     retry_s: float = Field(
         2.0, gt=0,

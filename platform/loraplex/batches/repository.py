@@ -129,12 +129,14 @@ class BatchRepository:
 
     # -- the runner's lease ----------------------------------------------------------------------
     def claim(self, owner: str, lease_s: float, skip: Iterable[str] = ()) -> Optional[dict]:
-        """A runnable batch nobody holds (or whose holder's lease ran out), now leased to `owner`."""
+        """A runnable batch nobody holds (or whose holder's lease ran out), now leased to `owner`:
+        one never worked first (oldest first), then the one whose lease ended longest ago, so
+        batches take turns (`release` leaves `lease_until` at the release time)."""
         now = self.clock()
         with write_transaction(self.db) as conn:
             q = (select(b.c.id).where(b.c.status.in_(state.RUNNABLE),
                                       or_(b.c.lease_until.is_(None), b.c.lease_until < now, b.c.lease_owner == owner))
-                 .order_by(b.c.created_at, b.c.id).limit(1))
+                 .order_by(b.c.lease_until.asc().nulls_first(), b.c.created_at, b.c.id).limit(1))
             skip = list(skip)
             if skip:
                 q = q.where(b.c.id.not_in(skip))
@@ -153,7 +155,7 @@ class BatchRepository:
     def release(self, batch_id: str, owner: str) -> None:
         with self.db.begin() as conn:
             conn.execute(update(b).where(b.c.id == batch_id, b.c.lease_owner == owner).values(
-                lease_owner=None, lease_until=None))
+                lease_owner=None, lease_until=self.clock()))  # free now; when it ended orders the next claims
 
     # -- lines -----------------------------------------------------------------------------------
     def add_lines(self, batch_id: str, lines: list) -> None:

@@ -124,7 +124,8 @@ class BatchRunner:
         running: set[asyncio.Task] = set()
         stopped: Optional[str] = None
         pending = await asyncio.to_thread(self.repo.pending_lines, batch["id"])
-        last_check = asyncio.get_running_loop().time()
+        started = last_check = asyncio.get_running_loop().time()
+        sent = 0
         while pending and stopped is None:
             retry: list[int] = []
             for index in pending:
@@ -133,10 +134,15 @@ class BatchRunner:
                 if now - last_check >= self.config.poll_s:  # a cancel, the window, the lease: between lines
                     last_check = now
                     stopped = await self._why_stop(batch["id"], renewer)
+                if stopped is None and sent and now - started >= self.config.slice_s:
+                    stopped = "sliced"  # its turn is over: the next claim may be another batch
+                    slots.release()
+                    break
                 if stopped is not None or self._stop.is_set():
                     slots.release()
                     stopped = stopped or "runner_stopped"
                     break
+                sent += 1
                 task = asyncio.create_task(self._run_line(batch, by_index[index], slots, retry))
                 running.add(task)
                 task.add_done_callback(running.discard)

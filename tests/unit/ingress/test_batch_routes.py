@@ -197,3 +197,27 @@ def test_a_batch_stops_at_the_monthly_token_budget(tmp_path):
         assert online.status_code == 429 and online.json()["error"]["code"] == "budget_exceeded"
     finally:
         platform.close()
+
+
+def test_batches_take_turns_so_a_big_one_does_not_hold_back_a_small_one(tmp_path):
+    platform, client = make(tmp_path)
+    acme, other = platform.keys["acme"], platform.keys["other"]
+    try:
+        body = {"endpoint": CHAT, "completion_window": "24h"}
+        big_file = upload(client, acme, "\n".join(line(f"a{i}", content=f"acme {i}") for i in range(8))).json()["id"]
+        big = client.post("/v1/batches", headers={"Authorization": acme}, json={**body, "input_file_id": big_file}).json()
+        small_file = upload(client, other, "\n".join(line(f"o{i}", content=f"other {i}") for i in range(2))).json()["id"]
+        small = client.post("/v1/batches", headers={"Authorization": other},
+                            json={**body, "input_file_id": small_file}).json()
+        runner = platform.app.state.batch_runner
+        runner.config = runner.config.model_copy(update={"lines_in_flight": 1, "slice_s": 1e-6})
+        while asyncio.run(runner.run_once()):  # each turn: one line (the slice), then the next batch
+            pass
+        for key, batch in ((acme, big), (other, small)):
+            assert client.get(f"/v1/batches/{batch['id']}", headers={"Authorization": key}).json()["status"] == "completed"
+        order = [r[2].messages[0]["content"] for r in platform.engine.requests if r[0] == "generate"]
+        assert len(order) == 10
+        # The small batch, created second, was done within the big one's first turns, not after its 8 lines.
+        assert order.index("other 1") < order.index("acme 3"), order
+    finally:
+        platform.close()
