@@ -79,7 +79,7 @@ def test_a_batch_survives_kill_9_of_its_ingress(tmp_path):
                 return None
             return now if now.status in ("completed", "failed", "expired", "cancelled") else None
         # Without the takeover of an expired lease the batch would stay in_progress, held by the dead runner.
-        batch = wait_until(ended, 180, "the batch to end on the replacement replica", interval_s=0.5)
+        batch = wait_until(ended, 120, "the batch to end on the replacement replica", interval_s=0.5)
         assert batch.status == "completed", batch
         assert (batch.request_counts.total, batch.request_counts.completed, batch.request_counts.failed) == (LINES, LINES, 0)
         out = [json.loads(x) for x in sdk.files.content(batch.output_file_id).text.splitlines()]
