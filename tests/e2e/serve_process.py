@@ -1,6 +1,7 @@
 """`serve run CONFIG` as an operator starts it, in its own process group, until ready."""
 
 import json
+import subprocess
 import sys
 import threading
 from contextlib import contextmanager
@@ -33,6 +34,13 @@ def serve_run(config: str, log_path: Path, admin_token: str):
         yield run.proc
     finally:
         run.stop(grace_s=60)
+
+
+def replica_pids(proc, deployment: str, app: str = "loraplex") -> set[int]:
+    """This run's replica processes of `deployment` (Ray's process title
+    `ServeReplica:<app>:<deployment>`), not another run's on the same machine."""
+    out = subprocess.run(["pgrep", "-f", f"ServeReplica:{app}:{deployment}"], capture_output=True, text=True).stdout
+    return {int(p) for p in out.split() if has_mark(int(p), RUN_MARK, proc.run_mark)}
 
 
 def new_tenant_key(admin_token: str, name: str) -> str:

@@ -12,7 +12,6 @@ next build; deleting the adapter retires the path (404) and its merged checkpoin
 import os
 import secrets
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -27,7 +26,7 @@ from loraplex.accounting.tables import usage_records
 from loraplex.db.engine import make_engine
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from serve_process import BASE_URL, RUN_MARK, has_mark, serve_run  # noqa: E402
+from serve_process import BASE_URL, replica_pids, serve_run  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from waiting import wait_until  # noqa: E402
@@ -42,9 +41,7 @@ PROMPTS = ["What is the capital of France?", "Tell me about the sea."]
 
 
 def merged_pids(proc, adapter_id: int) -> set[int]:
-    title = f"ServeReplica:loraplex:Merged-{adapter_id}"
-    out = subprocess.run(["pgrep", "-f", title], capture_output=True, text=True).stdout
-    return {int(p) for p in out.split() if has_mark(int(p), RUN_MARK, proc.run_mark)}
+    return replica_pids(proc, f"Merged-{adapter_id}")
 
 
 def dedicated_state(adapter_id: int) -> dict:

@@ -22,7 +22,7 @@ from loraplex.accounting.tables import usage_records
 from loraplex.db.engine import make_engine
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from serve_process import BASE_URL, ROOT, RUN_MARK, StreamingChat, has_mark, new_tenant_key, serve_run  # noqa: E402
+from serve_process import BASE_URL, ROOT, StreamingChat, new_tenant_key, replica_pids, serve_run  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from waiting import wait_until  # noqa: E402
@@ -35,15 +35,6 @@ ADMIN_TOKEN = secrets.token_urlsafe(16)
 def readyz_details() -> httpx.Response:
     """/readyz with its details (the probe's replica): the public route answers the status alone."""
     return httpx.get(f"{BASE_URL}/admin/readyz", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=60)
-
-
-ENGINE_PROCESS = "ServeReplica:loraplex:Engine"  # Ray's process title of an Engine replica
-
-
-def engine_pids(proc) -> set[int]:
-    """This run's Engine replica processes (not another deployment's on the same machine)."""
-    out = subprocess.run(["pgrep", "-f", ENGINE_PROCESS], capture_output=True, text=True).stdout
-    return {int(p) for p in out.split() if has_mark(int(p), RUN_MARK, proc.run_mark)}
 
 
 def cmdline(pid: int) -> str:
@@ -108,7 +99,7 @@ def test_records_survive_kill_9_exactly_once(tmp_path):
         assert all(s.tokens >= 3 for s in streams), [(s.tokens, s.failure) for s in streams]
 
         dead_replica = readyz_details().json()["probe"]["replica_id"]
-        [pid] = engine_pids(proc)
+        [pid] = replica_pids(proc, "Engine")
         engine_core = [c for c in descendants(pid) if "orphan_guard" not in cmdline(c)]
         assert engine_core, "vLLM's EngineCore should be a child of the Engine replica"
         core_memory = sum(rss(c) for c in engine_core)
@@ -125,7 +116,7 @@ def test_records_survive_kill_9_exactly_once(tmp_path):
             assert error["code"] == 503 and "lost" in error["message"]
             assert stream.events[-1] == "data: [DONE]"
         # Serve notices the dead actor and starts another replica, which replays the dead one's spool.
-        wait_until(lambda: engine_pids(proc) - {pid}, 300, "a replacement Engine replica process", interval_s=1)
+        wait_until(lambda: replica_pids(proc, "Engine") - {pid}, 300, "a replacement Engine replica process", interval_s=1)
 
         def ready_on_the_replacement():
             assert proc.poll() is None, f"`serve run` exited with {proc.returncode}"
