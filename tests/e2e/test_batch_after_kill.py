@@ -1,7 +1,9 @@
 """kill -9 the Ingress replica whose runner is working a batch, mid-way: its replacement takes the
-batch over once the dead runner's lease runs out (`batches.lease_s`), the batch completes, every
-input line ends in exactly one output or error line, and each line is in the ledger exactly once
-under its request id `<batch id>-<line index>` (a line cut by the kill and sent again included)."""
+batch over once the dead runner's lease runs out (`batches.lease_s`); then kill -9 the Engine
+replica serving its lines: the lines it held come back to the runner as lost and are sent again to
+the replacement. The batch completes, every input line ends in exactly one output or error line,
+and each line is in the ledger exactly once under its request id `<batch id>-<line index>` (lines
+cut by either kill and sent again included)."""
 
 import json
 import os
@@ -28,11 +30,11 @@ from waiting import wait_until  # noqa: E402
 pytestmark = pytest.mark.e2e
 
 ADMIN_TOKEN = secrets.token_urlsafe(16)
-LINES, MAX_TOKENS = 10, 24
+LINES, MAX_TOKENS = 16, 24
 LEASE_S = 3.0  # the takeover's wait; the default (30 s) would only slow the test down
 
 
-def test_a_batch_survives_kill_9_of_its_ingress(tmp_path):
+def test_a_batch_survives_kill_9_of_its_ingress_then_its_engine(tmp_path):
     config = yaml.safe_load((ROOT / "serve_config.yaml").read_text())
     args = config["applications"][0]["args"]
     db_url = f"sqlite:///{tmp_path}/loraplex.db"
@@ -71,6 +73,21 @@ def test_a_batch_survives_kill_9_of_its_ingress(tmp_path):
 
         wait_until(lambda: replica_pids(proc, "Ingress") - {ingress}, 120, "a replacement Ingress replica", interval_s=1)
 
+        # The replacement's runner has taken the batch over and runs its lines: now the Engine replica.
+        def resumed():
+            try:
+                now = sdk.batches.retrieve(batch.id)
+            except OpenAIError:  # the replacement is not serving yet
+                return False
+            return now.request_counts.completed >= LINES - len(pending) + 2 or now.status != "in_progress"
+        wait_until(resumed, 120, "the batch's lines to run again on the replacement Ingress", interval_s=0.05)
+        [engine] = replica_pids(proc, "Engine")
+        os.kill(engine, signal.SIGKILL)
+        with db.connect() as conn:
+            still = conn.execute(select(batches.c.status).where(batches.c.id == batch.id)).scalar()
+        assert still == "in_progress", "the batch ended before the Engine kill: make its lines longer"
+        wait_until(lambda: replica_pids(proc, "Engine") - {engine}, 300, "a replacement Engine replica", interval_s=1)
+
         def ended():
             assert proc.poll() is None, f"`serve run` exited with {proc.returncode}"
             try:
@@ -79,7 +96,7 @@ def test_a_batch_survives_kill_9_of_its_ingress(tmp_path):
                 return None
             return now if now.status in ("completed", "failed", "expired", "cancelled") else None
         # Without the takeover of an expired lease the batch would stay in_progress, held by the dead runner.
-        batch = wait_until(ended, 120, "the batch to end on the replacement replica", interval_s=0.5)
+        batch = wait_until(ended, 300, "the batch to end on the replacement replicas", interval_s=0.5)
         assert batch.status == "completed", batch
         assert (batch.request_counts.total, batch.request_counts.completed, batch.request_counts.failed) == (LINES, LINES, 0)
         out = [json.loads(x) for x in sdk.files.content(batch.output_file_id).text.splitlines()]
