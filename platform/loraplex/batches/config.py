@@ -37,8 +37,9 @@ class BatchConfig(BaseModel):
     poll_s: float = Field(2.0, gt=0, description="How often an idle runner looks for a batch to claim.")
     retry_s: float = Field(
         2.0, gt=0,
-        description="How long a line refused by the engine before it ran (503 overload, shed, queue full) waits "
-        "before it is sent again; such a refusal is never billed nor written as an error.")
+        description="How long a line refused before it ran (503 overload, shed, queue full; the budget's "
+        "in-flight wait) waits at least before it is sent again: longer when the refusal's Retry-After says so "
+        "(up to 60 s). Such a refusal is never billed nor written as an error.")
     line_timeout_s: float = Field(
         3600.0, gt=0,
         description="Deadline of one line once sent (its wait in the fair queue included); a line past it is "

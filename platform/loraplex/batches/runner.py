@@ -25,6 +25,7 @@ from loraplex.batches.results import LineResult, batch_error_line, output_line, 
 logger = logging.getLogger(__name__)
 
 Execute = Callable[[dict, BatchLine, str], Awaitable[LineResult]]
+MAX_RETRY_WAIT_S = 60.0
 
 
 class LeaseLost(Exception):
@@ -127,7 +128,7 @@ class BatchRunner:
         started = last_check = asyncio.get_running_loop().time()
         sent = 0
         while pending and stopped is None:
-            retry: list[int] = []
+            retry: dict[int, Optional[float]] = {}  # line -> the refusal's Retry-After, if it said one
             for index in pending:
                 await slots.acquire()
                 now = asyncio.get_running_loop().time()
@@ -149,7 +150,7 @@ class BatchRunner:
             if running:
                 await asyncio.gather(*running, return_exceptions=True)
             if stopped is None and retry:
-                await asyncio.sleep(self.config.retry_s)
+                await asyncio.sleep(self._retry_wait(retry.values()))
                 stopped = await self._why_stop(batch["id"], renewer)
             pending = sorted(retry)
         if stopped == "expired":
@@ -164,7 +165,15 @@ class BatchRunner:
             return "cancelling" if now is not None and now["status"] == "cancelling" else "moved"
         return "expired" if self._expired(now) else None
 
-    async def _run_line(self, batch: dict, line: BatchLine, slots: asyncio.Semaphore, retry: list[int]) -> None:
+    def _retry_wait(self, hints) -> float:
+        """Seconds before refused lines go again: the soonest Retry-After they were given (the engine's
+        shed, the budget's in-flight wait), never less than `retry_s` nor more than MAX_RETRY_WAIT_S
+        (a cancel or the window is checked after the wait)."""
+        given = [h for h in hints if h]
+        return min(max(self.config.retry_s, min(given, default=self.config.retry_s)), MAX_RETRY_WAIT_S)
+
+    async def _run_line(self, batch: dict, line: BatchLine, slots: asyncio.Semaphore,
+                        retry: dict[int, Optional[float]]) -> None:
         request_id = line_request_id(batch["id"], line.index)
         try:
             self.lines_run += 1
@@ -174,7 +183,7 @@ class BatchRunner:
                 logger.exception("batch %s line %d failed to run", batch["id"], line.index)
                 result = LineResult(503, {"error": {"message": f"{type(exc).__name__}: {exc}"}}, retry=True)
             if result.retry:
-                retry.append(line.index)
+                retry[line.index] = result.retry_after_s
                 return
             text = output_line(line.custom_id, request_id, result.status_code, result.body)
             await asyncio.to_thread(self.repo.finish_line, batch["id"], line.index, result.ok, result.status_code, text)
