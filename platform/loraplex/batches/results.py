@@ -8,6 +8,9 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 
+MAX_RETRY_WAIT_S = 60.0  # the longest a refused line waits to be sent again; a refusal lifting later ends it
+
+
 @dataclass(frozen=True)
 class LineResult:
     """What running one line gave. `retry`: refused before it ran (overload): nothing was billed,

@@ -20,12 +20,11 @@ from loraplex.batches.config import BatchConfig
 from loraplex.batches.files import BatchFileStore
 from loraplex.batches.jsonl import BatchLine, parse_batch_file
 from loraplex.batches.repository import OUTPUT_PURPOSE, BatchRepository, line_request_id
-from loraplex.batches.results import LineResult, batch_error_line, output_line, result_file_id
+from loraplex.batches.results import MAX_RETRY_WAIT_S, LineResult, batch_error_line, output_line, result_file_id
 
 logger = logging.getLogger(__name__)
 
 Execute = Callable[[dict, BatchLine, str], Awaitable[LineResult]]
-MAX_RETRY_WAIT_S = 60.0
 
 
 class LeaseLost(Exception):
@@ -137,8 +136,6 @@ class BatchRunner:
                     stopped = await self._why_stop(batch["id"], renewer)
                 if stopped is None and sent and now - started >= self.config.slice_s:
                     stopped = "sliced"  # its turn is over: the next claim may be another batch
-                    slots.release()
-                    break
                 if stopped is not None or self._stop.is_set():
                     slots.release()
                     stopped = stopped or "runner_stopped"

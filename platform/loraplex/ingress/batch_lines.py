@@ -11,7 +11,7 @@ Of the tenant's limits a line meets `monthly_token_budget` (BATCH_LIMITS): it is
 bill, and a batch is billed like online traffic. The per-minute rates and
 `max_concurrent_requests` are the online traffic's; a batch's own bounds are
 `max_batches_in_flight` and `batches.lines_in_flight`. A budget refusal that lifts within
-MAX_RETRY_AFTER_S (the requests in flight would exceed it) is waited out; an exhausted budget (it
+MAX_RETRY_WAIT_S (the requests in flight would exceed it) is waited out; an exhausted budget (it
 refills next month) ends the line in the error file with the 429 an online request gets.
 """
 
@@ -27,7 +27,7 @@ from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionReque
 from vllm.entrypoints.openai.completion.protocol import CompletionRequest
 
 from loraplex.batches.jsonl import BatchLine
-from loraplex.batches.results import LineResult
+from loraplex.batches.results import MAX_RETRY_WAIT_S, LineResult
 from loraplex.contract import EngineError
 from loraplex.errors import StatusError
 from loraplex.ingress.openai_routes import OpenAIRoutes, parse
@@ -37,7 +37,6 @@ logger = logging.getLogger(__name__)
 MODELS = {"/v1/chat/completions": ChatCompletionRequest, "/v1/completions": CompletionRequest}
 RETRYABLE = (429, 503)
 BATCH_LIMITS = ("budget",)
-MAX_RETRY_AFTER_S = 60  # a refusal that lifts later than this (the budget's next month) ends the line
 PRINCIPAL_TTL_S = 30.0  # a suspension or a limit change reaches a running batch within this
 
 
@@ -56,7 +55,7 @@ class BatchLines:
             admission = await self.openai.limits.admit(principal, call, resources=BATCH_LIMITS)
         except StatusError as exc:
             wait = float(exc.headers.get("Retry-After", 0) or 0)
-            return LineResult(exc.status, exc.body(), retry=exc.status in RETRYABLE and wait <= MAX_RETRY_AFTER_S,
+            return LineResult(exc.status, exc.body(), retry=exc.status in RETRYABLE and wait <= MAX_RETRY_WAIT_S,
                               retry_after_s=wait or None)
         try:
             return await self._run(call, oai_request, admission)
