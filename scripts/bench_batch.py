@@ -38,6 +38,7 @@ from bench.loadtest.client import Target  # noqa: E402
 from bench.loadtest.runner import run_closed  # noqa: E402
 from bench.loadtest.stats import summarize  # noqa: E402
 from bench.loadtest.workload import RequestSpec, Tenant, Workload  # noqa: E402
+from bench.dedicated import seeded_config  # noqa: E402
 from bench.serve_run import ServeRun  # noqa: E402
 
 MODEL = "SmolLM2-135M-Instruct"
@@ -52,27 +53,14 @@ def workload(n: int, max_tokens: int, offset: int) -> Workload:
     return Workload([Tenant("online", "")], [], requests, "bench_batch", exact_lengths=False)
 
 
-def config(state: Path, port: int) -> Path:
-    doc = yaml.safe_load((ROOT / "serve_config.yaml").read_text())
+def config(state: Path, port: int):
+    """The shipped config with its state in `state`, the two tenants' keys seeded (bench/dedicated.py)."""
+    seeded = seeded_config(state, uploads={}, dedicated=[], tenants=("online", "batcher"))
+    doc = yaml.safe_load(seeded.config.read_text())
     doc["http_options"]["port"] = port
-    args = doc["applications"][0]["args"]
-    args["engine"]["model"] = str(ROOT / args["engine"]["model"])
-    args["database_url"] = f"sqlite:///{state}/loraplex.db"
-    args["registry"] = {"store_url": str(state / "adapters"), "cache_dir": str(state / "cache")}
-    args["accounting"] = {**args.get("accounting", {}), "spool_dir": str(state / "spool")}
-    args["batches"] = {"poll_s": 0.5}
-    path = state / "serve_config.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    return path
-
-
-def new_key(base_url: str, admin_token: str, name: str) -> str:
-    admin = {"Authorization": f"Bearer {admin_token}"}
-    tenant = httpx.post(f"{base_url}/admin/tenants", json={"name": name}, headers=admin, timeout=30)
-    tenant.raise_for_status()
-    key = httpx.post(f"{base_url}/admin/tenants/{tenant.json()['id']}/keys", headers=admin, timeout=30)
-    key.raise_for_status()
-    return key.json()["key"]
+    doc["applications"][0]["args"]["batches"] = {"poll_s": 0.5}
+    seeded.config.write_text(yaml.safe_dump(doc))
+    return seeded
 
 
 class Batch:
@@ -135,10 +123,11 @@ def main() -> int:
     admin = secrets.token_urlsafe(16)
     with tempfile.TemporaryDirectory(prefix="bench-batch-") as tmp:
         state = Path(tmp)
-        with ServeRun(config(state, a.port), port=a.port, log_path=state / "serve_run.log", admin_token=admin) as run:
+        seeded = config(state, a.port)
+        with ServeRun(seeded.config, port=a.port, log_path=state / "serve_run.log", admin_token=admin) as run:
             run.wait_ready()
-            target = Target("loraplex", run.base_url, MODEL, keys=[new_key(run.base_url, admin, "online")])
-            batcher = new_key(run.base_url, admin, "batcher")
+            target = Target("loraplex", run.base_url, MODEL, keys=[seeded.keys["online"]])
+            batcher = seeded.keys["batcher"]
             asyncio.run(run_closed(target, workload(a.concurrency * 2, 8, 90_000), a.concurrency, progress=False))
             phases = {"online alone": summarize(asyncio.run(run_closed(
                 target, workload(a.requests, a.max_tokens, 0), a.concurrency, desc="online alone")), a.concurrency)}
