@@ -9,6 +9,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.processes import BIN, ROOT, has_mark, kill_marked, marked, port_in_use  # noqa: E402,F401
@@ -34,6 +35,21 @@ def serve_run(config: str, log_path: Path, admin_token: str):
         yield run.proc
     finally:
         run.stop(grace_s=60)
+
+
+def local_config(tmp: Path, **args: dict) -> tuple[Path, str]:
+    """The shipped serve_config.yaml with its state in `tmp` (SQLite, adapter store and cache, the
+    ledger's spool), each of `args` merged into the app's args of that name. (Its path, database_url.)"""
+    config = yaml.safe_load((ROOT / "serve_config.yaml").read_text())
+    app_args = config["applications"][0]["args"]
+    app_args["database_url"] = f"sqlite:///{tmp}/loraplex.db"
+    app_args["registry"] = {"store_url": str(tmp / "adapters"), "cache_dir": str(tmp / "cache")}
+    app_args["accounting"] = {**app_args.get("accounting", {}), "spool_dir": str(tmp / "spool")}
+    for name, values in args.items():
+        app_args[name] = {**app_args.get(name, {}), **values}
+    path = tmp / "serve_config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path, app_args["database_url"]
 
 
 def replica_pids(proc, deployment: str, app: str = "loraplex") -> set[int]:

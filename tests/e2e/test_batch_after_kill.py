@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 from openai import OpenAI, OpenAIError
 from sqlalchemy import select
 
@@ -22,7 +21,7 @@ from loraplex.batches.tables import batch_lines, batches
 from loraplex.db.engine import make_engine
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from serve_process import BASE_URL, ROOT, new_tenant_key, replica_pids, serve_run  # noqa: E402
+from serve_process import BASE_URL, local_config, new_tenant_key, replica_pids, serve_run  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from waiting import wait_until  # noqa: E402
@@ -35,15 +34,8 @@ LEASE_S = 3.0  # the takeover's wait; the default (30 s) would only slow the tes
 
 
 def test_a_batch_survives_kill_9_of_its_ingress_then_its_engine(tmp_path):
-    config = yaml.safe_load((ROOT / "serve_config.yaml").read_text())
-    args = config["applications"][0]["args"]
-    db_url = f"sqlite:///{tmp_path}/loraplex.db"
-    args["database_url"] = db_url
-    args["registry"] = {"store_url": str(tmp_path / "adapters"), "cache_dir": str(tmp_path / "cache")}
-    args["accounting"] = {**args.get("accounting", {}), "spool_dir": str(tmp_path / "spool"), "flush_interval_s": 0.5}
-    args["batches"] = {"lease_s": LEASE_S, "poll_s": 0.5, "retry_s": 0.5, "lines_in_flight": 2}
-    config_path = tmp_path / "serve_config.yaml"
-    config_path.write_text(yaml.safe_dump(config))
+    config_path, db_url = local_config(tmp_path, accounting={"flush_interval_s": 0.5},
+                                       batches={"lease_s": LEASE_S, "poll_s": 0.5, "retry_s": 0.5, "lines_in_flight": 2})
     db = make_engine(db_url)
 
     with serve_run(str(config_path), tmp_path / "serve_run.log", ADMIN_TOKEN) as proc:

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-import yaml
 from sqlalchemy import func, select
 
 from loraplex.accounting.ledger import UsageLedger
@@ -22,7 +21,7 @@ from loraplex.accounting.tables import usage_records
 from loraplex.db.engine import make_engine
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from serve_process import BASE_URL, ROOT, StreamingChat, new_tenant_key, replica_pids, serve_run  # noqa: E402
+from serve_process import BASE_URL, StreamingChat, local_config, new_tenant_key, replica_pids, serve_run  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from waiting import wait_until  # noqa: E402
@@ -66,15 +65,8 @@ def descendants(pid: int) -> list[int]:
 
 
 def test_records_survive_kill_9_exactly_once(tmp_path):
-    config = yaml.safe_load((ROOT / "serve_config.yaml").read_text())
-    args = config["applications"][0]["args"]
-    db_url = f"sqlite:///{tmp_path}/loraplex.db"
-    args["database_url"] = db_url
-    args["registry"] = {"store_url": str(tmp_path / "adapters"), "cache_dir": str(tmp_path / "cache")}
     # Nothing is flushed while serving: every record is only in the replica's spool when it dies.
-    args["accounting"] = {"spool_dir": str(tmp_path / "spool"), "flush_interval_s": 3600}
-    config_path = tmp_path / "serve_config.yaml"
-    config_path.write_text(yaml.safe_dump(config))
+    config_path, db_url = local_config(tmp_path, accounting={"flush_interval_s": 3600})
 
     with serve_run(str(config_path), tmp_path / "serve_run.log", ADMIN_TOKEN) as proc:
         key = new_tenant_key(ADMIN_TOKEN, "crash")
