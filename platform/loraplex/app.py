@@ -43,18 +43,24 @@ def build_platform(args: Optional[dict[str, Any]] = None, *, engine_cls: Optiona
     # heap dump cannot leak what it was never given).
     replica_config = without_admin_token(config.for_replicas())
     engine_kwargs = {} if engine_cls is None else {"engine_cls": engine_cls}
-    engine = engine_deployment(config.engine_deployment).bind(replica_config, home_node_id=home_node_id,
-                                                              **engine_kwargs)
+    # One Engine pool per base model, each with its own router and fair queue; the first is
+    # `Engine`, the one a single-model config always had.
+    pools = {base.model_id: engine_deployment(base.engine_deployment, name=config.pool_name(base.model_id)).bind(
+        replica_config.for_model(base.model_id), home_node_id=home_node_id, **engine_kwargs)
+        for base in config.bases()}
+    engine = pools[config.base_names[0]]
     # One Engine deployment per dedicated version: the same class, its base model the version
     # merged into the served model's weights (loraplex/dedicated).
     dedicated = dedicated_targets(config)
     merged = {t.adapter_id: engine_deployment(dedicated_deployment(config, t), name=t.deployment_name).bind(
-        replica_config, home_node_id=home_node_id, dedicated=t, **engine_kwargs) for t in dedicated}
+        replica_config.for_model(t.base_model if t.base_model in pools else None), home_node_id=home_node_id,
+        dedicated=t, **engine_kwargs) for t in dedicated}
     # The Ingress answers GET /admin/latency against the SLO; Engine replicas never read it.
     ingress_config = pin_admin_token(replica_config, config.tenancy.resolved_admin_token()).model_copy(
         update={"slo": config.slo})
     return ingress_deployment(config.ingress).bind(engine, ingress_config, home_node_id=home_node_id,
-                                                   dedicated=dedicated, dedicated_handles=merged)
+                                                   dedicated=dedicated, dedicated_handles=merged,
+                                                   pools={name: pool for name, pool in pools.items() if pool is not engine})
 
 
 def dedicated_targets(config: PlatformConfig) -> list:
@@ -90,5 +96,6 @@ def dedicated_targets(config: PlatformConfig) -> list:
 
 def dedicated_deployment(config: PlatformConfig, target) -> EngineDeploymentConfig:
     """A dedicated version's deployment: the Engine's settings, one replica of the target's size."""
-    return config.engine_deployment.model_copy(update={
+    base = config.base(target.base_model if target.base_model in config.base_names else None)
+    return base.engine_deployment.model_copy(update={
         "num_replicas": 1, "autoscaling": None, "num_cpus": target.num_cpus, "num_gpus": target.num_gpus})

@@ -503,6 +503,48 @@ class EngineDeploymentConfig(BaseModel):
         return self
 
 
+DEFAULT_POOL = "Engine"  # the first base's Engine deployment: the name single-model configs always had
+
+
+class BaseModelConfig(BaseModel):
+    """One base model and its own pool of Engine replicas: its router, fair queue, shedding and
+    autoscaling see only this pool; its tenants' adapters are bound to it (docs/operations.md,
+    "Several base models")."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: Optional[str] = Field(
+        None,
+        description="What clients send as `model` and /v1/models lists: the same as engine.served_model_name "
+        "(set one of them, or neither for the model dir's name). Unique across `models`.",
+    )
+    engine: EngineConfig = Field(default_factory=EngineConfig, description="vLLM settings of this base's replicas.")
+    engine_deployment: EngineDeploymentConfig = Field(
+        default_factory=EngineDeploymentConfig,
+        description="This base's Engine pool: replicas or autoscaling, resources, fair queue, routing, shedding.",
+    )
+
+    @field_validator("engine", mode="before")
+    @classmethod
+    def _allow_none(cls, value: Any) -> Any:
+        return {} if value is None else value
+
+    @model_validator(mode="after")
+    def _name_is_the_served_name(self) -> "BaseModelConfig":
+        served = self.engine.served_model_name
+        if self.name is not None and served is not None and served != self.name:
+            raise ValueError(f"name {self.name!r} and engine.served_model_name {served!r} differ: clients send one "
+                             "name for a base; set only `name`")
+        if self.name is not None:
+            self.engine = self.engine.model_copy(update={"served_model_name": self.name})
+        return self
+
+    @property
+    def model_id(self) -> str:
+        """The base's name: what clients send, what usage records and prices say."""
+        return self.engine.model_id
+
+
 class IngressDeploymentConfig(BaseModel):
     """The HTTP front door: OpenAI, tenant and admin routes."""
 
@@ -704,8 +746,19 @@ class PlatformConfig(BaseModel):
         "copied into the fair queue's adaptive dispatch limit (for_replicas).",
     )
 
-    engine: EngineConfig = Field(default_factory=EngineConfig)
-    engine_deployment: EngineDeploymentConfig = Field(default_factory=EngineDeploymentConfig)
+    engine: EngineConfig = Field(
+        default_factory=EngineConfig,
+        description="The one base model's vLLM settings (single-model form); with `models:`, left out: it is "
+        "then the first base's, which requests name or the default.")
+    engine_deployment: EngineDeploymentConfig = Field(
+        default_factory=EngineDeploymentConfig,
+        description="The one base model's Engine pool (single-model form); with `models:`, left out.")
+    models: list[BaseModelConfig] = Field(
+        default_factory=list,
+        description="Several base models in one app: each its own Engine pool (deployment `Engine` for the first, "
+        "`Engine-<name>` for the others), router and fair queue; tenants' adapters are bound to the base they "
+        "were uploaded for. Left out: the one base of `engine` / `engine_deployment`.",
+    )
     ingress: IngressDeploymentConfig = Field(default_factory=IngressDeploymentConfig)
     metrics: MetricsConfig = Field(
         default_factory=MetricsConfig,
@@ -733,17 +786,45 @@ class PlatformConfig(BaseModel):
         return {} if value is None else value
 
     @model_validator(mode="after")
+    def _one_list_of_bases(self) -> "PlatformConfig":
+        """`models:` or the single-model `engine` / `engine_deployment`, never both (one would be
+        ignored); afterwards `models` always lists every base and `engine` / `engine_deployment` are
+        the first's (what code that serves one base reads)."""
+        if not self.models:
+            self.models = [BaseModelConfig(engine=self.engine, engine_deployment=self.engine_deployment)]
+            return self
+        both = sorted({"engine", "engine_deployment"} & self.model_fields_set)
+        first = self.models[0]
+        if both and (self.engine, self.engine_deployment) != (first.engine, first.engine_deployment):  # a dump's are equal
+            raise ValueError(f"{' and '.join(both)} set beside `models:`: with several bases each entry of `models` "
+                             f"has its own; move {both[0]} into the entry of its base")
+        seen: dict[str, int] = {}
+        for i, base in enumerate(self.models):
+            if base.model_id in seen:
+                raise ValueError(f"models[{i}] and models[{seen[base.model_id]}] are both named {base.model_id!r}: "
+                                 "each base needs its own name (set models[i].name)")
+            seen[base.model_id] = i
+            pool = pool_deployment_name(i, base.model_id)
+            if "#" in pool:
+                raise ValueError(f"models[{i}].name {base.model_id!r}: a base's name may not contain '#' "
+                                 "(Ray Serve deployment names cannot)")
+        self.engine, self.engine_deployment = self.models[0].engine, self.models[0].engine_deployment
+        return self
+
+    @model_validator(mode="after")
     def _shedding_reachable(self) -> "PlatformConfig":
         """With the fair queue on, vLLM holds at most max_num_seqs of a replica's requests: a
         priority-0 count threshold set at or above it would be stored and never act."""
-        shedding, seqs = self.engine_deployment.shedding, self.engine.max_num_seqs
-        if (self.engine_deployment.fair_queue.enabled and "shed_requests" in shedding.model_fields_set
-                and shedding.requests_by_priority is None and shedding.shed_requests >= seqs):
-            raise ValueError(
-                f"engine_deployment.shedding.shed_requests={shedding.shed_requests} can never be reached: with "
-                f"fair_queue on, vLLM holds at most max_num_seqs={seqs} of a replica's requests and the queue "
-                "holds the rest. Set it below max_num_seqs to refuse priority 0 before the batch is full, or "
-                "bound the queue with engine_deployment.fair_queue.max_queued instead.")
+        for i, base in enumerate(self.models):
+            shedding, seqs = base.engine_deployment.shedding, base.engine.max_num_seqs
+            where = "engine_deployment" if len(self.models) == 1 else f"models[{i}].engine_deployment"
+            if (base.engine_deployment.fair_queue.enabled and "shed_requests" in shedding.model_fields_set
+                    and shedding.requests_by_priority is None and shedding.shed_requests >= seqs):
+                raise ValueError(
+                    f"{where}.shedding.shed_requests={shedding.shed_requests} can never be reached: with "
+                    f"fair_queue on, vLLM holds at most max_num_seqs={seqs} of a replica's requests and the queue "
+                    "holds the rest. Set it below max_num_seqs to refuse priority 0 before the batch is full, or "
+                    f"bound the queue with {where}.fair_queue.max_queued instead.")
         return self
 
     @model_validator(mode="after")
@@ -751,7 +832,8 @@ class PlatformConfig(BaseModel):
         """An unset cost model prices the hardware the Engine replicas run on: a GPU's hour where they
         have GPUs, a CPU VM's otherwise (a CPU install priced at a GPU's hour reports a cost per
         token thousands of times too high)."""
-        cost_model = self.accounting.cost_model.for_profile(on_gpu=self.engine_deployment.num_gpus > 0)
+        on_gpu = any(base.engine_deployment.num_gpus > 0 for base in self.models)
+        cost_model = self.accounting.cost_model.for_profile(on_gpu=on_gpu)
         if cost_model is not self.accounting.cost_model:
             self.accounting = self.accounting.model_copy(update={"cost_model": cost_model})
         return self
@@ -765,6 +847,38 @@ class PlatformConfig(BaseModel):
     def from_args(cls, args: Optional[dict[str, Any]]) -> "PlatformConfig":
         return cls.model_validate(args or {})
 
+    def bases(self) -> list[BaseModelConfig]:
+        """Every base, the first (the default) first. `engine` / `engine_deployment` are the first's
+        (a copy of this config that updates them updates the first base)."""
+        first = self.models[0]
+        if first.engine is not self.engine or first.engine_deployment is not self.engine_deployment:
+            first = first.model_copy(update={"engine": self.engine, "engine_deployment": self.engine_deployment})
+        return [first, *self.models[1:]]
+
+    @property
+    def base_names(self) -> list[str]:
+        """Every base's name, the first (the default) first."""
+        return [base.model_id for base in self.bases()]
+
+    def base(self, name: Optional[str] = None) -> BaseModelConfig:
+        """The base named `name` (None: the first). KeyError names the bases there are."""
+        for base in self.bases():
+            if name is None or base.model_id == name:
+                return base
+        raise KeyError(f"no base model named {name!r}; the bases are {', '.join(self.base_names)}")
+
+    def pool_name(self, name: Optional[str] = None) -> str:
+        """The Engine deployment serving the base named `name` (None: the first)."""
+        names = self.base_names
+        index = 0 if name is None else names.index(self.base(name).model_id)
+        return pool_deployment_name(index, names[index])
+
+    def for_model(self, name: Optional[str]) -> "PlatformConfig":
+        """This config as one base's Engine replicas see it: `engine` and `engine_deployment` are that
+        base's (`models` still lists all)."""
+        base = self.base(name)
+        return self.model_copy(update={"engine": base.engine, "engine_deployment": base.engine_deployment})
+
     def for_replicas(self) -> "PlatformConfig":
         """What replicas are built with: without the replica counts and the SLOs (but for the
         TPOT target of the fair queue's adaptive limit and of the tenant scheduler, copied into
@@ -773,22 +887,24 @@ class PlatformConfig(BaseModel):
         loraplex/app.py). (A `serve deploy` of changed
         `args` replaces every replica anyway, since Serve hashes `args` into the app's version:
         scale through `deployments:`, and after an `slo:` change only regenerate the rules.)"""
-        deployment = self.engine_deployment
+        models = [self._base_for_replicas(base) for base in self.bases()]
+        return self.model_copy(update={
+            "models": models, "engine": models[0].engine, "engine_deployment": models[0].engine_deployment,
+            "ingress": self.ingress.model_copy(update={"num_replicas": 1}),
+            "slo": SloConfig(),
+        })
+
+    def _base_for_replicas(self, base: BaseModelConfig) -> BaseModelConfig:
+        deployment = base.engine_deployment
         queue = deployment.fair_queue
         # The one `slo:` figure replicas use: the TPOT target of the adaptive dispatch limit...
         adaptive = queue.adaptive.model_copy(update={"tpot_s": queue.adaptive.tpot_s or self.slo.tpot_p95_s})
         # And the tenant scheduler's, which sizes shared steps by it.
-        steps = self.engine.tenant_scheduler
-        engine = self.engine.model_copy(update={"tenant_scheduler": steps.model_copy(
+        steps = base.engine.tenant_scheduler
+        engine = base.engine.model_copy(update={"tenant_scheduler": steps.model_copy(
             update={"tpot_s": steps.tpot_s or self.slo.tpot_p95_s})})
-        return self.model_copy(update={
-            "engine": engine,
-            "engine_deployment": deployment.model_copy(update={
-                "num_replicas": 1, "autoscaling": None,
-                "fair_queue": queue.model_copy(update={"adaptive": adaptive})}),
-            "ingress": self.ingress.model_copy(update={"num_replicas": 1}),
-            "slo": SloConfig(),
-        })
+        return base.model_copy(update={"engine": engine, "engine_deployment": deployment.model_copy(update={
+            "num_replicas": 1, "autoscaling": None, "fair_queue": queue.model_copy(update={"adaptive": adaptive})})})
 
     def resolved(self, base_dir: Path) -> "PlatformConfig":
         """Pin every relative local path to base_dir: replicas run in other working dirs."""
@@ -803,10 +919,17 @@ class PlatformConfig(BaseModel):
         accounting = self.accounting.model_copy(update={
             "spool_dir": _local_abs(self.accounting.spool_dir, base_dir),
         })
+        models = [base.model_copy(update={"engine": base.engine.resolved(base_dir)}) for base in self.bases()]
         return self.model_copy(update={
-            "engine": self.engine.resolved(base_dir), "database_url": db, "registry": registry,
+            "models": models, "engine": models[0].engine, "database_url": db, "registry": registry,
             "accounting": accounting,
         })
+
+
+def pool_deployment_name(index: int, model_id: str) -> str:
+    """The Engine deployment of the base at `models[index]`: `Engine` for the first (what a
+    single-model config's `deployments:` and dashboards name), `Engine-<name>` for the others."""
+    return DEFAULT_POOL if index == 0 else f"{DEFAULT_POOL}-{model_id.replace('/', '-')}"
 
 
 def _local_abs(path_or_url: str, base_dir: Path) -> str:

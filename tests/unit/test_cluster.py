@@ -132,7 +132,8 @@ def test_merged_dedicated_replicas_get_no_admin_token(monkeypatch):
 
     import loraplex.app as app_module
 
-    target = SimpleNamespace(adapter_id="ten_x/a@1", deployment_name="Dedicated_x", num_cpus=1.0, num_gpus=0.0)
+    target = SimpleNamespace(adapter_id="ten_x/a@1", deployment_name="Dedicated_x", num_cpus=1.0, num_gpus=0.0,
+                             base_model=None)
     monkeypatch.setattr(app_module, "dedicated_targets", lambda config: [target])
     monkeypatch.setenv("LORAPLEX_ADMIN_TOKEN", "secret-admin")
     ingress, _ = bound(build_app({}))

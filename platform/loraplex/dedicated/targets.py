@@ -28,6 +28,7 @@ class DedicatedTarget:
     source: str  # "config" or "admin": where it was marked
     num_cpus: float = 1.0
     num_gpus: float = 0.0
+    base_model: str | None = None  # the base the version is bound to: its weights are merged into that base's
 
     @property
     def deployment_name(self) -> str:
@@ -49,7 +50,7 @@ class DedicatedTarget:
 
 
 def _target(v: AdapterVersion, source: str, num_cpus: float, num_gpus: float) -> DedicatedTarget:
-    return DedicatedTarget(v.id, v.tenant, v.name, v.version, v.sha256, source, num_cpus, num_gpus)
+    return DedicatedTarget(v.id, v.tenant, v.name, v.version, v.sha256, source, num_cpus, num_gpus, v.base_model)
 
 
 def resolve_targets(config: DedicatedConfig, catalog: AdapterCatalog, marked: list[AdapterVersion]) -> list[DedicatedTarget]:

@@ -139,6 +139,13 @@ class Engine:
         if (wrong_path := path_refusal(self.dedicated, call)) is not None:
             yield wrong_path
             return
+        if call.base_model is not None and call.base_model != self.base_model:
+            # Only a wiring bug sends a call to another base's pool: its adapter's shapes and
+            # weights are that base's, so refuse rather than run it here (nothing generated, unbilled).
+            yield EngineError(status=500, message=f"This request for base model {call.base_model} reached an "
+                              f"engine of {self.base_model}; nothing was run. Report it; retrying may reach the "
+                              "right one.", reason="wrong_base")
+            return
         self.served_keys.touch(call.routing_key)
         if call.adapter is not None:
             self.adapter_demand.touch(call.routing_key)

@@ -17,7 +17,7 @@ def usage_record(call: EngineCall, usage: RequestUsage, base_model: str) -> Usag
         request_id=call.request_id,
         tenant_id=call.tenant_id,
         api_key_id=call.api_key_id,
-        base_model=base_model,
+        base_model=call.base_model or base_model,
         adapter=call.adapter_label,
         prompt_tokens=usage.prompt_tokens,
         cached_prompt_tokens=usage.cached_prompt_tokens,

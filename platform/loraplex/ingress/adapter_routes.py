@@ -49,7 +49,7 @@ class AdapterRoutes:
         # before the form parser spools another byte, so no more than the bound is ever spooled.
         request = limited(request, self.max_upload_bytes, self._too_large)
         try:
-            form = await request.form(max_files=1, max_fields=4)
+            form = await request.form(max_files=1, max_fields=5)
         except StatusError:
             raise
         except Exception as exc:  # malformed multipart bodies
@@ -60,8 +60,11 @@ class AdapterRoutes:
                 raise APIError(400, "Missing `file`: attach the adapter archive as the form field `file`.", param="file")
             if not isinstance(name, str) or not name:
                 raise APIError(400, "Missing `name`: say what to call the adapter.", param="name")
-            return await self.uploads.run(functools.partial(self.registry.upload, quota=quota), tenant, name,
-                                          upload.file, cancellable=True)
+            base_model = form.get("base_model")  # optional: else the archive's claim, the name's base, the only base
+            if base_model is not None and not isinstance(base_model, str):
+                raise APIError(400, "`base_model` must be a text field naming a base model.", param="base_model")
+            return await self.uploads.run(functools.partial(self.registry.upload, quota=quota, base_model=base_model),
+                                          tenant, name, upload.file, cancellable=True)
         finally:
             await form.close()  # the spooled upload file (after the upload thread has stopped with it)
 

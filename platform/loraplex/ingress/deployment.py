@@ -18,7 +18,7 @@ from loraplex.metrics.publisher import Publisher
 
 class Ingress:
     def __init__(self, engine_handle, config: PlatformConfig, home_node_id: str | None = None,
-                 dedicated: list | None = None, dedicated_handles: dict | None = None):
+                 dedicated: list | None = None, dedicated_handles: dict | None = None, pools: dict | None = None):
         from loraplex.accounting.accounting import Accounting
         from loraplex.cluster import check_on_replica, for_this_node
         from loraplex.db.engine import make_engine
@@ -33,6 +33,12 @@ class Ingress:
         context = serve.get_replica_context()
         self.app_name = context.app_name
         db = make_engine(config.database_url)
+        # Several base models: each call goes to its base's pool (`engine_handle` is the first's).
+        if pools:
+            from loraplex.ingress.engine_pools import PooledEngineClient
+
+            self.engine = PooledEngineClient({config.base_names[0]: self.engine, **{
+                name: ServeEngineClient(pools[name]) for name in config.base_names[1:]}})
         # Dedicated replicas (loraplex/dedicated): their versions' calls go there while healthy.
         self.dedicated = self.dedicated_health = None
         if dedicated:
@@ -87,10 +93,19 @@ class Ingress:
         self.accounting.close()
 
     async def engine_replica_health(self) -> tuple[int, int, str]:
+        """(running, total, status) of the Engine pools: every base's replicas added up; the
+        status is the first pool's that is not HEALTHY, else HEALTHY."""
         # serve.status() blocks on the controller; keep it off the event loop.
-        status = (await asyncio.to_thread(serve.status)).applications[self.app_name].deployments["Engine"]
-        counts = status.replica_states
-        return counts.get("RUNNING", 0), sum(counts.values()), str(getattr(status.status, "value", status.status))
+        deployments = (await asyncio.to_thread(serve.status)).applications[self.app_name].deployments
+        running = total = 0
+        worst = "HEALTHY"
+        for name in self.config.base_names:
+            status = deployments[self.config.pool_name(name)]
+            counts = status.replica_states
+            running, total = running + counts.get("RUNNING", 0), total + sum(counts.values())
+            value = str(getattr(status.status, "value", status.status))
+            worst = value if worst == "HEALTHY" else worst
+        return running, total, worst
 
 
 def shared_limiter(config: PlatformConfig, app_name: str, holder: str):

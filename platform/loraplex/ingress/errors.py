@@ -14,9 +14,9 @@ class APIError(StatusError):
     """Raised anywhere in a route; rendered as an OpenAI error body with this status."""
 
     def __init__(self, status: int, message: str, param: Optional[str] = None, type: Optional[str] = None,
-                 headers: Optional[dict[str, str]] = None, reject_reason: Optional[str] = None):
+                 headers: Optional[dict[str, str]] = None, reject_reason: Optional[str] = None, code=None):
         super().__init__(message, status=status, param=param, type=type, headers=headers,
-                         reject_reason=reject_reason)
+                         reject_reason=reject_reason, code=code)
 
 
 def error_response(exc: StatusError) -> JSONResponse:

@@ -232,8 +232,8 @@ class OpenAIRoutes:
                       prompt_tokens=prompt_tokens, max_tokens=max_tokens, sequences=size.sequences)
         if principal is None:
             return EngineCall(**common)
-        adapter = await self.tenants.resolve_adapter(principal, oai_request.model)
-        return EngineCall(
+        base_model, adapter = await self.tenants.resolve_model(principal, oai_request.model)
+        return EngineCall(base_model=base_model,
             **common, tenant_id=principal.tenant_id, api_key_id=principal.key_id, adapter=adapter,
             cache_salt=self.tenants.cache_salt(principal), priority=0 if batch else principal.limits.priority,
             weight=self.tenants.weight(principal),

@@ -27,10 +27,11 @@ class TenantContext:
 
     def __init__(self, authenticator, registry, base_model: str, cache_salt_per_tenant: bool = True,
                  plan_weight=lambda plan: 1.0, health: StoreHealth | None = None,
-                 outage_ttl_s: float = 900.0, outage_entries: int = 100_000):
+                 outage_ttl_s: float = 900.0, outage_entries: int = 100_000, bases: list[str] | None = None):
         self.authenticator = authenticator  # async (request) -> principal with .tenant_id
         self.registry = registry
-        self.base_model = base_model
+        self.base_model = base_model  # the first (default) base
+        self.bases = list(bases) if bases else [base_model]  # every base model's name, the default first
         self.cache_salt_per_tenant = cache_salt_per_tenant
         self.health = health or StoreHealth()
         # Read only while the database cannot be reached: while it is up, a request always sees
@@ -46,26 +47,47 @@ class TenantContext:
         return await self.authenticator(request)
 
     async def resolve_adapter(self, principal, model: str | None) -> AdapterTarget | None:
-        if model == self.base_model:
-            return None
+        return (await self.resolve_model(principal, model))[1]
+
+    async def resolve_model(self, principal, model: str | None) -> tuple[str, AdapterTarget | None]:
+        """(base, adapter) that `model` names: a base model's name; an adapter's `name` or
+        `name@version`, which runs on the base it is bound to; or `<base>:<adapter>` to say both,
+        refused with the adapter's own base when they differ."""
+        if model in self.bases:
+            return model, None
+        valid = ", ".join(self.bases)
         if not model:  # vLLM's request models let it be omitted; a tenant must say which model
-            raise APIError(400, f"Missing `model`: name the base model ({self.base_model}) or one of your "
+            raise APIError(400, f"Missing `model`: name a base model ({valid}) or one of your "
                                 "adapters (GET /v1/models lists them).", param="model")
+        asked_base, ref = None, model
+        base_part, sep, adapter_part = model.rpartition(":")
+        if sep and base_part in self.bases:
+            asked_base, ref = base_part, adapter_part
         if self.registry is None:
-            raise APIError(404, f"The model `{model}` does not exist. Valid: {self.base_model}.", param="model")
-        key = (principal.tenant_id, model)
+            raise APIError(404, f"The model `{model}` does not exist. Valid: {valid}.", param="model")
+        key = (principal.tenant_id, ref)
         try:
-            v = await asyncio.to_thread(self.registry.resolve, principal.tenant_id, model)
+            v = await asyncio.to_thread(self.registry.resolve, principal.tenant_id, ref)
         except StatusError as exc:
             raise exc.with_param("model")
         except Exception as exc:
             v = self._last_known(exc, self.resolved, key, f"the model `{model}` cannot be looked up")
         else:
             self.resolved.remember(key, v)
-        return AdapterTarget(
+        base = self.base_of(v)
+        if asked_base is not None and asked_base != base:
+            raise APIError(400, f"The adapter `{ref}` was trained on the base model {base}, so it cannot run on "
+                                f"{asked_base}: send `model` as `{ref}` (or `{base}:{ref}`).", param="model",
+                           code="adapter_base_mismatch")
+        return base, AdapterTarget(
             lora_name=v.lora_name, lora_int_id=v.id, tenant=v.tenant, name=v.name,
             sha256=v.sha256, requested_as=model, version=v.version,
         )
+
+    def base_of(self, version) -> str:
+        """The base a version is bound to; a version from before bases were recorded (or of a base
+        no longer served) is the default's, as it was served then."""
+        return version.base_model if version.base_model in self.bases else self.base_model
 
     def cache_salt(self, principal) -> str | None:
         # vLLM mixes the salt into every KV block hash: equal prompts of two tenants never
@@ -102,7 +124,7 @@ class TenantContext:
             return []
         by_name = group_by_name(await self.adapters(principal.tenant_id))
         return [
-            {"id": name, "object": "model", "owned_by": principal.tenant_id, "parent": self.base_model,
+            {"id": name, "object": "model", "owned_by": principal.tenant_id, "parent": self.base_of(versions[-1]),
              "version": versions[-1].version, "sha256": versions[-1].sha256}
             for name, versions in by_name.items()  # versions oldest first: the last is `name`
         ]

@@ -7,42 +7,54 @@ the catalog. It blocks (disk, hashing, database), so async callers run it in a t
 
 from __future__ import annotations
 
+import json
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from loraplex.config import PlatformConfig, RegistryConfig
+from loraplex.config import EngineConfig, PlatformConfig, RegistryConfig
 from loraplex.registry.archive import extract_archive, save_upload
+from loraplex.registry.bases import ServedBase, ServedBases
 from loraplex.registry.catalog import AdapterCatalog, AdapterVersion
 from loraplex.registry.merged_checkpoint import delete_merged
 from loraplex.registry.model_spec import BaseModelSpec
 from loraplex.registry.quota import AdapterQuota
 from loraplex.registry.store import AdapterStore, check_name
-from loraplex.registry.validator import AdapterValidator
+from loraplex.registry.validator import CONFIG_FILE, AdapterValidator
 
 
 @dataclass
 class AdapterRegistry:
     config: RegistryConfig  # the upload limits
-    validator: AdapterValidator
+    bases: ServedBases  # the base models and their validators; a version is bound to one
     store: AdapterStore
     catalog: AdapterCatalog
 
+    @property
+    def validator(self) -> AdapterValidator:
+        """The first (default) base's validator."""
+        return self.bases.default.validator
+
     def upload(self, tenant: str, name: str, upload: BinaryIO | Path, cancelled=None,
-               quota: AdapterQuota | None = None) -> AdapterVersion:
-        """Store an uploaded archive (stream or file path) as a version of `name`; raises a
-        StatusError (400 bad archive or name, 413 too large, 422 not a servable LoRA, 409/413 over
-        the tenant's `quota`). `cancelled` (threading.Event): set, the copy stops at its next chunk
-        (UploadCancelled). Every temporary file is in one TemporaryDirectory, gone on every way out."""
+               quota: AdapterQuota | None = None, base_model: str | None = None) -> AdapterVersion:
+        """Store an uploaded archive (stream or file path) as a version of `name`, bound to the base
+        `base_model` names (else the one registry/bases.py chooses); raises a StatusError (400 bad
+        archive, name or base, 413 too large, 422 not a servable LoRA of that base, 409 another base
+        than the name's, 409/413 over the tenant's `quota`). `cancelled` (threading.Event): set, the
+        copy stops at its next chunk (UploadCancelled). Every temporary file is in one
+        TemporaryDirectory, gone on every way out."""
         check_name(tenant, "tenant id"), check_name(name)
+        if base_model:
+            self.bases.named(base_model)  # an unknown base costs no unpacking
         if quota is not None:
             self._check_quota_early(tenant, name, quota)
         with tempfile.TemporaryDirectory(prefix="loraplex-upload-") as tmp:
             archive = Path(upload) if isinstance(upload, (str, Path)) else \
                 save_upload(upload, Path(tmp) / "upload", self.config, cancelled)
-            adapter = self.validator.validate(extract_archive(archive, Path(tmp) / "extracted", self.config,
-                                                              cancelled))
+            peft_dir = extract_archive(archive, Path(tmp) / "extracted", self.config, cancelled)
+            base = self.bases.choose(base_model, claimed_base(peft_dir), self._base_of(tenant, name), name)
+            adapter = base.validator.validate(peft_dir)
             blob = self.store.put(tenant, adapter)
 
             def ensure_blob():
@@ -58,7 +70,7 @@ class AdapterRegistry:
                                            # the served model it was validated against, by the name clients
                                            # call it: the adapter's own base_model_name_or_path is a free-text
                                            # hint (often a path on the trainer's disk)
-                                           base_model=self.validator.base.model_id,
+                                           base_model=base.name,
                                            size_bytes=blob.size_bytes, quota=quota, ensure_blob=ensure_blob)
             except BaseException:
                 # No version row (the database is down, or refused it): no blob of ours left
@@ -73,6 +85,10 @@ class AdapterRegistry:
                         self.store.delete(tenant, blob.sha256)
                 raise
         return version
+
+    def _base_of(self, tenant: str, name: str) -> str | None:
+        """The base `name`'s live versions are bound to (None: no live version)."""
+        return next((v.base_model for v in self.catalog.list(tenant) if v.name == name), None)
 
     def _check_quota_early(self, tenant: str, name: str, quota: AdapterQuota) -> None:
         """Before unpacking: a tenant already at its quota spends no CPU on the archive. Weights the
@@ -107,13 +123,25 @@ class AdapterRegistry:
 
 
 def build_registry(config: PlatformConfig, db_engine) -> AdapterRegistry:
-    """The registry for a PlatformConfig: validation against the served model, store, catalog."""
-    engine_cfg = config.engine
-    if (Path(engine_cfg.model) / "config.json").exists():
-        spec = BaseModelSpec.from_pretrained_dir(engine_cfg.model, engine_cfg.model_id)
-    else:  # an HF id: the same config.json, from the HF cache
-        from transformers import AutoConfig
+    """The registry for a PlatformConfig: validation against each served base, store, catalog."""
+    bases = ServedBases([ServedBase(base.model_id, base.engine.model, AdapterValidator(
+        base_model_spec(base.engine), max_lora_rank=base.engine.max_lora_rank)) for base in config.bases()])
+    return AdapterRegistry(config.registry, bases, AdapterStore(config.registry), AdapterCatalog(db_engine))
 
-        spec = BaseModelSpec.from_config(AutoConfig.from_pretrained(engine_cfg.model).to_dict(), engine_cfg.model_id)
-    return AdapterRegistry(config.registry, AdapterValidator(spec, max_lora_rank=engine_cfg.max_lora_rank),
-                           AdapterStore(config.registry), AdapterCatalog(db_engine))
+
+def base_model_spec(engine_cfg: EngineConfig) -> BaseModelSpec:
+    """A base's module shapes, from its config.json (a local dir, else the HF cache)."""
+    if (Path(engine_cfg.model) / "config.json").exists():
+        return BaseModelSpec.from_pretrained_dir(engine_cfg.model, engine_cfg.model_id)
+    from transformers import AutoConfig  # an HF id: the same config.json, from the HF cache
+
+    return BaseModelSpec.from_config(AutoConfig.from_pretrained(engine_cfg.model).to_dict(), engine_cfg.model_id)
+
+
+def claimed_base(peft_dir: Path) -> str | None:
+    """The adapter's own `base_model_name_or_path` (a free-text hint), if it says one."""
+    try:
+        claim = json.loads((peft_dir / CONFIG_FILE).read_text()).get("base_model_name_or_path")
+    except (OSError, ValueError, AttributeError):
+        return None  # the validator says what is wrong with the config
+    return claim if isinstance(claim, str) else None

@@ -17,6 +17,7 @@ from loraplex.db.engine import make_engine  # noqa: E402
 from loraplex.engine.loaded_adapters import LoadedAdapters  # noqa: E402
 from loraplex.registry.catalog import AdapterCatalog  # noqa: E402
 from loraplex.registry.model_spec import BaseModelSpec  # noqa: E402
+from loraplex.registry.bases import ServedBases
 from loraplex.registry.registry import AdapterRegistry  # noqa: E402
 from loraplex.registry.store import AdapterStore  # noqa: E402
 from loraplex.registry.validator import AdapterValidator  # noqa: E402
@@ -42,7 +43,7 @@ class FakeServingModels:
 def setup(tmp_path):
     spec = BaseModelSpec.from_config(SMOLLM2_CONFIG, "SmolLM2-135M-Instruct")
     probe = RegistryConfig(store_url=str(tmp_path / "store"), cache_dir=str(tmp_path / "cache"))
-    registry = AdapterRegistry(probe, AdapterValidator(spec, max_lora_rank=16), AdapterStore(probe),
+    registry = AdapterRegistry(probe, ServedBases.one(AdapterValidator(spec, max_lora_rank=16)), AdapterStore(probe),
                                AdapterCatalog(make_engine(f"sqlite:///{tmp_path}/db")))
     targets = []
     for i in range(3):

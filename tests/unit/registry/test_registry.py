@@ -9,13 +9,14 @@ from loraplex.config import RegistryConfig
 from loraplex.db.engine import make_engine
 from loraplex.registry.archive import UploadTooLarge
 from loraplex.registry.catalog import AdapterCatalog
+from loraplex.registry.bases import ServedBases
 from loraplex.registry.registry import AdapterRegistry
 from loraplex.registry.store import AdapterNotFound, AdapterStore, InvalidName
 
 
 def make_registry(tmp_path, validator, **limits) -> AdapterRegistry:
     cfg = RegistryConfig(store_url=str(tmp_path / "store"), cache_dir=str(tmp_path / "cache"), **limits)
-    return AdapterRegistry(cfg, validator, AdapterStore(cfg), AdapterCatalog(make_engine(f"sqlite:///{tmp_path}/db")))
+    return AdapterRegistry(cfg, ServedBases.one(validator), AdapterStore(cfg), AdapterCatalog(make_engine(f"sqlite:///{tmp_path}/db")))
 
 
 @pytest.fixture
