@@ -848,12 +848,15 @@ class PlatformConfig(BaseModel):
         return cls.model_validate(args or {})
 
     def bases(self) -> list[BaseModelConfig]:
-        """Every base, the first (the default) first. `engine` / `engine_deployment` are the first's
-        (a copy of this config that updates them updates the first base)."""
+        """Every base, the first (the default) first. With one base, `engine` / `engine_deployment`
+        are it (a copy of the config that updates them updates the base); with several, `models`
+        is (`engine` is then the first's, or after for_model() that base's)."""
+        if len(self.models) > 1:
+            return list(self.models)
         first = self.models[0]
         if first.engine is not self.engine or first.engine_deployment is not self.engine_deployment:
             first = first.model_copy(update={"engine": self.engine, "engine_deployment": self.engine_deployment})
-        return [first, *self.models[1:]]
+        return [first]
 
     @property
     def base_names(self) -> list[str]:

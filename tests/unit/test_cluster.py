@@ -140,3 +140,18 @@ def test_merged_dedicated_replicas_get_no_admin_token(monkeypatch):
     merged = ingress.init_kwargs["dedicated_handles"]["ten_x/a@1"]._bound_deployment
     assert merged.init_args[0].tenancy.admin_token is None
     assert "secret-admin" not in repr(merged.init_args) + repr(merged.init_kwargs)
+
+
+def test_each_base_model_gets_its_own_engine_pool_and_the_ingress_all_of_them():
+    app = build_app({"models": [{"engine": {"model": "models/small"}, "engine_deployment": {"num_replicas": 2}},
+                                {"name": "large", "engine": {"model": "/m/large"},
+                                 "engine_deployment": {"num_replicas": 3, "num_cpus": 0.5}}]})
+    ingress, engine = bound(app)
+    large = ingress.init_kwargs["pools"]["large"]._bound_deployment
+    assert list(ingress.init_kwargs["pools"]) == ["large"]  # the first pool is the positional engine
+    assert (engine.name, large.name) == ("Engine", "Engine-large")
+    assert (engine._deployment_config.num_replicas, large._deployment_config.num_replicas) == (2, 3)
+    assert large.ray_actor_options["num_cpus"] == 0.5
+    # Each pool's replicas are built for their own base.
+    assert engine.init_args[0].engine.model_id == "small" and large.init_args[0].engine.model_id == "large"
+    assert large.init_args[0].engine.model == "/m/large"

@@ -144,3 +144,55 @@ def test_secrets_never_show_in_the_configs_repr():
         assert secret not in shown
     assert config.tenancy.resolved_admin_token() == "tok-s3cr3t"  # still usable where it is needed
     assert "tok-s3cr3t" not in repr(Tenancy(service=None, admin_token="tok-s3cr3t", keys=object()))
+
+
+# -- several base models (issue 35) -------------------------------------------------------------
+def two_bases(**extra):
+    return PlatformConfig.from_args({"models": [
+        {"engine": {"model": "models/small"}, "engine_deployment": {"num_replicas": 2}},
+        {"name": "large", "engine": {"model": "/m/large", "max_num_seqs": 8},
+         "engine_deployment": {"num_cpus": 0.5}},
+    ], **extra})
+
+
+def test_the_single_model_form_is_one_base_on_the_engine_pool():
+    config = PlatformConfig.from_args({"engine": {"model": "models/small"}})
+    assert config.base_names == ["small"] and config.pool_name() == "Engine" == config.pool_name("small")
+    assert config.base().engine is config.engine
+
+
+def test_models_lists_bases_each_with_its_own_pool_and_settings():
+    config = two_bases()
+    assert config.base_names == ["small", "large"]
+    assert [config.pool_name(n) for n in config.base_names] == ["Engine", "Engine-large"]
+    # Code that serves one base reads engine / engine_deployment: the first's.
+    assert config.engine.model == "models/small" and config.engine_deployment.num_replicas == 2
+    large = config.for_model("large")
+    assert large.engine.model == "/m/large" and large.engine.max_num_seqs == 8
+    assert large.engine_deployment.num_cpus == 0.5 and large.base_names == ["small", "large"]
+    # Every pool's replicas get the TPOT target, not only the first's.
+    replicas = config.for_replicas()
+    assert all(b.engine.tenant_scheduler.tpot_s == config.slo.tpot_p95_s for b in replicas.bases())
+    assert all(b.engine_deployment.num_replicas == 1 for b in replicas.bases())
+    with pytest.raises(KeyError, match="small, large"):
+        config.base("nope")
+
+
+def test_a_config_with_two_bases_of_one_name_is_refused_naming_the_entries():
+    with pytest.raises(ValidationError, match=r"models\[1\] and models\[0\] are both named 'small'"):
+        PlatformConfig.from_args({"models": [{"engine": {"model": "a/small"}}, {"engine": {"model": "b/small"}}]})
+    with pytest.raises(ValidationError, match="name 'x' and engine.served_model_name 'y' differ"):
+        PlatformConfig.from_args({"models": [{"name": "x", "engine": {"served_model_name": "y"}}]})
+
+
+def test_engine_beside_models_is_refused_rather_than_ignored():
+    with pytest.raises(ValidationError, match="engine_deployment set beside `models:`"):
+        PlatformConfig.from_args({"engine_deployment": {"num_replicas": 3},
+                                  "models": [{"engine": {"model": "a"}}]})
+
+
+def test_each_pools_unreachable_shedding_threshold_is_refused_by_its_entry():
+    with pytest.raises(ValidationError, match=r"models\[1\].engine_deployment.shedding.shed_requests=8"):
+        PlatformConfig.from_args({"models": [
+            {"engine": {"model": "a"}},
+            {"engine": {"model": "b", "max_num_seqs": 8}, "engine_deployment": {"shedding": {"shed_requests": 8}}}]})

@@ -16,6 +16,7 @@ from loraplex.config import EngineConfig
 from loraplex.engine.loaded_adapters import LoadedAdapters
 from loraplex.engine.vllm_engine import VLLMEngine
 from loraplex.ingress.engine_client import ServeEngineClient
+from loraplex.ingress.engine_pools import PooledEngineClient
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -106,7 +107,7 @@ def test_adapters_implement_the_adapters_protocol(cls):
     assert mismatches(cls, contract.EngineAdapters) == []
 
 
-@pytest.mark.parametrize("cls", [ServeEngineClient, FakeEngineClient, SlowEngine, ScriptedEngine],
+@pytest.mark.parametrize("cls", [ServeEngineClient, PooledEngineClient, FakeEngineClient, SlowEngine, ScriptedEngine],
                          ids=lambda c: c.__name__)
 def test_engine_clients_implement_the_client_protocol(cls):
     assert mismatches(cls, contract.EngineClient) == []

@@ -436,6 +436,17 @@ async def test_a_batch_line_is_metered_as_batch_and_tells_the_tenant_scheduler(r
     assert {r["request_id"]: r["batch"] for r in ledger_rows(replica)} == {"batch_x-0": True, "online-1": False}
 
 
+async def test_a_call_for_another_base_is_refused_unrun_and_unbilled(replica):
+    """Each base has its own pool: a call that names another base (a wiring bug) never runs here,
+    where its adapter's weights do not belong; its own base's call runs and is billed under it."""
+    items = await drain(replica.generate(make_call("req-other", base_model="other-base"), chat()))
+    assert len(items) == 1 and isinstance(items[0], EngineError) and items[0].status == 500
+    assert "other-base" in items[0].message and items[0].reason == "wrong_base"
+    assert replica.engine.chat_serving.requests == [] and ledger_rows(replica) == []
+    await drain(replica.generate(make_call("req-own", base_model=BASE_MODEL), chat()))
+    assert [(r["request_id"], r["base_model"]) for r in ledger_rows(replica)] == [("req-own", BASE_MODEL)]
+
+
 async def test_a_stream_with_an_adapter_runs_its_lora_and_echoes_the_name_the_client_used(replica):
     llm(replica).script = Script(tokens=4)
     chunks = await drain(replica.generate(make_call(adapter=ADAPTER), chat(model="bot@2")))
