@@ -471,6 +471,12 @@ class EngineDeploymentConfig(BaseModel):
         description="Requests an ingress replica holds for the Engine deployment while every "
         "replica has max_ongoing_requests; past this the caller gets 503 + Retry-After at once.",
     )
+    cpu_affinity: Optional[list[int]] = Field(
+        None, min_length=1,
+        description="CPU ids this pool's replicas and their vLLM processes run on (CPU backend; null: any). On one "
+        "node with several base models, give each pool its own cores so one base's load cannot slow the other's "
+        "tenants (docs/operations.md, \"Several base models\"). An id the node lacks stops the replica at start.",
+    )
     shedding: SheddingConfig = Field(
         default_factory=SheddingConfig,
         description="When a replica refuses new work (503 + Retry-After), lowest priority first.",

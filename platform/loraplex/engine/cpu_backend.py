@@ -37,3 +37,17 @@ def set_cpu_backend_env(environ=os.environ, is_cpu: bool | None = None) -> dict[
     added = {k: v for k, v in CPU_BACKEND_ENV.items() if k not in environ}
     environ.update(added)
     return added
+
+
+def pin_to_cpus(cpus: list[int] | None, process: int = 0) -> set[int] | None:
+    """Run this process, and the vLLM processes it starts afterwards (they inherit it), on `cpus`
+    (EngineDeploymentConfig.cpu_affinity); None: left as it is. Returns the set it pinned to."""
+    if not cpus:
+        return None
+    available = os.sched_getaffinity(process)
+    missing = sorted(set(cpus) - available)
+    if missing:
+        raise ValueError(f"engine_deployment.cpu_affinity names CPUs {missing} this node does not offer this "
+                         f"process (it may use {sorted(available)}): fix the pool's cpu_affinity")
+    os.sched_setaffinity(process, set(cpus))
+    return set(cpus)
