@@ -471,6 +471,12 @@ class EngineDeploymentConfig(BaseModel):
         description="Requests an ingress replica holds for the Engine deployment while every "
         "replica has max_ongoing_requests; past this the caller gets 503 + Retry-After at once.",
     )
+    resources: dict[str, float] = Field(
+        default_factory=dict,
+        description="Ray custom resources each replica of this pool reserves, to place a base's pool on the nodes "
+        "that offer them (e.g. {\"a100-80g\": 1} for a large base; the nodes start with `ray start "
+        "--resources='{\"a100-80g\": 8}'`). docs/deploy.md, \"Several base models on a GPU cluster\".",
+    )
     cpu_affinity: Optional[list[int]] = Field(
         None, min_length=1,
         description="CPU ids this pool's replicas and their vLLM processes run on (CPU backend; null: any). On one "

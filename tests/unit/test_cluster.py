@@ -155,3 +155,12 @@ def test_each_base_model_gets_its_own_engine_pool_and_the_ingress_all_of_them():
     # Each pool's replicas are built for their own base.
     assert engine.init_args[0].engine.model_id == "small" and large.init_args[0].engine.model_id == "large"
     assert large.init_args[0].engine.model == "/m/large"
+
+
+def test_a_pools_custom_resources_place_its_replicas_and_no_other_pools():
+    app = build_app({"models": [{"engine": {"model": "small"}},
+                                {"engine": {"model": "large"}, "engine_deployment": {"resources": {"a100-80g": 1}}}]})
+    ingress, engine = bound(app)
+    large = ingress.init_kwargs["pools"]["large"]._bound_deployment
+    assert large.ray_actor_options["resources"] == {"a100-80g": 1}
+    assert "resources" not in engine.ray_actor_options

@@ -467,6 +467,7 @@ def engine_deployment(deployment: EngineDeploymentConfig, name: str = "Engine"):
         graceful_shutdown_timeout_s=deployment.graceful_shutdown_timeout_s,
         graceful_shutdown_wait_loop_s=1.0,
         max_queued_requests=deployment.max_queued_requests,
-        ray_actor_options={"num_cpus": deployment.num_cpus, "num_gpus": deployment.num_gpus},
+        ray_actor_options={"num_cpus": deployment.num_cpus, "num_gpus": deployment.num_gpus,
+                           **({"resources": dict(deployment.resources)} if deployment.resources else {})},
         request_router_config=deployment.routing.request_router_config(TenantAffinityRouter),
     )
