@@ -85,7 +85,8 @@ def billing_export(engine: Engine, period: str, *, source: str = "loraplex", now
                 "time": day_start.isoformat().replace("+00:00", "Z"),
                 "datacontenttype": "application/json",
                 "data": {"meter": meter, "quantity": quantities[meter], "tenant": t.tenant_id,
-                         "model": t.base_model, "period": period, "day": t.key, "window_start": day_start.isoformat().replace("+00:00", "Z"),
+                         "model": t.base_model, "period": period, "day": t.key,
+                         "window_start": day_start.isoformat().replace("+00:00", "Z"),
                          "window_end": (day_start + timedelta(days=1)).isoformat().replace("+00:00", "Z")},
             })
     return export

@@ -42,7 +42,8 @@ class Statement:
     def to_dict(self) -> dict:
         return {"tenant": self.tenant_id, "period": self.period, "plan": self.plan, "currency": self.currency,
                 "requests": self.requests,
-                "lines": [{"model": ln.model, "meter": ln.meter, "quantity": ln.quantity, "unit_price_per_1m": str(ln.unit_price),
+                "lines": [{"model": ln.model, "meter": ln.meter, "quantity": ln.quantity,
+                           "unit_price_per_1m": str(ln.unit_price),
                            "amount": str(ln.amount)} for ln in self.lines],
                 "subtotal": str(self.subtotal), "total_due": str(self.total_due)}
 
@@ -50,7 +51,8 @@ class Statement:
         """One row per base model and meter, then a `total_due` row (amount only, rounded once)."""
         rows = [[self.tenant_id, self.period, self.plan, self.currency, ln.model or "", ln.meter, ln.quantity,
                  str(ln.unit_price), str(ln.amount)] for ln in self.lines]
-        rows.append([self.tenant_id, self.period, self.plan, self.currency, "", "total_due", "", "", str(self.total_due)])
+        rows.append([self.tenant_id, self.period, self.plan, self.currency, "", "total_due", "", "",
+                     str(self.total_due)])
         return render.csv_text(CSV_COLUMNS, rows)
 
     def to_table(self) -> str:

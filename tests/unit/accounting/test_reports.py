@@ -278,7 +278,8 @@ def test_billing_export_cuts_at_midnight_after_the_grace(db_url, tmp_path):
     assert (none.events, none.complete, none.through) == ([], False, None)
     first, _ = export.to_jsonl().splitlines()
     assert first == (
-        '{"data":{"day":"2026-11-03","meter":"input_tokens","model":"qwen","period":"2026-11","quantity":100,"tenant":"t9",'
+        '{"data":{"day":"2026-11-03","meter":"input_tokens","model":"qwen","period":"2026-11","quantity":100,'
+        '"tenant":"t9",'
         '"window_end":"2026-11-04T00:00:00Z","window_start":"2026-11-03T00:00:00Z"},'
         '"datacontenttype":"application/json","id":"%s","source":"loraplex","specversion":"1.0",'
         '"subject":"t9","time":"2026-11-03T00:00:00Z","type":"io.loraplex.usage.tokens"}'

@@ -175,7 +175,7 @@ def test_group_by_hour_adapter_model(env):
 def test_group_by_model_prices_each_row_at_its_base_s_price(env):
     body = ok(env.client.get("/v1/usage", params={**OCT, "group_by": "model"}, headers=env.keys["acme"])).json()
     costs = {r["model"]: Decimal(r["cost"]) for r in body["rows"]}
-    assert costs == {"base-model": expected_cost(env, "acme", "base-model"), "other": expected_cost(env, "acme", "other")}
+    assert costs == {m: expected_cost(env, "acme", m) for m in ("base-model", "other")}
     # "other": 1 completion token at its own output price, 9 (not the plan's 1.20); 7 cached at the plan's 0.04.
     assert costs["other"] == Decimal("0.00000928")  # (7*0.04 + 1*9) / 1e6
     # Grouped by day, the two bases share a day's row only where both ran that day: each record at its base's price.
@@ -306,7 +306,8 @@ def test_statement(env):
         s = sums([r for r in env.records["acme"] if r.base_model == model])
         i, c, o = price_of("acme", model)
         lines += [(model, "input_tokens", s["prompt_tokens"] - s["cached_prompt_tokens"], i),
-                  (model, "cached_input_tokens", s["cached_prompt_tokens"], c), (model, "output_tokens", s["completion_tokens"], o)]
+                  (model, "cached_input_tokens", s["cached_prompt_tokens"], c),
+                  (model, "output_tokens", s["completion_tokens"], o)]
     assert [(ln["model"], ln["meter"], ln["quantity"], ln["unit_price_per_1m"]) for ln in body["lines"]] == lines
     assert Decimal(body["subtotal"]) == expected_cost(env, "acme") and body["total_due"] == "0.00"
     globex = env.client.get(f"/admin/tenants/{env.ids['globex']}/statement", params={"period": "2026-10"},
