@@ -138,6 +138,8 @@ class EngineCall:
     # A Batch API line (issue 36): the fair queue and the tenant scheduler serve it below every
     # online request, and its usage record is marked batch (priced at the plan's batch price).
     batch: bool = False
+    # The base model (its engine pool) that runs the call; None: the config's first (or only) base.
+    base_model: Optional[str] = None
 
     @property
     def adapter_label(self) -> Optional[str]:
