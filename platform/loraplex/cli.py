@@ -251,7 +251,7 @@ def billing_statement(s: Session) -> None:
         return
     print(f"Statement for {st['tenant']}, {st['period']} (plan {st['plan']}, {st['requests']} requests, "
           f"prices in {st['currency']} per 1M tokens)")
-    print(_table(st["lines"], ("meter", "quantity", "unit_price_per_1m", "amount")))
+    print(_table(st["lines"], ("model", "meter", "quantity", "unit_price_per_1m", "amount")))
     print(f"\nsubtotal   {st['subtotal']} {st['currency']}\nTOTAL DUE  {st['total_due']} {st['currency']}")
 
 

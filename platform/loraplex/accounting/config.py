@@ -1,4 +1,5 @@
 from decimal import Decimal
+from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -7,8 +8,22 @@ from pydantic import BaseModel, ConfigDict, Field
 DEFAULT_PLAN = "default"  # the plan new tenants get (tenancy.models): it must have prices
 
 
+class ModelTokenPrice(BaseModel):
+    """One base model's prices within a plan or an override; a field left out is the plan's own."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input: Optional[Decimal] = Field(None, description="Price per 1M uncached prompt tokens; unset: the plan's.")
+    cached_input: Optional[Decimal] = Field(
+        None, description="Price per 1M prompt tokens served from the prefix cache; unset: the plan's.")
+    output: Optional[Decimal] = Field(None, description="Price per 1M completion tokens; unset: the plan's.")
+    batch_discount: Optional[Decimal] = Field(
+        None, ge=0, le=1, description="Fraction off for Batch API lines on this base; unset: the plan's.")
+
+
 class TokenPrice(BaseModel):
-    """Prices per 1M tokens, in the price book's currency."""
+    """Prices per 1M tokens, in the price book's currency: for every base model, unless `models`
+    prices a base differently."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -19,6 +34,17 @@ class TokenPrice(BaseModel):
         Decimal("0.5"), ge=0, le=1,
         description="Fraction taken off every price for Batch API lines (0.5: half price, as OpenAI's); their "
         "tokens are billed as the batch_* meters at the discounted prices.")
+    models: dict[str, ModelTokenPrice] = Field(
+        default_factory=dict,
+        description="Prices of the tokens of one base model, by its model id (engine.model_id): e.g. a larger "
+        "base dearer. Fields it leaves out, and every base it does not name, get the prices above.")
+
+    def for_model(self, base_model: str) -> "TokenPrice":
+        """The prices of base_model's tokens: its entry in `models` over these."""
+        own = self.models.get(base_model)
+        if own is None:
+            return self.model_copy(update={"models": {}})
+        return self.model_copy(update={**own.model_dump(exclude_none=True), "models": {}})
 
 
 class PricingConfig(BaseModel):
@@ -31,7 +57,14 @@ class PricingConfig(BaseModel):
                                                         output=Decimal("1.50"))},
         description="Prices per plan name.")
     tenant_overrides: dict[str, TokenPrice] = Field(
-        default_factory=dict, description="Negotiated prices by tenant id; win over the tenant's plan.")
+        default_factory=dict,
+        description="Negotiated prices by tenant id; win over the tenant's plan, for every base (an override's "
+        "own `models`, if any, price single bases: the plan's `models` do not apply to an overridden tenant).")
+
+    def priced_models(self) -> set[str]:
+        """Every base model id some plan or override prices on its own (to check against the
+        deployment's bases: a misspelt id would silently bill at the plan's prices)."""
+        return {m for p in (*self.plans.values(), *self.tenant_overrides.values()) for m in p.models}
 
 
 # What the cost model prices where accounting.cost_model leaves it unset, by profile

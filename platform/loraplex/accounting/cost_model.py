@@ -89,8 +89,9 @@ def cost_model_report(engine: Engine, start: datetime, end: datetime, *, gpu_hou
                                   for a, f, z, p, c in rows), t0, t1, window_s)
         revenue = None
         if prices is not None:
-            revenue = sum((prices.cost(t.tenant_id, t.prompt_tokens, t.cached_prompt_tokens, t.completion_tokens, t.batch)
-                           for t in usage_totals(conn, start, end, "tenant")), Decimal(0))
+            revenue = sum((prices.cost(t.tenant_id, t.prompt_tokens, t.cached_prompt_tokens, t.completion_tokens,
+                                       t.batch, t.base_model) for t in usage_totals(conn, start, end, "tenant")),
+                          Decimal(0))
     gpu_cost = gpu_hour_price * gpus * Decimal(repr(t1 - t0)) / 3600
     peak, util = tp.peak_tokens_per_s, tp.utilization
     return CostModelReport(start, end, gpu_hour_price, gpus, window_s, tp.requests, round(tp.tokens), peak,

@@ -1,8 +1,8 @@
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Callable
+from typing import Callable, Mapping
 
-from loraplex.accounting.config import PricingConfig
+from loraplex.accounting.config import PricingConfig, TokenPrice
 
 MILLION = Decimal(1_000_000)
 METERS = ("input_tokens", "cached_input_tokens", "output_tokens")  # what a tenant is billed for
@@ -33,6 +33,13 @@ class Price:
     cached_input: Decimal
     output: Decimal
     batch_discount: Decimal = Decimal(0)  # fraction off for the batch_* meters
+    # Base model id -> its own prices (already resolved, no `models` of their own); a base not
+    # here is priced as above.
+    models: Mapping[str, "Price"] = field(default_factory=dict)
+
+    def for_model(self, base_model: str | None) -> "Price":
+        """The price of base_model's tokens (None: these prices, as for a base without its own)."""
+        return self.models.get(base_model, self) if base_model is not None else self
 
     def unit_price(self, meter: str) -> Decimal:
         """Per 1M tokens of a meter (ALL_METERS: a batch_* one at the batch discount)."""
@@ -62,7 +69,6 @@ class PriceBook:
 
     @classmethod
     def from_config(cls, cfg: PricingConfig, plan_of: Callable[[str], str | None] | None = None) -> "PriceBook":
-        as_price = lambda p: Price(p.input, p.cached_input, p.output, p.batch_discount)  # noqa: E731
         if cfg.default_plan not in cfg.plans:
             raise ValueError(f"default_plan {cfg.default_plan!r} has no prices")
         return cls(plans={k: as_price(v) for k, v in cfg.plans.items()}, default_plan=cfg.default_plan,
@@ -75,11 +81,20 @@ class PriceBook:
         plan = self.plan_of(tenant_id)
         return plan if plan in self.plans else self.default_plan
 
-    def price_for(self, tenant_id: str) -> Price:
+    def price_for(self, tenant_id: str, base_model: str | None = None) -> Price:
+        """The tenant's price for base_model's tokens (None: its price for a base without its own)."""
         if tenant_id in self.tenant_overrides:
-            return self.tenant_overrides[tenant_id]
-        return self.plans[self.plan_for(tenant_id)]
+            return self.tenant_overrides[tenant_id].for_model(base_model)
+        return self.plans[self.plan_for(tenant_id)].for_model(base_model)
 
     def cost(self, tenant_id: str, prompt_tokens: int, cached_prompt_tokens: int, completion_tokens: int,
-             batch: bool = False) -> Decimal:
-        return self.price_for(tenant_id).cost(prompt_tokens, cached_prompt_tokens, completion_tokens, batch)
+             batch: bool = False, base_model: str | None = None) -> Decimal:
+        """What the tokens cost the tenant; pass the records' base_model: bases may differ in price."""
+        return self.price_for(tenant_id, base_model).cost(prompt_tokens, cached_prompt_tokens, completion_tokens,
+                                                          batch)
+
+
+def as_price(p: TokenPrice) -> Price:
+    """A configured price as a Price, with its per-base prices resolved (unset fields: p's own)."""
+    return Price(p.input, p.cached_input, p.output, p.batch_discount,
+                 models={m: as_price(p.for_model(m)) for m in p.models})

@@ -88,7 +88,8 @@ def usage_report(engine: Engine, prices: PriceBook, start: datetime, end: dateti
     rows: dict[str | None, UsageRow] = {}
     for t in totals:
         part = UsageRow(t.key, t.prompt_tokens, t.cached_prompt_tokens, t.completion_tokens, t.requests,
-                        prices.cost(t.tenant_id, t.prompt_tokens, t.cached_prompt_tokens, t.completion_tokens, t.batch))
+                        prices.cost(t.tenant_id, t.prompt_tokens, t.cached_prompt_tokens, t.completion_tokens, t.batch,
+                                    t.base_model))
         rows.setdefault(t.key, UsageRow(t.key)).add(part)
         report.total.add(part)
     report.rows = sorted(rows.values(), key=lambda r: (r.key is not None, r.key or ""))

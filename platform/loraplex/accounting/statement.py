@@ -9,7 +9,7 @@ from loraplex.accounting.pricing import BATCH_METERS, METERS, PriceBook, billed_
 from loraplex.accounting.usage_query import usage_totals
 
 CENT = Decimal("0.01")
-CSV_COLUMNS = ["tenant", "period", "plan", "currency", "meter", "quantity", "unit_price_per_1m", "amount"]
+CSV_COLUMNS = ["tenant", "period", "plan", "currency", "model", "meter", "quantity", "unit_price_per_1m", "amount"]
 
 
 @dataclass
@@ -18,6 +18,7 @@ class StatementLine:
     quantity: int
     unit_price: Decimal      # per 1M tokens
     amount: Decimal          # exact
+    model: str | None = None  # the base model whose tokens these are (each base has its lines, at its price)
 
 
 @dataclass
@@ -41,37 +42,43 @@ class Statement:
     def to_dict(self) -> dict:
         return {"tenant": self.tenant_id, "period": self.period, "plan": self.plan, "currency": self.currency,
                 "requests": self.requests,
-                "lines": [{"meter": ln.meter, "quantity": ln.quantity, "unit_price_per_1m": str(ln.unit_price),
+                "lines": [{"model": ln.model, "meter": ln.meter, "quantity": ln.quantity,
+                           "unit_price_per_1m": str(ln.unit_price),
                            "amount": str(ln.amount)} for ln in self.lines],
                 "subtotal": str(self.subtotal), "total_due": str(self.total_due)}
 
     def to_csv(self) -> str:
-        """One row per meter, then a `total_due` row (amount only, rounded once)."""
-        rows = [[self.tenant_id, self.period, self.plan, self.currency, ln.meter, ln.quantity, str(ln.unit_price),
-                 str(ln.amount)] for ln in self.lines]
-        rows.append([self.tenant_id, self.period, self.plan, self.currency, "total_due", "", "", str(self.total_due)])
+        """One row per base model and meter, then a `total_due` row (amount only, rounded once)."""
+        rows = [[self.tenant_id, self.period, self.plan, self.currency, ln.model or "", ln.meter, ln.quantity,
+                 str(ln.unit_price), str(ln.amount)] for ln in self.lines]
+        rows.append([self.tenant_id, self.period, self.plan, self.currency, "", "total_due", "", "",
+                     str(self.total_due)])
         return render.csv_text(CSV_COLUMNS, rows)
 
     def to_table(self) -> str:
-        rows = [[ln.meter, ln.quantity, str(ln.unit_price), str(ln.amount)] for ln in self.lines]
+        rows = [[ln.model or "", ln.meter, ln.quantity, str(ln.unit_price), str(ln.amount)] for ln in self.lines]
         head = f"Statement {self.tenant_id} {self.period} (plan {self.plan}, {self.requests} requests)\n"
-        return head + render.text_table(["meter", "quantity", f"{self.currency}/1M", "amount"], rows,
-                                        footer=["TOTAL DUE", "", "", str(self.total_due)])
+        return head + render.text_table(["model", "meter", "quantity", f"{self.currency}/1M", "amount"], rows,
+                                        footer=["TOTAL DUE", "", "", "", str(self.total_due)])
 
 
 def monthly_statement(engine: Engine, prices: PriceBook, tenant_id: str, period: str) -> Statement:
-    """A tenant's bill for YYYY-MM at its current price (price changes mid-month are not modelled)."""
+    """A tenant's bill for YYYY-MM at its current price (price changes mid-month are not modelled):
+    the meters of each base model it used, at that base's price, bases in name order. A month
+    without usage has no lines (nothing used, no base to price)."""
     start, end = period_bounds(period)
     with engine.connect() as conn:
         totals = usage_totals(conn, start, end, "tenant", tenant_id)
-    quantities = dict.fromkeys(METERS + BATCH_METERS, 0)
+    quantities: dict[str, dict[str, int]] = {}  # base model -> meter -> tokens
     for t in totals:
+        per_meter = quantities.setdefault(t.base_model, dict.fromkeys(METERS + BATCH_METERS, 0))
         for meter, qty in billed_quantities(t.prompt_tokens, t.cached_prompt_tokens, t.completion_tokens, t.batch).items():
-            quantities[meter] += qty
-    price = prices.price_for(tenant_id)
+            per_meter[meter] += qty
     st = Statement(tenant_id, period, prices.plan_for(tenant_id), prices.currency, sum(t.requests for t in totals))
-    batch_used = any(quantities[m] for m in BATCH_METERS)
-    for meter, qty in quantities.items():
-        if meter in METERS or batch_used:  # the batch lines only on a bill with batch usage
-            st.lines.append(StatementLine(meter, qty, price.unit_price(meter), price.amount(meter, qty)))
+    for model in sorted(quantities):
+        price, per_meter = prices.price_for(tenant_id, model), quantities[model]
+        batch_used = any(per_meter[m] for m in BATCH_METERS)
+        for meter, qty in per_meter.items():
+            if meter in METERS or batch_used:  # a base's batch lines only where it has batch usage
+                st.lines.append(StatementLine(meter, qty, price.unit_price(meter), price.amount(meter, qty), model))
     return st

@@ -19,6 +19,7 @@ class UsageTotals:
     completion_tokens: int
     requests: int
     batch: bool = False  # Batch API lines' (priced at the batch price): totals are split by it
+    base_model: str = ""  # the records' base model: totals are split by it too (bases may differ in price)
 
 
 def group_key(conn: Connection, group_by: str):
@@ -42,15 +43,17 @@ def usage_totals(conn: Connection, start: datetime, end: datetime, group_by: str
                  tenant_id: str | None = None) -> list[UsageTotals]:
     """Sums per (tenant, group) of records whose finish_time is in [start, end).
 
-    Always split by tenant and by batch too: prices are per tenant and batch lines have their
-    own, so cost is computed per (tenant, batch) and summed.
+    Always split by tenant, base model and batch too: prices are per tenant and per base, and
+    batch lines have their own, so cost is computed per (tenant, base model, batch) and summed.
     """
     check_range(start, end)
     key = group_key(conn, group_by).label("key")
     q = (select(u.c.tenant_id, key, func.sum(u.c.prompt_tokens), func.sum(u.c.cached_prompt_tokens),
-                func.sum(u.c.completion_tokens), func.count(), u.c.batch)
+                func.sum(u.c.completion_tokens), func.count(), u.c.batch, u.c.base_model)
          .where(u.c.finish_time >= start, u.c.finish_time < end)
-         .group_by(u.c.tenant_id, key, u.c.batch).order_by(key, u.c.tenant_id, u.c.batch))
+         .group_by(u.c.tenant_id, key, u.c.base_model, u.c.batch)
+         .order_by(key, u.c.tenant_id, u.c.base_model, u.c.batch))
     if tenant_id is not None:
         q = q.where(u.c.tenant_id == tenant_id)
-    return [UsageTotals(t, k, int(p), int(c), int(o), int(n), bool(b)) for t, k, p, c, o, n, b in conn.execute(q)]
+    return [UsageTotals(t, k, int(p), int(c), int(o), int(n), bool(b), m)
+            for t, k, p, c, o, n, b, m in conn.execute(q)]

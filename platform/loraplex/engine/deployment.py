@@ -72,7 +72,7 @@ class Engine:
         self.max_loras = config.engine.max_loras
         self._residency = None  # vLLM's LoRA tiers at the last routing-stats sample
         self.in_flight = 0  # sequences (EngineCall.sequences) this replica is serving (in vLLM or about to be; not queued)
-        self.metrics = Metrics.for_replica(config.metrics, "engine", metrics_sink)
+        self.metrics = Metrics.for_replica(config.metrics, "engine", metrics_sink, base_model=self.base_model)
         # vLLM's own numbers, read from its registry by one reader: the shedder, the routing
         # stats and the metrics publisher share its readings.
         self.stats = EngineStatsReader(max_age_s=deployment.shedding.sample_period_s)

@@ -33,7 +33,8 @@ def usage_record(call: EngineCall, usage: RequestUsage, base_model: str) -> Usag
 
 
 class Meter:
-    """ledger: the replica's UsageLedger (None: metrics only); metrics: its RequestMetrics."""
+    """ledger: the replica's UsageLedger (None: metrics only); metrics: its RequestMetrics;
+    base_model: the base of calls that name none (EngineCall.base_model None)."""
 
     def __init__(self, ledger, metrics, base_model: str):
         self.ledger = ledger
@@ -41,7 +42,7 @@ class Meter:
         self.base_model = base_model
 
     def __call__(self, call: EngineCall, usage: RequestUsage) -> UsageRecord:
-        record = usage_record(call, usage, self.base_model)
+        record = usage_record(call, usage, call.base_model or self.base_model)
         if self.ledger is not None:
             # Never raises: a record that cannot be spooled now is kept and retried by the ledger.
             self.ledger.append(record)

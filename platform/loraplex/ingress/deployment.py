@@ -59,7 +59,7 @@ class Ingress:
             config.accounting, db, f"ingress-{context.replica_id.unique_id}", plan_of=self.tenancy.service.plan_of
         )
         self.limiter = shared_limiter(config, self.app_name, f"ingress-{context.replica_id.unique_id}")
-        self.metrics = Metrics.for_replica(config.metrics, "ingress")
+        self.metrics = Metrics.for_replica(config.metrics, "ingress", base_model=config.engine.model_id)
         process_metrics.install(self.metrics)  # for the router Serve runs in this process
         self.publisher = None
         if self.metrics.enabled:

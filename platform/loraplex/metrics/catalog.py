@@ -15,10 +15,13 @@ RAY_PREFIX = "ray_"  # what Ray's metrics agent puts in front of every name it e
 
 # Label names.
 TENANT, ADAPTER, STATUS, REASON, TIER, DECISION = "tenant", "adapter", "status", "reason", "tier", "decision"
+# The base model id (engine.model_id of the pool that ran it). No cardinality guard: its values are
+# the deployment's configured bases, a handful, never a client's input.
+MODEL = "model"
 # Label values with a meaning of their own (never a tenant id `ten_...` nor an adapter `name@version`).
 OTHER = "other"  # a tenant / adapter past the cardinality guard
 BASE = "base"  # adapter of a base-model request
-UNKNOWN = "-"  # tenant of a request refused before it had one (no or bad key); adapter before it was resolved
+UNKNOWN = "-"  # tenant of a request refused before it had one (no or bad key); adapter / model before resolved
 
 # -- Histogram bucket boundaries (seconds), after the OpenTelemetry GenAI semantic conventions.
 # OpenTelemetry advises explicit boundaries for `gen_ai.server.time_to_first_token`,
@@ -67,98 +70,99 @@ class MetricSpec:
         return RAY_PREFIX + self.name
 
 
-TENANT_LABELS = (TENANT, ADAPTER)
+# Who and what: the tenant, its adapter, the base model that served it.
+REQUEST_LABELS = (TENANT, ADAPTER, MODEL)
 
-# -- per request, by tenant and adapter (Engine replicas; the ingress for a replica lost mid-request)
+# -- per request, by tenant, adapter and base model (Engine replicas; the ingress for a replica lost mid-request)
 TTFT = MetricSpec(
-    "loraplex_time_to_first_token_seconds", "histogram", TENANT_LABELS,
+    "loraplex_time_to_first_token_seconds", "histogram", REQUEST_LABELS,
     "Seconds from the request's arrival at the ingress to its first generated token (the usage record's ttft).",
     TIME_TO_FIRST_TOKEN)
 TPOT = MetricSpec(
-    "loraplex_time_per_output_token_seconds", "histogram", TENANT_LABELS,
+    "loraplex_time_per_output_token_seconds", "histogram", REQUEST_LABELS,
     "Seconds per output token after the first: (finish - first token) / (tokens of the longest choice - 1).",
     TIME_PER_OUTPUT_TOKEN)
 E2E = MetricSpec(
-    "loraplex_e2e_request_latency_seconds", "histogram", TENANT_LABELS,
+    "loraplex_e2e_request_latency_seconds", "histogram", REQUEST_LABELS,
     "Seconds from the request's arrival at the ingress until the engine finished it, however it ended.",
     REQUEST_DURATION)
 QUEUE = MetricSpec(
-    "loraplex_queue_time_seconds", "histogram", TENANT_LABELS,
+    "loraplex_queue_time_seconds", "histogram", REQUEST_LABELS,
     "Seconds from the request's arrival at the ingress until vLLM first scheduled it (admission, routing, "
     "Serve's queue, vLLM's waiting queue).",
     QUEUE_TIME)
 PROMPT_TOKENS = MetricSpec(
-    "loraplex_prompt_tokens_total", "counter", TENANT_LABELS,
+    "loraplex_prompt_tokens_total", "counter", REQUEST_LABELS,
     "Prompt tokens the engine processed, as billed (the usage records' prompt_tokens).")
 CACHED_PROMPT_TOKENS = MetricSpec(
-    "loraplex_cached_prompt_tokens_total", "counter", TENANT_LABELS,
+    "loraplex_cached_prompt_tokens_total", "counter", REQUEST_LABELS,
     "Of the prompt tokens, those served from the prefix cache (the usage records' cached_prompt_tokens).")
 COMPLETION_TOKENS = MetricSpec(
-    "loraplex_completion_tokens_total", "counter", TENANT_LABELS,
+    "loraplex_completion_tokens_total", "counter", REQUEST_LABELS,
     "Tokens generated, as billed (the usage records' completion_tokens).")
 REQUESTS = MetricSpec(
-    "loraplex_requests_total", "counter", TENANT_LABELS + (STATUS,),
+    "loraplex_requests_total", "counter", REQUEST_LABELS + (STATUS,),
     "Requests that reached an engine (one per usage record), by how they ended: ok, length, "
     "client_disconnect, timeout, error.")
 REFUSALS = MetricSpec(
-    "loraplex_refusals_total", "counter", TENANT_LABELS + (REASON,),
+    "loraplex_refusals_total", "counter", REQUEST_LABELS + (REASON,),
     "Requests refused before generating, never billed, by the reason the ledger counts them under: the "
     "HTTP status, with the limit for 429 (429:rate_limit_requests, ...) and the cause for 503 "
     "(503:shed, 503:fair_share, 503:queue_deadline, 503:queue_full, 503:limiter_unavailable). Counted by the ingress, also for refusals "
     "made by an Engine replica (shedding, adapter deleted).")
 
-# -- per Engine replica
+# -- per Engine replica, each labelled with the replica's base model (`model`)
 KV_USAGE = MetricSpec(
-    "loraplex_kv_cache_usage_ratio", "gauge", (),
+    "loraplex_kv_cache_usage_ratio", "gauge", (MODEL,),
     "Fraction of the replica's KV cache in use (vLLM's kv_cache_usage_perc); over 0.9 preemption is near.")
 RUNNING = MetricSpec(
-    "loraplex_num_requests_running", "gauge", (), "Requests in the replica's vLLM batch.")
+    "loraplex_num_requests_running", "gauge", (MODEL,), "Requests in the replica's vLLM batch.")
 WAITING = MetricSpec(
-    "loraplex_num_requests_waiting", "gauge", (),
+    "loraplex_num_requests_waiting", "gauge", (MODEL,),
     "Requests queued in the replica's vLLM (no batch slot or KV blocks yet).")
 LOADED_ADAPTERS = MetricSpec(
-    "loraplex_loaded_adapters", "gauge", (TIER,),
+    "loraplex_loaded_adapters", "gauge", (TIER, MODEL),
     "Adapters resident on the replica: tier=cpu, in vLLM's host-memory LoRA cache (max_cpu_loras); "
     "tier=gpu, in the running batch's LoRA slots (max_loras).",
     values={TIER: ("cpu", "gpu")})
 PREEMPTIONS = MetricSpec(
-    "loraplex_preemptions_total", "counter", (), "Requests vLLM preempted on the replica (KV cache full).")
+    "loraplex_preemptions_total", "counter", (MODEL,), "Requests vLLM preempted on the replica (KV cache full).")
 PREFIX_QUERIES = MetricSpec(
-    "loraplex_prefix_cache_queries_total", "counter", (),
+    "loraplex_prefix_cache_queries_total", "counter", (MODEL,),
     "Prompt tokens the replica looked up in its prefix cache (vLLM's own counter).")
 PREFIX_HITS = MetricSpec(
-    "loraplex_prefix_cache_hits_total", "counter", (),
+    "loraplex_prefix_cache_hits_total", "counter", (MODEL,),
     "Of those, tokens found in the prefix cache (vLLM's own counter).")
 ADAPTER_LOADS = MetricSpec(
-    "loraplex_adapter_loads_total", "counter", (),
+    "loraplex_adapter_loads_total", "counter", (MODEL,),
     "Adapter versions the replica loaded: fetched from the adapter store and loaded into vLLM's host "
     "cache, on first use or first use after an eviction.")
 ADAPTER_LOAD_SECONDS = MetricSpec(
-    "loraplex_adapter_load_seconds", "histogram", (),
+    "loraplex_adapter_load_seconds", "histogram", (MODEL,),
     "Seconds one adapter load took (fetch + vLLM add_lora); the request waiting for it waits as long.",
     ADAPTER_LOAD)
 ADAPTER_EVICTIONS = MetricSpec(
-    "loraplex_adapter_evictions_total", "counter", (REASON,),
+    "loraplex_adapter_evictions_total", "counter", (REASON, MODEL),
     "Adapters that left the replica: reason=lru, evicted from vLLM's host cache to make room "
     "(sampled every publish period); reason=bytes, removed so the CPU tier fits "
     "engine.max_cpu_lora_bytes; reason=deleted, freed after its DELETE.",
     values={REASON: ("lru", "bytes", "deleted")})
 PINNED_ADAPTERS = MetricSpec(
-    "loraplex_pinned_adapters", "gauge", (),
+    "loraplex_pinned_adapters", "gauge", (MODEL,),
     "Adapter versions pinned in the replica's CPU tier (never evicted; POST /admin/tenants/{id}/adapters/{ref}/pin).")
 ADAPTER_CPU_BYTES = MetricSpec(
-    "loraplex_adapter_cpu_bytes", "gauge", (),
+    "loraplex_adapter_cpu_bytes", "gauge", (MODEL,),
     "Bytes of adapter weights in the replica's CPU tier (host memory); engine.max_cpu_lora_bytes bounds it.")
 
 FAIR_QUEUE_LIMIT = MetricSpec(
-    "loraplex_fair_queue_dispatch_limit", "gauge", (),
+    "loraplex_fair_queue_dispatch_limit", "gauge", (MODEL,),
     "Requests the replica's fair queue lets into vLLM at once (fixed, or adapted to the SLO).")
 FAIR_QUEUE_DISPATCHED = MetricSpec(
-    "loraplex_fair_queue_dispatched", "gauge", (), "Sequences (n x prompts of each request) the fair queue has in vLLM now.")
+    "loraplex_fair_queue_dispatched", "gauge", (MODEL,), "Sequences (n x prompts of each request) the fair queue has in vLLM now.")
 FAIR_QUEUE_LENGTH = MetricSpec(
-    "loraplex_fair_queue_length", "gauge", (TENANT,), "Requests of the tenant waiting in the replica's fair queue.")
+    "loraplex_fair_queue_length", "gauge", (TENANT, MODEL), "Requests of the tenant waiting in the replica's fair queue.")
 FAIR_QUEUE_COUNTER = MetricSpec(
-    "loraplex_fair_queue_virtual_counter", "gauge", (TENANT,),
+    "loraplex_fair_queue_virtual_counter", "gauge", (TENANT, MODEL),
     "The tenant's virtual token counter on the replica (weighted tokens served / plan weight): "
     "the lowest backlogged one is served next.")
 

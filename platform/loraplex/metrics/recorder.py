@@ -26,8 +26,10 @@ class Metrics:
         self.replica.flush()
 
     @classmethod
-    def for_replica(cls, config: MetricsConfig, role: str, sink=None) -> "Metrics":
-        """role: "engine" or "ingress". sink: RaySink unless a test passes its fake. Disabled: the
+    def for_replica(cls, config: MetricsConfig, role: str, sink=None, base_model: str | None = None) -> "Metrics":
+        """role: "engine" or "ingress". sink: RaySink unless a test passes its fake. base_model: an
+        Engine replica's base (engine.model_id, required there: its metrics' `model`); on an
+        ingress, the base of calls that name none (EngineCall.base_model None). Disabled: the
         no-op recorders, so the request path only pays an empty method call."""
         if not config.enabled:
             return cls(NoRequestMetrics(), NoReplicaMetrics(), config)
@@ -35,7 +37,7 @@ class Metrics:
             from loraplex.metrics.sink import RaySink
 
             sink = RaySink()
-        return cls(RequestMetrics(config, sink), ReplicaMetrics(sink, role), config)
+        return cls(RequestMetrics(config, sink, base_model), ReplicaMetrics(sink, role, base_model), config)
 
 
 DISABLED = Metrics(NoRequestMetrics(), NoReplicaMetrics(), MetricsConfig(enabled=False))

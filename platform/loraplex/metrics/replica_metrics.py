@@ -1,10 +1,11 @@
-"""ReplicaMetrics: one replica's own gauges and counters (no tenant labels).
+"""ReplicaMetrics: one replica's own gauges and counters (no per-request labels).
 
 An Engine replica reports its vLLM engine (KV-cache usage, running and waiting requests,
 preemptions, prefix-cache queries and hits: vLLM's own numbers, read from its Prometheus
 registry by the replica's one EngineStatsReader), its adapters (resident per tier, loads and
 their seconds, evictions) and its usage ledger. An Ingress replica reports where its router sent
-requests and its own ledger. Serve's `deployment` / `replica` labels tell them apart.
+requests and its own ledger. Serve's `deployment` / `replica` labels tell them apart. An Engine
+replica's metrics (catalog.ENGINE_METRICS) also carry `model`, the base model it serves.
 
 vLLM's counters are cumulative in its registry; they are re-exported as counters by adding what
 grew since the last publish. Counters with known label values start at 0 (see RaySink.zero).
@@ -16,6 +17,7 @@ from typing import Mapping
 
 from loraplex.metrics import catalog as c
 from loraplex.metrics.counts import Counts
+from loraplex.metrics.fixed_tags import FixedTags
 
 # EngineStatsReader keys -> our per-replica counters and gauges.
 _ENGINE_COUNTERS = {"preemptions": c.PREEMPTIONS, "prefix_cache_queries": c.PREFIX_QUERIES,
@@ -25,10 +27,15 @@ _ENGINE_GAUGES = {"kv_cache_usage": c.KV_USAGE, "num_requests_running": c.RUNNIN
 
 
 class ReplicaMetrics:
-    def __init__(self, sink, role: str):
-        """role: "engine" or "ingress": which of the per-replica metrics this replica has."""
+    def __init__(self, sink, role: str, base_model: str | None = None):
+        """role: "engine" or "ingress": which of the per-replica metrics this replica has.
+        base_model: an Engine replica's base model id (engine.model_id), its metrics' `model`."""
+        if role == "engine" and not base_model:
+            raise ValueError("an engine replica's metrics need its base_model (engine.model_id): their `model` label")
         specs = (c.ENGINE_METRICS if role == "engine" else (c.ROUTING_DECISIONS, c.DATABASE_REACHABLE)) + c.LEDGER_METRICS
-        self.metrics = {spec.name: sink.make(spec) for spec in specs}
+        model = {c.MODEL: base_model or ""}
+        self.metrics = {spec.name: FixedTags(sink.make(spec), model) if c.MODEL in spec.labels else sink.make(spec)
+                        for spec in specs}
         self._last: dict[str, float] = {}  # vLLM counter -> its value at the last publish
         self._queue_labels: set[str] = set()  # tenant label values the fair-queue gauges last set
         # Per request, so added up here and handed to Ray by flush() (see Counts).

@@ -4,7 +4,9 @@
 UsageRecord it appends to the ledger, so the token counters are the ledger's numbers, not a
 second count. `refused(tenant_id, reason, call)` is called where the ingress counts a refusal
 in the ledger, with the ledger's reason. Labels: `tenant` is the tenant id (`ten_...`) and
-`adapter` the record's `name@version` (`base` for the base model), both bounded by a LabelGuard.
+`adapter` the record's `name@version` (`base` for the base model), both bounded by a LabelGuard;
+`model` is the record's base model (the call's, for a refusal), unguarded: its values are the
+deployment's configured bases, never more.
 
 Per request: the guards' dict look-ups, the counters added up in memory (Counts, handed to Ray
 by the publisher's `flush`), one Ray record per histogram. Nothing per token.
@@ -57,14 +59,16 @@ if TYPE_CHECKING:
 
 
 class RequestMetrics:
-    def __init__(self, config: MetricsConfig, sink):
+    def __init__(self, config: MetricsConfig, sink, base_model: Optional[str] = None):
+        """base_model: the base of refused calls that name none (EngineCall.base_model None)."""
+        self.base_model = base_model or c.UNKNOWN
         self.tenants = LabelGuard(config.max_tenant_labels, config.label_window_s)
         self.adapters = LabelGuard(config.max_adapter_labels, config.label_window_s)
         self.ttft, self.tpot, self.e2e, self.queue = (sink.make(s) for s in (c.TTFT, c.TPOT, c.E2E, c.QUEUE))
         self.prompt, self.cached, self.completion, self.requests, self.refusals = (
             Counts(sink.make(spec), spec.labels)
             for spec in (c.PROMPT_TOKENS, c.CACHED_PROMPT_TOKENS, c.COMPLETION_TOKENS, c.REQUESTS, c.REFUSALS))
-        self._tags: dict[tuple[str, str], dict[str, str]] = {}  # (tenant, adapter) -> the histograms' tags
+        self._tags: dict[tuple[str, str, str], dict[str, str]] = {}  # (tenant, adapter, model) -> histograms' tags
 
     def labels(self, tenant_id: str, adapter: Optional[str], tokens: int) -> tuple[str, str]:
         """The (tenant, adapter) label values of a request, through the cardinality guards."""
@@ -83,17 +87,17 @@ class RequestMetrics:
     def finished(self, record: UsageRecord, usage: RequestUsage, arrival_time: float) -> None:
         """One metered request: its record (as the ledger got it) and the engine's timings."""
         prompt, completion = record.prompt_tokens, record.completion_tokens
-        pair = self.labels(record.tenant_id, record.adapter, prompt + completion)
+        key = self.labels(record.tenant_id, record.adapter, prompt + completion) + (record.base_model,)
         if prompt > 0:
-            self.prompt.add(pair, prompt)
+            self.prompt.add(key, prompt)
         if record.cached_prompt_tokens > 0:
-            self.cached.add(pair, record.cached_prompt_tokens)
+            self.cached.add(key, record.cached_prompt_tokens)
         if completion > 0:
-            self.completion.add(pair, completion)
-        self.requests.add(pair + (outcome(record.status),))
-        tags = self._tags.get(pair)
+            self.completion.add(key, completion)
+        self.requests.add(key + (outcome(record.status),))
+        tags = self._tags.get(key)
         if tags is None:
-            tags = self._tags[pair] = {c.TENANT: pair[0], c.ADAPTER: pair[1]}
+            tags = self._tags[key] = dict(zip(c.REQUEST_LABELS, key))
         if record.ttft is not None:
             self.ttft.observe(max(record.ttft, 0.0), tags)
         finish = usage.finish_time
@@ -113,7 +117,8 @@ class RequestMetrics:
             tenant, adapter = self.labels(tenant_id, None if call is None else call.adapter_label, 0)
             if call is None:  # refused before its model was resolved
                 adapter = c.UNKNOWN
-        self.refusals.add((tenant, adapter, reason))
+        model = c.UNKNOWN if call is None else call.base_model or self.base_model
+        self.refusals.add((tenant, adapter, model, reason))
 
     def flush(self) -> None:
         """Hand the counters' growth to Ray (the publisher's thread)."""

@@ -51,6 +51,7 @@ SERVE_REPLICA_HEALTHY = "ray_serve_deployment_replica_healthy"
 
 # Labels.
 TENANT = "tenant"
+MODEL = "model"  # the base model id (metrics.catalog.MODEL)
 REPLICA = "replica"
 STATUS = "status"
 REASON = "reason"

@@ -123,7 +123,8 @@ def tenants(served: ServedPlatform) -> Row:
     pricing = served.config.accounting.pricing
     unit = GRAFANA_UNITS.get(pricing.currency, "short")
     price_note = (f"At list prices in {pricing.currency} (the default plan `{pricing.default_plan}`, or a tenant's "
-                  "override); a tenant on another plan shows at the default plan's price. The bill is "
+                  "override; each base model at its own where the price names it); a tenant on another plan shows at the "
+                  "default plan's price. The bill is "
                   "`loraplex billing statement`.")
     return Row("Tenants", (
         Panel("Prompt tokens/s per tenant", "The 20 busiest.",

@@ -118,18 +118,28 @@ def constant(value: float) -> str:
 
 def tenant_cost(pricing: PricingConfig, delta: Callable[..., str]) -> str:
     """Money per tenant at the configured list prices: the default plan's, or a tenant's
-    override. `delta` is `per_second` (cost rate) or `increase` (cost over a range) with its
-    window bound (functools.partial). Plans set per tenant in the database are not visible here: a
-    tenant on another plan is shown at the default plan's price; the bill is the statement."""
-    parts = [_cost(pricing.tenant_overrides[t], delta, f'{n.TENANT}="{t}"') for t in sorted(pricing.tenant_overrides)]
-    parts.append(_cost(pricing.plans[pricing.default_plan], delta, ""))
-    return " or ".join(parts)
+    override, each base model at its own where the price names it (`models`). `delta` is
+    `per_second` (cost rate) or `increase` (cost over a range) with its window bound
+    (functools.partial). Plans set per tenant in the database are not visible here: a tenant on
+    another plan is shown at the default plan's price; the bill is the statement."""
+    plan, overrides = pricing.plans[pricing.default_plan], pricing.tenant_overrides
+    if not pricing.priced_models():  # one price per tenant for every base: no need to split by model
+        parts = [_cost(overrides[t], delta, f'{n.TENANT}="{t}"', [n.TENANT]) for t in sorted(overrides)]
+        return " or ".join([*parts, _cost(plan, delta, "", [n.TENANT])])
+    # Per (tenant, model), most specific first: `or` keeps the left side's series where both have one.
+    by = [n.TENANT, n.MODEL]
+    parts = [_cost(overrides[t].for_model(m), delta, f'{n.TENANT}="{t}", {n.MODEL}="{m}"', by)
+             for t in sorted(overrides) for m in sorted(overrides[t].models)]
+    parts += [_cost(overrides[t], delta, f'{n.TENANT}="{t}"', by) for t in sorted(overrides)]
+    parts += [_cost(plan.for_model(m), delta, f'{n.MODEL}="{m}"', by) for m in sorted(plan.models)]
+    parts.append(_cost(plan, delta, "", by))
+    return f"sum by ({n.TENANT}) ({' or '.join(parts)})"
 
 
-def _cost(price: TokenPrice, delta: Callable[..., str], match: str) -> str:
-    prompt = delta(n.PROMPT_TOKENS, by=[n.TENANT], match=match)
-    cached = _or_zero(delta(n.CACHED_PROMPT_TOKENS, by=[n.TENANT], match=match), prompt)
-    completion = _or_zero(delta(n.COMPLETION_TOKENS, by=[n.TENANT], match=match), prompt)
+def _cost(price: TokenPrice, delta: Callable[..., str], match: str, by: list[str]) -> str:
+    prompt = delta(n.PROMPT_TOKENS, by=by, match=match)
+    cached = _or_zero(delta(n.CACHED_PROMPT_TOKENS, by=by, match=match), prompt)
+    completion = _or_zero(delta(n.COMPLETION_TOKENS, by=by, match=match), prompt)
     return (f"(({prompt} - {cached}) * {_num(price.input)} + {cached} * {_num(price.cached_input)}"
             f" + {completion} * {_num(price.output)}) / 1e6")
 

@@ -145,15 +145,21 @@ class _Tests:
     def cost(self) -> dict:
         pricing = self.served.config.accounting.pricing
         tenants = {"ten_default": pricing.plans[pricing.default_plan], **pricing.tenant_overrides}
+        # With per-base prices, traffic on every priced base and on one priced as the plan.
+        models = [*sorted(pricing.priced_models()), "unpriced-base"] if pricing.priced_models() else ["base"]
         series, samples = [], []
-        for tenant, price in tenants.items():  # per second: 10 prompt tokens (1 cached), 2 completion
-            series += [_series(n.PROMPT_TOKENS, self.ramp(600, 12), tenant=tenant, adapter=""),   # to 12 min:
-                       _series(n.CACHED_PROMPT_TOKENS, self.ramp(60, 12), tenant=tenant, adapter=""),  # the rule's
-                       _series(n.COMPLETION_TOKENS, self.ramp(120, 12), tenant=tenant, adapter="")]    # 5m at 10m
-            # The recording rule's float arithmetic (promtool compares floats), not the ledger's money.
-            cost = (9 * float(price.input) + float(price.cached_input) + 2 * float(price.output)) / 1e6
+        for tenant, plan_price in tenants.items():  # per second and base: 10 prompt tokens (1 cached), 2 completion
+            cost = 0.0
+            for model in models:
+                labels = {"tenant": tenant, "adapter": "", n.MODEL: model}
+                series += [_series(n.PROMPT_TOKENS, self.ramp(600, 12), **labels),   # to 12 min:
+                           _series(n.CACHED_PROMPT_TOKENS, self.ramp(60, 12), **labels),  # the rule's
+                           _series(n.COMPLETION_TOKENS, self.ramp(120, 12), **labels)]    # 5m at 10m
+                # The recording rule's float arithmetic (promtool compares floats), not the ledger's money.
+                price = plan_price.for_model(model)
+                cost += (9 * float(price.input) + float(price.cached_input) + 2 * float(price.output)) / 1e6
             samples.append({"labels": _sel(COST_RECORD, currency=pricing.currency, tenant=tenant), "value": cost})
-        return self.case("Cost per second at list prices (overrides win)", series, [],
+        return self.case("Cost per second at list prices (overrides win, each base at its price)", series, [],
                          [{"expr": COST_RECORD, "eval_time": "10m", "exp_samples": samples}])
 
 

@@ -144,7 +144,8 @@ def test_billing_export_ids_are_stable(ledger):
     e = next(e for e in events if e["subject"] == "t1" and e["data"]["meter"] == "cached_input_tokens"
              and e["data"]["day"] == "2026-11-03")
     assert e["id"] == event_id("t1", "cached_input_tokens", "2026-11", "2026-11-03")
-    assert e["data"] == {"meter": "cached_input_tokens", "quantity": 120, "tenant": "t1", "period": "2026-11",
+    assert e["data"] == {"meter": "cached_input_tokens", "quantity": 120, "tenant": "t1", "model": "qwen",
+                         "period": "2026-11",
                          "day": "2026-11-03", "window_start": "2026-11-03T00:00:00Z",
                          "window_end": "2026-11-04T00:00:00Z"}
     assert {e["specversion"], e["type"], e["source"], e["time"]} == {"1.0", "io.loraplex.usage.tokens", "loraplex",
@@ -179,7 +180,7 @@ def test_total_due_rounds_once_half_up_to_cents(amounts, total_due):
     assert str(st.total_due) == total_due
     assert st.to_dict()["total_due"] == total_due and st.to_dict()["subtotal"] == str(st.subtotal)
     *_, last = csv.reader(io.StringIO(st.to_csv()))
-    assert last[4:] == ["total_due", "", "", total_due]
+    assert last[4:] == ["", "total_due", "", "", total_due]
     assert st.to_table().splitlines()[-1].split()[-1] == total_due
 
 
@@ -202,21 +203,23 @@ def test_monthly_statement_rounds_a_half_cent_up_and_only_the_total(db_url, tmp_
     assert override.subtotal == T2_COST
     assert per_line.to_dict() == {
         "tenant": "t3", "period": "2026-11", "plan": "default", "currency": "USD", "requests": 1,
-        "lines": [{"meter": "input_tokens", "quantity": 8_000, "unit_price_per_1m": "0.50", "amount": "0.004"},
-                  {"meter": "cached_input_tokens", "quantity": 80_000, "unit_price_per_1m": "0.05",
+        "lines": [{"model": "qwen", "meter": "input_tokens", "quantity": 8_000, "unit_price_per_1m": "0.50",
                    "amount": "0.004"},
-                  {"meter": "output_tokens", "quantity": 2_000, "unit_price_per_1m": "1.50", "amount": "0.003"}],
+                  {"model": "qwen", "meter": "cached_input_tokens", "quantity": 80_000, "unit_price_per_1m": "0.05",
+                   "amount": "0.004"},
+                  {"model": "qwen", "meter": "output_tokens", "quantity": 2_000, "unit_price_per_1m": "1.50",
+                   "amount": "0.003"}],
         "subtotal": "0.011", "total_due": "0.01"}
     assert per_line.to_csv().splitlines() == [
-        "tenant,period,plan,currency,meter,quantity,unit_price_per_1m,amount",
-        "t3,2026-11,default,USD,input_tokens,8000,0.50,0.004",
-        "t3,2026-11,default,USD,cached_input_tokens,80000,0.05,0.004",
-        "t3,2026-11,default,USD,output_tokens,2000,1.50,0.003",
-        "t3,2026-11,default,USD,total_due,,,0.01"]
+        "tenant,period,plan,currency,model,meter,quantity,unit_price_per_1m,amount",
+        "t3,2026-11,default,USD,qwen,input_tokens,8000,0.50,0.004",
+        "t3,2026-11,default,USD,qwen,cached_input_tokens,80000,0.05,0.004",
+        "t3,2026-11,default,USD,qwen,output_tokens,2000,1.50,0.003",
+        "t3,2026-11,default,USD,,total_due,,,0.01"]
     table = per_line.to_table().splitlines()
     assert table[0] == "Statement t3 2026-11 (plan default, 1 requests)"
-    assert table[1].split() == ["meter", "quantity", "USD/1M", "amount"]
-    assert table[3].split() == ["input_tokens", "8000", "0.50", "0.004"]
+    assert table[1].split() == ["model", "meter", "quantity", "USD/1M", "amount"]
+    assert table[3].split() == ["qwen", "input_tokens", "8000", "0.50", "0.004"]
     assert table[-1].split() == ["TOTAL", "DUE", "0.01"]
     assert half.subtotal == Decimal("0.005") and half.to_dict()["total_due"] == "0.01"
 
@@ -275,14 +278,15 @@ def test_billing_export_cuts_at_midnight_after_the_grace(db_url, tmp_path):
     assert (none.events, none.complete, none.through) == ([], False, None)
     first, _ = export.to_jsonl().splitlines()
     assert first == (
-        '{"data":{"day":"2026-11-03","meter":"input_tokens","period":"2026-11","quantity":100,"tenant":"t9",'
+        '{"data":{"day":"2026-11-03","meter":"input_tokens","model":"qwen","period":"2026-11","quantity":100,'
+        '"tenant":"t9",'
         '"window_end":"2026-11-04T00:00:00Z","window_start":"2026-11-03T00:00:00Z"},'
         '"datacontenttype":"application/json","id":"%s","source":"loraplex","specversion":"1.0",'
         '"subject":"t9","time":"2026-11-03T00:00:00Z","type":"io.loraplex.usage.tokens"}'
         % event_id("t9", "input_tokens", "2026-11", "2026-11-03"))
     assert export.to_csv().splitlines()[:2] == [
-        "id,time,tenant,meter,quantity,period,day",
-        f"{export.events[0]['id']},2026-11-03T00:00:00Z,t9,input_tokens,100,2026-11,2026-11-03"]
+        "id,time,tenant,meter,quantity,period,day,model",
+        f"{export.events[0]['id']},2026-11-03T00:00:00Z,t9,input_tokens,100,2026-11,2026-11-03,qwen"]
 
 
 def test_billing_export_only_includes_closed_days(ledger):

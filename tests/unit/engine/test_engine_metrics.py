@@ -61,7 +61,9 @@ async def test_per_tenant_counters_are_the_ledgers_rows(replica):
     assert sink[c.REQUESTS.name].total(tenant="ten_b", status="length") == 1
     # The ledger's ttft and the histogram's observation are the same number.
     [r1] = [r for r in rows if r["request_id"] == "r1"]
-    [ttft] = sink[c.TTFT.name].observations[((c.ADAPTER, c.BASE), (c.TENANT, "ten_a"))]
+    # Every record's base model is the replica's (engine.model_id), on its metrics too.
+    assert {r["base_model"] for r in rows} == sink[c.PROMPT_TOKENS.name].label_values(c.MODEL) == {"base-model"}
+    [ttft] = sink[c.TTFT.name].observations[((c.ADAPTER, c.BASE), (c.MODEL, "base-model"), (c.TENANT, "ten_a"))]
     assert ttft == pytest.approx(r1["ttft"])
 
 
@@ -112,7 +114,7 @@ async def test_the_publisher_copies_engine_gauges_and_the_ledger_state(replica):
     replica.ledger.flush()
     replica._publish_engine_stats()
     replica._publish_ledger()
-    assert c.KV_USAGE.name in sink.metrics and sink[c.KV_USAGE.name].series() == {()}
+    assert c.KV_USAGE.name in sink.metrics and sink[c.KV_USAGE.name].series() == {((c.MODEL, "base-model"),)}
     assert sink[c.SPOOL_PENDING.name].total() == 0 and sink[c.SPOOL_LAST_FLUSH.name].total() > 0
 
 
@@ -122,7 +124,7 @@ async def test_the_publisher_thread_samples_adapters_on_the_replicas_loop(tmp_pa
     replica, sink = await start(tmp_path, metrics={"publish_period_s": 0.05})
     try:
         for _ in range(200):  # the thread's first publish runs at once
-            if sink[c.LOADED_ADAPTERS.name].series() >= {((c.TIER, "cpu"),), ((c.TIER, "gpu"),)}:
+            if sink[c.LOADED_ADAPTERS.name].label_values(c.TIER) >= {"cpu", "gpu"}:
                 break
             await asyncio.sleep(0.01)
         assert sink[c.LOADED_ADAPTERS.name].total(tier="cpu") == 0

@@ -153,7 +153,7 @@ def test_billing_statement_and_cost_model(server, capsys):
     code, out, _ = run(capsys, *admin, "--json", "billing", "statement", server.acme, "--period", "2026-10")
     assert code == 0 and json.loads(out)["total_due"] == "1.82"
     code, out, _ = run(capsys, *admin, "billing", "statement", server.acme, "--period", "2026-10", "--format", "csv")
-    assert code == 0 and out.startswith("tenant,period,plan,currency,meter,quantity,unit_price_per_1m,amount\n")
+    assert code == 0 and out.startswith("tenant,period,plan,currency,model,meter,quantity,unit_price_per_1m,amount\n")
     code, _, err = run(capsys, *admin, "billing", "statement", "ten_nobody", "--period", "2026-10")
     assert code == 1 and "404" in err
 

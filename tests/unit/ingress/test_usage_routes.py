@@ -29,6 +29,8 @@ UTC = timezone.utc
 COLUMNS = ["prompt_tokens", "cached_prompt_tokens", "completion_tokens", "requests", "cost"]
 # Per 1M tokens: (input, cached_input, output)
 PRICES = {"default": ("0.50", "0.05", "1.50"), "pro": ("0.40", "0.04", "1.20"), "globex": ("2", "0.2", "6")}
+# The pro plan prices the base model "other" apart: output dearer, its input and cached input the plan's.
+PRO_OTHER = ("0.40", "0.04", "9")
 
 
 def cost(price: tuple[str, str, str], prompt: int, cached: int, completion: int) -> Decimal:
@@ -66,7 +68,8 @@ def env(db_url, tmp_path):
     as_price = lambda p: dict(zip(("input", "cached_input", "output"), p))  # noqa: E731
     cfg = AccountingConfig(
         spool_dir=str(tmp_path / "spool"), billing_source="loraplex-test", billing_grace_s=3600,
-        pricing={"currency": "EUR", "plans": {k: as_price(PRICES[k]) for k in ("default", "pro")},
+        pricing={"currency": "EUR", "plans": {"default": as_price(PRICES["default"]),
+                                              "pro": {**as_price(PRICES["pro"]), "models": {"other": {"output": "9"}}}},
                  "tenant_overrides": {ids["globex"]: as_price(PRICES["globex"])}})
     acc = Accounting.start(cfg, db, "ingress#1", plan_of=service.plan_of)
     a, g = ids["acme"], ids["globex"]
@@ -99,10 +102,16 @@ def sums(records: list[UsageRecord]) -> dict:
             "completion_tokens": sum(r.completion_tokens for r in records), "requests": len(records)}
 
 
-def expected_cost(env: Env, name: str) -> Decimal:
-    price = PRICES["pro" if name == "acme" else name if name == "globex" else "default"]
-    return sum((cost(price, r.prompt_tokens, r.cached_prompt_tokens, r.completion_tokens)
-                for r in env.records.get(name, [])), Decimal(0))
+def price_of(name: str, model: str) -> tuple[str, str, str]:
+    if name == "acme":
+        return PRO_OTHER if model == "other" else PRICES["pro"]
+    return PRICES[name if name == "globex" else "default"]
+
+
+def expected_cost(env: Env, name: str, model: str | None = None) -> Decimal:
+    """What tenant `name`'s October records cost (those on base `model` only, if given)."""
+    return sum((cost(price_of(name, r.base_model), r.prompt_tokens, r.cached_prompt_tokens, r.completion_tokens)
+                for r in env.records.get(name, []) if model in (None, r.base_model)), Decimal(0))
 
 
 def ok(response, content_type="application/json"):
@@ -161,6 +170,17 @@ def test_group_by_hour_adapter_model(env):
     assert keys("hour") == [("2026-10-05T10:00:00Z", 1), ("2026-10-05T11:00:00Z", 1), ("2026-10-06T09:00:00Z", 1)]
     assert keys("adapter") == [("(base)", 1), ("bot@abc", 2)]  # the base model's row is named
     assert keys("model") == [("base-model", 2), ("other", 1)]
+
+
+def test_group_by_model_prices_each_row_at_its_base_s_price(env):
+    body = ok(env.client.get("/v1/usage", params={**OCT, "group_by": "model"}, headers=env.keys["acme"])).json()
+    costs = {r["model"]: Decimal(r["cost"]) for r in body["rows"]}
+    assert costs == {m: expected_cost(env, "acme", m) for m in ("base-model", "other")}
+    # "other": 1 completion token at its own output price, 9 (not the plan's 1.20); 7 cached at the plan's 0.04.
+    assert costs["other"] == Decimal("0.00000928")  # (7*0.04 + 1*9) / 1e6
+    # Grouped by day, the two bases share a day's row only where both ran that day: each record at its base's price.
+    days = ok(env.client.get("/v1/usage", params=OCT, headers=env.keys["acme"])).json()
+    assert Decimal(days["rows"][1]["cost"]) == costs["other"]
 
 
 def test_csv(env):
@@ -278,13 +298,17 @@ def test_billing_export_waits_for_the_grace_period(env, monkeypatch):
 def test_statement(env):
     body = ok(env.client.get(f"/admin/tenants/{env.ids['acme']}/statement", params={"period": "2026-10"},
                              headers=AUTH)).json()
-    s = sums(env.records["acme"])
     assert body["tenant"] == env.ids["acme"] and body["plan"] == "pro" and body["currency"] == "EUR"
     assert body["requests"] == 3
-    assert [(ln["meter"], ln["quantity"], ln["unit_price_per_1m"]) for ln in body["lines"]] == [
-        ("input_tokens", s["prompt_tokens"] - s["cached_prompt_tokens"], "0.40"),
-        ("cached_input_tokens", s["cached_prompt_tokens"], "0.04"),
-        ("output_tokens", s["completion_tokens"], "1.20")]
+    # A line per base model and meter, each base at its own price.
+    lines = []
+    for model in ("base-model", "other"):
+        s = sums([r for r in env.records["acme"] if r.base_model == model])
+        i, c, o = price_of("acme", model)
+        lines += [(model, "input_tokens", s["prompt_tokens"] - s["cached_prompt_tokens"], i),
+                  (model, "cached_input_tokens", s["cached_prompt_tokens"], c),
+                  (model, "output_tokens", s["completion_tokens"], o)]
+    assert [(ln["model"], ln["meter"], ln["quantity"], ln["unit_price_per_1m"]) for ln in body["lines"]] == lines
     assert Decimal(body["subtotal"]) == expected_cost(env, "acme") and body["total_due"] == "0.00"
     globex = env.client.get(f"/admin/tenants/{env.ids['globex']}/statement", params={"period": "2026-10"},
                             headers=AUTH).json()
@@ -292,8 +316,8 @@ def test_statement(env):
     text = ok(env.client.get(f"/admin/tenants/{env.ids['acme']}/statement",
                              params={"period": "2026-10", "format": "csv"}, headers=AUTH), "text/csv").text
     rows = list(csv.DictReader(io.StringIO(text)))
-    assert [r["meter"] for r in rows] == ["input_tokens", "cached_input_tokens", "output_tokens", "total_due"]
-    assert sum(Decimal(r["amount"]) for r in rows[:3]) == expected_cost(env, "acme")
+    assert [(r["model"], r["meter"]) for r in rows] == [(ln[0], ln[1]) for ln in lines] + [("", "total_due")]
+    assert sum(Decimal(r["amount"]) for r in rows[:-1]) == expected_cost(env, "acme")
     error_of(env.client.get("/admin/tenants/ten_nobody/statement", params={"period": "2026-10"}, headers=AUTH), 404)
     error_of(env.client.get(f"/admin/tenants/{env.ids['acme']}/statement", headers=AUTH), 400, "period")
 

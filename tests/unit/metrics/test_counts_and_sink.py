@@ -13,11 +13,11 @@ from loraplex.metrics.sink import RaySink
 def test_a_flush_passes_on_only_what_grew():
     counter = FakeMetric(c.REQUESTS)
     counts = Counts(counter, c.REQUESTS.labels)
-    counts.add(("ten_a", "base", "ok"))
-    counts.add(("ten_a", "base", "ok"), 2)
+    counts.add(("ten_a", "base", "qwen", "ok"))
+    counts.add(("ten_a", "base", "qwen", "ok"), 2)
     counts.flush()
     counts.flush()
-    counts.add(("ten_b", "bot@1", "error"))
+    counts.add(("ten_b", "bot@1", "qwen", "error"))
     counts.flush()
     assert counter.total(tenant="ten_a", status="ok") == 3 and counter.total(tenant="ten_b") == 1
 
@@ -34,7 +34,7 @@ def test_adding_while_another_thread_flushes_loses_nothing():
     thread = threading.Thread(target=publisher)
     thread.start()
     for i in range(100_000):
-        counts.add((f"ten_{i % 7}", "base"), 3)
+        counts.add((f"ten_{i % 7}", "base", "qwen"), 3)
     done.set()
     thread.join()
     counts.flush()

@@ -28,10 +28,10 @@ def vllm_registry():
 
 def test_counters_with_known_values_exist_at_zero_from_the_start():
     engine, ingress = FakeSink(), FakeSink()
-    ReplicaMetrics(engine, "engine")
+    ReplicaMetrics(engine, "engine", "qwen")
     ReplicaMetrics(ingress, "ingress")
     for spec in (c.PREEMPTIONS, c.PREFIX_QUERIES, c.PREFIX_HITS, c.ADAPTER_LOADS):
-        assert engine[spec.name].values == {(): 0.0}
+        assert engine[spec.name].values == {((c.MODEL, "qwen"),): 0.0}
     assert engine[c.ADAPTER_EVICTIONS.name].label_values(c.REASON) == {"lru", "bytes", "deleted"}
     assert ingress[c.ROUTING_DECISIONS.name].label_values(c.DECISION) == set(c.ROUTING_DECISIONS.values[c.DECISION])
     assert c.PREEMPTIONS.name not in ingress.metrics  # an ingress has no engine
@@ -40,7 +40,7 @@ def test_counters_with_known_values_exist_at_zero_from_the_start():
 def test_vllms_counters_are_re_exported_by_what_they_grew_and_gauges_as_read():
     reg, m = vllm_registry()
     sink = FakeSink()
-    replica = ReplicaMetrics(sink, "engine")
+    replica = ReplicaMetrics(sink, "engine", "qwen")
     reader = EngineStatsReader(max_age_s=0, registry=reg)
     m["queries"].inc(100)
     m["hits"].inc(40)
@@ -83,7 +83,7 @@ def test_no_lora_info_means_no_running_adapters():
 
 def test_adapter_loads_evictions_and_the_ledger():
     sink = FakeSink()
-    replica = ReplicaMetrics(sink, "engine")
+    replica = ReplicaMetrics(sink, "engine", "qwen")
     replica.adapter_loaded(0.3)
     replica.adapters_evicted("lru", 2)
     replica.adapters_evicted("deleted")
@@ -112,3 +112,27 @@ def test_the_publisher_publishes_at_once_then_every_period_and_survives_a_failin
     finally:
         publisher.stop()
     assert len(calls) >= 3
+
+
+def test_an_engine_replica_labels_each_of_its_metrics_with_its_base_model():
+    sink = FakeSink()
+    replica = ReplicaMetrics(sink, "engine", "qwen")
+    replica.engine_stats({"kv_cache_usage": 0.5, "preemptions": 1})
+    replica.adapter_loaded(0.2)
+    replica.fair_queue({"dispatch_limit": 4, "dispatched": 1, "tenants": {"ten_a": {"queued": 2, "counter": 7}}},
+                       lambda tenant: tenant)
+    replica.ledger(1.0, 0)
+    for spec in c.ENGINE_METRICS:
+        assert c.MODEL in spec.labels, spec.name
+        assert sink[spec.name].label_values(c.MODEL) <= {"qwen"}, spec.name
+    assert sink[c.KV_USAGE.name].total(model="qwen") == 0.5
+    assert sink[c.FAIR_QUEUE_LENGTH.name].total(tenant="ten_a", model="qwen") == 2
+    # The ledger's gauges are per replica, Engine or Ingress: no model.
+    assert c.MODEL not in c.SPOOL_PENDING.labels and sink[c.SPOOL_PENDING.name].series() == {()}
+
+
+def test_an_engine_replica_without_its_base_model_is_refused():
+    import pytest
+
+    with pytest.raises(ValueError, match="engine.model_id"):
+        ReplicaMetrics(FakeSink(), "engine")

@@ -27,8 +27,9 @@ class FakeLedger:
         self.records.append(record)
 
 
-def call(request_id="r1", tenant="ten_a", adapter=None) -> EngineCall:
-    return EngineCall(request_id=request_id, tenant_id=tenant, adapter=adapter, arrival_time=T0)
+def call(request_id="r1", tenant="ten_a", adapter=None, base_model=None) -> EngineCall:
+    return EngineCall(request_id=request_id, tenant_id=tenant, adapter=adapter, arrival_time=T0,
+                      base_model=base_model)
 
 
 def finished_usage(prompt=12, cached=8, completion=5, status="stop") -> RequestUsage:
@@ -69,10 +70,22 @@ def test_the_token_counters_are_the_usage_records_numbers(recorded):
     assert requests.total(tenant="ten_b", status="client_disconnect") == 1
 
 
+def test_every_request_metric_carries_the_records_base_model(recorded):
+    sink, ledger, meter = recorded
+    meter(call("r1"), finished_usage(12, 8, 5))  # no base named: the meter's (the config's first)
+    meter(call("r2", base_model="big"), finished_usage(30, 10, 7))
+    flushed(meter)
+    assert [r.base_model for r in ledger.records] == ["base-model", "big"]
+    for spec in c.REQUEST_METRICS:
+        assert sink[spec.name].label_values(c.MODEL) == {"base-model", "big"}, spec.name
+    assert sink[c.PROMPT_TOKENS.name].total(tenant="ten_a", model="big") == 30
+    assert sink[c.PROMPT_TOKENS.name].total(tenant="ten_a", model="base-model") == 12
+
+
 def test_the_histograms_time_the_request_from_its_arrival(recorded):
     sink, _, meter = recorded
     meter(call(), finished_usage(completion=5))
-    tags = ((c.ADAPTER, c.BASE), (c.TENANT, "ten_a"))
+    tags = ((c.ADAPTER, c.BASE), (c.MODEL, "base-model"), (c.TENANT, "ten_a"))
     assert sink[c.TTFT.name].observations[tags] == [pytest.approx(0.5)]
     assert sink[c.E2E.name].observations[tags] == [pytest.approx(1.5)]
     assert sink[c.QUEUE.name].observations[tags] == [pytest.approx(0.25)]
@@ -84,7 +97,7 @@ def test_time_per_output_token_divides_by_the_longest_choice_not_all_choices(rec
     u = finished_usage(completion=10)
     u._completion_by_output = {"e0": {0: 5, 1: 5}}  # n=2: two choices decoded side by side
     meter(call(), u)
-    [tpot] = sink[c.TPOT.name].observations[((c.ADAPTER, c.BASE), (c.TENANT, "ten_a"))]
+    [tpot] = sink[c.TPOT.name].observations[((c.ADAPTER, c.BASE), (c.MODEL, "base-model"), (c.TENANT, "ten_a"))]
     assert tpot == pytest.approx(1.0 / 4)
 
 
@@ -110,19 +123,21 @@ def test_a_clock_skewed_first_token_never_observes_a_negative_time(recorded):
 
 def test_refusals_carry_the_ledgers_reason_and_what_was_known_of_the_request():
     sink = FakeSink()
-    metrics = RequestMetrics(MetricsConfig(), sink)
+    metrics = RequestMetrics(MetricsConfig(), sink, "base-model")
     metrics.refused(None, "401")
     metrics.refused("ten_a", "404")  # refused before its model resolved
     metrics.refused("ten_a", "429:rate_limit_tokens", call(adapter=BOT))
     metrics.refused("ten_a", "503:shed", call())
-    metrics.refused("ten_a", "503:shed", call())
+    metrics.refused("ten_a", "503:shed", call(base_model="big"))
     metrics.flush()
     metrics.flush()  # nothing new: nothing added twice
     refusals = sink[c.REFUSALS.name]
-    assert refusals.total(tenant=c.UNKNOWN, adapter=c.UNKNOWN, reason="401") == 1
-    assert refusals.total(tenant="ten_a", adapter=c.UNKNOWN, reason="404") == 1
-    assert refusals.total(tenant="ten_a", adapter="bot@2", reason="429:rate_limit_tokens") == 1
-    assert refusals.total(tenant="ten_a", adapter=c.BASE, reason="503:shed") == 2
+    assert refusals.total(tenant=c.UNKNOWN, adapter=c.UNKNOWN, model=c.UNKNOWN, reason="401") == 1
+    assert refusals.total(tenant="ten_a", adapter=c.UNKNOWN, model=c.UNKNOWN, reason="404") == 1
+    assert refusals.total(tenant="ten_a", adapter="bot@2", model="base-model", reason="429:rate_limit_tokens") == 1
+    # The call's base, else the replica's default one (the config's first).
+    assert refusals.total(tenant="ten_a", adapter=c.BASE, model="base-model", reason="503:shed") == 1
+    assert refusals.total(tenant="ten_a", adapter=c.BASE, model="big", reason="503:shed") == 1
 
 
 def test_a_failing_metric_never_fails_the_bill():
@@ -157,7 +172,7 @@ def test_metrics_off_builds_no_recorder_at_all():
 
 def test_metrics_on_registers_every_metric_of_its_role():
     engine, ingress = FakeSink(), FakeSink()
-    Metrics.for_replica(MetricsConfig(), "engine", engine)
+    Metrics.for_replica(MetricsConfig(), "engine", engine, base_model="qwen")
     Metrics.for_replica(MetricsConfig(), "ingress", ingress)
     request_names = {s.name for s in c.REQUEST_METRICS + (c.REFUSALS,)}
     assert set(engine.metrics) == request_names | {s.name for s in c.ENGINE_METRICS + c.LEDGER_METRICS}

@@ -1,6 +1,7 @@
 """The generated rules pass `promtool check rules`, and `promtool test rules` fires every alert
 (KV cache, TTFT / TPOT over the SLO, errors, sheds, budget burn, replica and target down,
-spool) on synthetic series, for the shipped configs and one with a tenant price override."""
+spool) on synthetic series, for the shipped configs, one with a tenant price override and one
+with per-base prices."""
 import subprocess
 import sys
 from pathlib import Path
@@ -40,8 +41,20 @@ def _override_platform() -> ServedPlatform:
             "ten_0123456789abcdef": {"input": "0.30", "cached_input": "0.03", "output": "0.90"}}}}}))
 
 
-@pytest.mark.parametrize("served", [load_served(ROOT / "serve_config.gpu.yaml"), _override_platform()],
-                         ids=["gpu-profile", "override-prices"])
+def _per_base_prices_platform() -> ServedPlatform:
+    """Per-base prices in the plan and in an override: the cost rule prices each base apart."""
+    return ServedPlatform("lpx", PlatformConfig.from_args({"accounting": {"pricing": {
+        "plans": {"default": {"input": "0.50", "cached_input": "0.05", "output": "1.50",
+                              "models": {"big": {"input": "2", "output": "6"}}}},
+        "tenant_overrides": {
+            "ten_0123456789abcdef": {"input": "0.30", "cached_input": "0.03", "output": "0.90",
+                                     "models": {"big": {"output": "4"}}},
+            "ten_fedcba9876543210": {"input": "0.20", "cached_input": "0.02", "output": "0.60"}}}}}))
+
+
+@pytest.mark.parametrize("served", [load_served(ROOT / "serve_config.gpu.yaml"), _override_platform(),
+                                    _per_base_prices_platform()],
+                         ids=["gpu-profile", "override-prices", "per-base-prices"])
 def test_generated_rules_pass_for_other_configs(tmp_path, served):
     write_generated(served, tmp_path)
     assert_ok(promtool("check", "rules", str(tmp_path / RULES)))
