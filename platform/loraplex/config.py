@@ -824,6 +824,17 @@ class PlatformConfig(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _prices_name_served_bases(self) -> "PlatformConfig":
+        """A per-base price for a base this app does not serve would be stored and never charged
+        (a misspelt id bills at the plan's prices): refuse it, naming the bases."""
+        unknown = sorted(self.accounting.pricing.priced_models() - set(self.base_names))
+        if unknown:
+            raise ValueError(f"accounting.pricing prices base model(s) {', '.join(unknown)}, which this app does not "
+                             f"serve (its bases: {', '.join(self.base_names)}): fix the name under `models:` of the "
+                             "plan or override")
+        return self
+
+    @model_validator(mode="after")
     def _shedding_reachable(self) -> "PlatformConfig":
         """With the fair queue on, vLLM holds at most max_num_seqs of a replica's requests: a
         priority-0 count threshold set at or above it would be stored and never act."""

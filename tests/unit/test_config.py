@@ -196,3 +196,12 @@ def test_each_pools_unreachable_shedding_threshold_is_refused_by_its_entry():
         PlatformConfig.from_args({"models": [
             {"engine": {"model": "a"}},
             {"engine": {"model": "b", "max_num_seqs": 8}, "engine_deployment": {"shedding": {"shed_requests": 8}}}]})
+
+
+def test_a_price_for_a_base_the_app_does_not_serve_is_refused():
+    pricing = {"plans": {"default": {"input": "1", "cached_input": "0.5", "output": "2",
+                                     "models": {"larg": {"input": "3"}}}}}
+    with pytest.raises(ValidationError, match="prices base model.*larg.*its bases: small, large"):
+        two_bases(accounting={"pricing": pricing})
+    pricing["plans"]["default"]["models"] = {"large": {"input": "3"}}
+    assert two_bases(accounting={"pricing": pricing}).accounting.pricing.priced_models() == {"large"}

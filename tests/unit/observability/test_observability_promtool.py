@@ -43,7 +43,9 @@ def _override_platform() -> ServedPlatform:
 
 def _per_base_prices_platform() -> ServedPlatform:
     """Per-base prices in the plan and in an override: the cost rule prices each base apart."""
-    return ServedPlatform("lpx", PlatformConfig.from_args({"accounting": {"pricing": {
+    return ServedPlatform("lpx", PlatformConfig.from_args({"models": [
+        {"engine": {"model": "models/SmolLM2-135M-Instruct"}}, {"name": "big", "engine": {"model": "models/big"}}],
+        "accounting": {"pricing": {
         "plans": {"default": {"input": "0.50", "cached_input": "0.05", "output": "1.50",
                               "models": {"big": {"input": "2", "output": "6"}}}},
         "tenant_overrides": {
