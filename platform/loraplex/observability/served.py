@@ -19,9 +19,11 @@ class ServedPlatform:
     def deployments(self) -> dict[str, int]:
         """The deployments' names in Serve (loraplex.app) and how many replicas each should
         have at least: `deployments:` wins over `args` (as in Serve), autoscaling its minimum."""
-        engine = self.config.engine_deployment
-        built = {"Engine": _at_least(engine.num_replicas, engine.autoscaling),
-                 "Ingress": self.config.ingress.num_replicas}
+        # One Engine pool per base model (`Engine`, `Engine-<name>`), each alerted on alone.
+        built = {self.config.pool_name(base.model_id): _at_least(base.engine_deployment.num_replicas,
+                                                                  base.engine_deployment.autoscaling)
+                 for base in self.config.bases()}
+        built["Ingress"] = self.config.ingress.num_replicas
         for name in built:
             entry = self.overrides.get(name) or {}
             count = entry.get("num_replicas")
