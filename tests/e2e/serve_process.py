@@ -37,10 +37,11 @@ def serve_run(config: str, log_path: Path, admin_token: str):
         run.stop(grace_s=60)
 
 
-def local_config(tmp: Path, **args: dict) -> tuple[Path, str]:
-    """The shipped serve_config.yaml with its state in `tmp` (SQLite, adapter store and cache, the
-    ledger's spool), each of `args` merged into the app's args of that name. (Its path, database_url.)"""
-    config = yaml.safe_load((ROOT / "serve_config.yaml").read_text())
+def local_config(tmp: Path, source: str = "serve_config.yaml", **args: dict) -> tuple[Path, str]:
+    """A shipped serve config (`source`) with its state in `tmp` (SQLite, adapter store and cache,
+    the ledger's spool), each of `args` merged into the app's args of that name. (Its path,
+    database_url.)"""
+    config = yaml.safe_load((ROOT / source).read_text())
     app_args = config["applications"][0]["args"]
     app_args["database_url"] = f"sqlite:///{tmp}/loraplex.db"
     app_args["registry"] = {"store_url": str(tmp / "adapters"), "cache_dir": str(tmp / "cache")}
