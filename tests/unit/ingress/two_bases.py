@@ -86,7 +86,9 @@ def build_two_bases(tmp: Path) -> TwoBases:
     service = TenantService(db)
     pools = {base: FakeEngineClient(replies_from(base), calls={
         "base_models": {"object": "list", "data": [{"id": base, "object": "model", "parent": None}]},
-        "ready": {"replica_id": base}}) for base in CONFIGS}
+        "ready": {"replica_id": base},
+        "replica_status": {"replica_id": f"{base}#0", "base_model": base, "running": 0, "waiting": 0}})
+        for base in CONFIGS}
     accounting = Accounting.start(config.accounting.model_copy(update={"spool_dir": str(tmp / "spool")}),
                                   db, "ingress-test", plan_of=service.plan_of)
     app = build_ingress_app(PooledEngineClient(pools), config, tenancy=Tenancy(service, admin_token=ADMIN_TOKEN),

@@ -219,9 +219,11 @@ function fillBaseSelect() {
 function fillModelSelects() {
   const bases = [...new Set([...models.bases, ...models.adapters.map((a) => a.base).filter(Boolean)])];
   const choices = [...bases, ...models.adapters.map((a) => a.ref)];
+  // A closed select shows no group label: with several bases, each adapter names its own.
+  const on = (a) => (bases.length > 1 ? `${a.ref} (on ${a.base})` : a.ref);
   const groups = () => bases.map((base) => h("optgroup", { label: `${base} and its adapters` },
     h("option", { value: base }, `${base} (base model)`),
-    models.adapters.filter((a) => a.base === base).map((a) => h("option", { value: a.ref }, a.ref))));
+    models.adapters.filter((a) => a.base === base).map((a) => h("option", { value: a.ref }, on(a)))));
   const right = models.adapters.length ? models.adapters[0].ref : bases[1] || bases[0];
   for (const [id, fallback] of [["#model-a", bases[0]], ["#model-b", right]]) {
     const select = $(id);
