@@ -3,7 +3,7 @@ against the real ingress app over two fake Engine pools (no Ray, no vLLM): the u
 base model chosen (the archive names neither base, so without it the server refuses), the
 adapters table shows each version's base, the playground offers every base and every adapter
 grouped by base and runs each on its base's pool, usage shows per base model, and the admin view
-has the month per base model. A screenshot goes to LORAPLEX_SCREENSHOTS, else var/screenshots."""
+has the month per base model and each replica's base. Screenshots go to LORAPLEX_SCREENSHOTS, else var/screenshots."""
 
 import sys
 from pathlib import Path
@@ -111,5 +111,6 @@ def test_tenant_console_with_two_bases(platform):
         card = wait_until(lambda: css(driver, f'#replicas-list article[data-replica="{SMALL}#0"] h3'), WAIT_S,
                           "the replica card")[0]
         assert card.text == f"Replica {SMALL}#0 of {SMALL}"
+        full_page_screenshot(driver, screenshot_dir() / "console-admin-two-bases.png")
         errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE" and "favicon" not in e["message"]]
         assert errors == []

@@ -275,7 +275,6 @@ function adapterLabel(name) {
 }
 
 const REPLICA_FIELDS = {
-  base_model: ["Base model", String],
   running: ["Running", number], waiting: ["Waiting (vLLM)", number], queued: ["Queued (fair queue)", number],
   in_flight: ["In flight", number], dispatched: ["Dispatched", number],
   dispatch_limit: ["Dispatch limit", (v) => (v === null ? "no fair queue" : number(v))],
@@ -287,7 +286,7 @@ function replicaCard(replica, i) {
   const id = replica.replica_id || replica.replica || replica.id || `replica ${i + 1}`;
   const facts = [];
   for (const [key, value] of Object.entries(replica)) {
-    if (["replica_id", "replica", "id", "tenants", "loaded_adapters"].includes(key)) continue;
+    if (["replica_id", "replica", "id", "base_model", "tenants", "loaded_adapters"].includes(key)) continue; // in the title
     const [label, format] = REPLICA_FIELDS[key] || [key.replaceAll("_", " "), cell];
     facts.push(h("dt", {}, label), h("dd", {}, value === null || value === undefined ? "-" : format(value)));
   }
