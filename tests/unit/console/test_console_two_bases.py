@@ -114,3 +114,19 @@ def test_tenant_console_with_two_bases(platform):
         full_page_screenshot(driver, screenshot_dir() / "console-admin-two-bases.png")
         errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE" and "favicon" not in e["message"]]
         assert errors == []
+
+
+def test_with_one_base_there_is_no_base_to_choose(tmp_path):
+    """One base: the upload's base select stays hidden (nothing is sent: the server takes the
+    only base) and the playground offers the base alone, as before issue 35."""
+    from platform_app import BASE, build_platform_app
+
+    setup = build_platform_app(tmp_path, lambda *a: iter(()))
+    setup.add_tenant("solo")
+    try:
+        with serving(setup.app) as url, chromium() as driver:
+            sign_in(driver, url, "", setup.keys["solo"].removeprefix("Bearer "), "tenant")
+            assert not css(driver, "#adapter-base")[0].is_displayed()
+            assert grouped_options(driver, "#model-b") == {f"{BASE} and its adapters": [BASE]}
+    finally:
+        setup.close()
