@@ -54,7 +54,8 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--api-key", action="append", default=[], help="tenant API key(s), cycled over tenants, "
                    "when not creating tenants (repeat or comma-separate)")
     g.add_argument("--adapter-names", help="existing adapters (comma list, per tenant) when not uploading")
-    g.add_argument("--model", help="base model name (default: the config's served model name)")
+    g.add_argument("--model", help="base model name (default: the config's first); with several bases, the "
+                   "plan's tokenizer, max_model_len, GPUs and price profile are that base's")
     g.add_argument("--target-name", default="loraplex", help="what --url is called in the results (e.g. vllm)")
     g = ap.add_argument_group("load")
     g.add_argument("--sweep", help="closed loop: concurrencies, e.g. 1,2,4,8,16,32")
@@ -157,14 +158,14 @@ def main(argv: Optional[list[str]] = None) -> int:
 
     config = a.config.resolve()
     doc, app_args = targets.load_serve_config(config)
-    eng = targets.engine_config(app_args, config.parent)
+    eng = targets.engine_config(app_args, config.parent, a.model)  # --model's base, else the default
     model = a.model or eng.model_id
     slo_cfg = targets.slo_from_config(app_args)
     ttft = a.slo_ttft_p95 if a.slo_ttft_p95 is not None else slo_cfg.get("ttft_p95", DEFAULT_SLO["ttft_p95"])
     tpot = a.slo_tpot_p95 if a.slo_tpot_p95 is not None else slo_cfg.get("tpot_p95", DEFAULT_SLO["tpot_p95"])
     slo_source = "flags" if a.slo_ttft_p95 or a.slo_tpot_p95 else "config slo:" if slo_cfg else "built-in default"
     slo = SLO(ttft, tpot, a.slo_max_error_rate)
-    price = a.gpu_hour_price if a.gpu_hour_price is not None else targets.cost_model(app_args).gpu_hour_price
+    price = a.gpu_hour_price if a.gpu_hour_price is not None else targets.cost_model(app_args, a.model).gpu_hour_price
     gpus = a.gpus_per_replica or eng.tensor_parallel_size
     out = a.out or ROOT / "var" / "loadtest" / datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out.mkdir(parents=True, exist_ok=True)

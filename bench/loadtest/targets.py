@@ -48,18 +48,36 @@ def load_serve_config(path: Path) -> tuple[dict, dict]:
     raise SystemExit(f"loadtest: {path} has no application with import_path loraplex.app:build_app")
 
 
-def engine_config(args: dict, base_dir: Path):
-    from loraplex.config import EngineConfig
+def base_config(args: dict, model: Optional[str] = None):
+    """The base model `model` names (None: the default, the first) of the serve config: an entry of
+    `models:`, or the single-model `engine` / `engine_deployment`. With several bases the plan must
+    be for the one the requests go to (its tokenizer, max_model_len, GPUs): a name that is none of
+    them exits naming them; with one base, any name is that base (an external target may serve it
+    under another name)."""
+    from loraplex.config import BaseModelConfig
 
-    return EngineConfig(**(args.get("engine") or {})).resolved(base_dir)
+    entries = args.get("models") or [{"engine": args.get("engine"),
+                                      "engine_deployment": args.get("engine_deployment") or {}}]
+    bases = [BaseModelConfig(**entry) for entry in entries]
+    if model is None or len(bases) == 1:
+        return bases[0]
+    for base in bases:
+        if base.model_id == model:
+            return base
+    raise SystemExit(f"loadtest: --model {model!r} is none of the config's base models "
+                     f"({', '.join(b.model_id for b in bases)}); pass one of them")
 
 
-def cost_model(args: dict):
+def engine_config(args: dict, base_dir: Path, model: Optional[str] = None):
+    return base_config(args, model).engine.resolved(base_dir)
+
+
+def cost_model(args: dict, model: Optional[str] = None):
     """accounting.cost_model as the platform reads it: fields left out follow the profile (a GPU's
-    hour where engine_deployment.num_gpus > 0, else a CPU VM's; loraplex.config)."""
+    hour where the base's engine_deployment.num_gpus > 0, else a CPU VM's; loraplex.config)."""
     from loraplex.accounting.config import CostModelConfig
 
-    on_gpu = float((args.get("engine_deployment") or {}).get("num_gpus") or 0) > 0
+    on_gpu = base_config(args, model).engine_deployment.num_gpus > 0
     return CostModelConfig(**((args.get("accounting") or {}).get("cost_model") or {})).for_profile(on_gpu)
 
 

@@ -3,7 +3,7 @@
     TENANT=$(loraplex tenants create acme -q)         # -q: only the tenant id
     export LORAPLEX_API_KEY=$(loraplex keys create $TENANT -q)   # -q: only the key (shown once)
     loraplex tenants update $TENANT --limits '{"requests_per_minute": 60}'
-    LORAPLEX_API_KEY=lpx-... loraplex adapters upload support-bot adapter.tar.gz
+    LORAPLEX_API_KEY=lpx-... loraplex adapters upload support-bot adapter.tar.gz [--base-model BASE]
     LORAPLEX_API_KEY=lpx-... loraplex usage --group-by adapter --start 2026-11-01
     loraplex billing export --period 2026-11 > events.jsonl
     loraplex latency                                  # TTFT / TPOT P95 of the last hour vs the SLO
@@ -162,8 +162,11 @@ def adapters_upload(s: Session) -> None:
     path = Path(s.args.file)
     if not path.is_file():
         raise CLIError(f"{path}: no such file; pass a .tar.gz, .tgz or .zip of a PEFT LoRA directory.", code=2)
+    form = {"name": s.args.name}
+    if s.args.base_model:  # else the server takes the archive's claim, the name's base or the only base
+        form["base_model"] = s.args.base_model
     with path.open("rb") as f:
-        adapter = s.tenant("POST", "/v1/adapters", data={"name": s.args.name},
+        adapter = s.tenant("POST", "/v1/adapters", data=form,
                            files={"file": (path.name, f, "application/octet-stream")}).json()
     s.show(adapter, [adapter], ADAPTER_COLUMNS)
 
@@ -403,6 +406,9 @@ def _parser() -> argparse.ArgumentParser:
     p = command(sub, "upload", adapters_upload, "upload a .tar.gz/.tgz/.zip of a PEFT LoRA directory")
     p.add_argument("name")
     p.add_argument("file")
+    p.add_argument("--base-model", metavar="BASE",
+                   help="the base model it was trained on (GET /v1/models lists them); default: the one the "
+                        "archive's base_model_name_or_path names, else the name's earlier versions' base")
     command(sub, "list", adapters_list, "list your adapters and their versions")
     command(sub, "delete", adapters_delete, "delete an adapter, or one version").add_argument(
         "ref", metavar="NAME[@VERSION]")

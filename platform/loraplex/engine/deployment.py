@@ -306,6 +306,7 @@ class Engine:
             queue = self.fair_queue.snapshot()
         adapters = getattr(self.engine, "adapters", None)
         return {
+            "base_model": self.base_model,  # with several bases, which pool this replica is of
             "in_flight": self.in_flight,
             "dispatch_limit": queue["dispatch_limit"] if queue else None,  # None: no fair queue
             "dispatched": queue["dispatched"] if queue else self.in_flight,

@@ -169,3 +169,39 @@ def test_tenant_commands_send_the_contract_requests(tmp_path, capsys):
     assert all(s["auth"] == "Bearer lpx-k" for s in seen[:5]) and seen[5]["auth"] == "Bearer adm"
     assert seen[3]["query"] == {"start": "2026-11-01", "group_by": "day"}
     assert seen[5]["query"] == {"tenant": "ten_1"}
+
+
+def test_upload_binds_to_the_base_model_given_and_lists_and_usage_name_it(tmp_path, capsys, monkeypatch):
+    """Two bases (issue 35): `adapters upload --base-model` binds the version to that base (the
+    archive names neither base, so without it the server refuses), `adapters list` shows each
+    version's base and `usage --group-by model` one row per base."""
+    from two_bases import SMALL, TINY, build_two_bases
+
+    for name in ("LORAPLEX_URL", "LORAPLEX_ADMIN_TOKEN", "LORAPLEX_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    setup = build_two_bases(tmp_path)
+    try:
+        with serving(setup.app) as url:
+            base = ["--url", url, "--api-key", setup.key]
+            code, _, err = run(capsys, *base, "adapters", "upload", "writer", str(setup.archives[TINY]))
+            assert code == 1 and "base_model" in err and TINY in err  # the server asks which base
+            code, out, _ = run(capsys, *base, "adapters", "upload", "writer", str(setup.archives[TINY]),
+                               "--base-model", TINY)
+            assert code == 0 and TINY in out.splitlines()[1].split()
+            code, out, _ = run(capsys, *base, "adapters", "upload", "tagger", str(setup.archives[SMALL]),
+                               "--base-model", SMALL)
+            assert code == 0
+            code, out, _ = run(capsys, *base, "adapters", "list")
+            header, *rows = out.splitlines()
+            at = header.split().index("BASE_MODEL")
+            assert sorted((row.split()[0], row.split()[at]) for row in rows) == [("tagger", SMALL), ("writer", TINY)]
+
+            setup.add_usage(SMALL, 10, 2)
+            setup.add_usage(TINY, 7, 3, adapter="writer@1")
+            setup.add_usage(TINY, 1, 1)
+            code, out, _ = run(capsys, *base, "usage", "--group-by", "model")
+            rows = [line.split() for line in out.splitlines()]
+            assert code == 0 and rows[0][:4] == ["MODEL", "PROMPT_TOKENS", "CACHED_PROMPT_TOKENS", "COMPLETION_TOKENS"]
+            assert [r[:4] for r in rows[1:4]] == [[SMALL, "10", "0", "2"], [TINY, "8", "0", "4"], ["TOTAL", "18", "0", "6"]]
+    finally:
+        setup.close()

@@ -15,6 +15,24 @@ let tenants = [];
 let editing = null; // the tenant in the edit dialog
 let keysOf = null; // the tenant in the keys dialog
 
+// -- base models --------------------------------------------------------------------------------
+async function loadModelUsage() {
+  try {
+    const usage = await session.json("/admin/usage?group_by=model"); // this UTC month so far
+    $("#models-currency").textContent = usage.currency;
+    const rows = usage.rows.map((r) => h("tr", { "data-model": r.model },
+      h("th", { scope: "row" }, r.model),
+      h("td", { class: "num" }, number(r.prompt_tokens)),
+      h("td", { class: "num" }, number(r.cached_prompt_tokens)),
+      h("td", { class: "num" }, number(r.completion_tokens)),
+      h("td", { class: "num" }, number(r.requests)),
+      h("td", { class: "num" }, r.cost)));
+    fillRows($("#models-table tbody"), rows, "No requests this month.", 6);
+  } catch (err) {
+    say($("#models-message"), err.message, "error");
+  }
+}
+
 // -- tenants ------------------------------------------------------------------------------------
 function limitInputs(fieldset, prefix) {
   for (const [key, label] of LIMITS) {
@@ -268,14 +286,14 @@ function replicaCard(replica, i) {
   const id = replica.replica_id || replica.replica || replica.id || `replica ${i + 1}`;
   const facts = [];
   for (const [key, value] of Object.entries(replica)) {
-    if (["replica_id", "replica", "id", "tenants", "loaded_adapters"].includes(key)) continue;
+    if (["replica_id", "replica", "id", "base_model", "tenants", "loaded_adapters"].includes(key)) continue; // in the title
     const [label, format] = REPLICA_FIELDS[key] || [key.replaceAll("_", " "), cell];
     facts.push(h("dt", {}, label), h("dd", {}, value === null || value === undefined ? "-" : format(value)));
   }
   const queues = Object.entries(replica.tenants || {});
   const adapters = replica.loaded_adapters || [];
   return h("article", { class: "card", "data-replica": id, "aria-label": `Replica ${id}` },
-    h("h3", {}, `Replica ${id}`),
+    h("h3", {}, `Replica ${id}`, replica.base_model ? ` of ${replica.base_model}` : ""),
     h("dl", {}, facts),
     h("h4", {}, "Tenants on it (fair-share queue per tenant)"),
     queues.length ? h("table", { class: "inner" },
@@ -403,7 +421,7 @@ function init() {
     verify: () => session.json("/admin/tenants"),
     onSignedIn: async () => {
       const named = loadTenants(); // the replicas' tenants and adapters are shown by name
-      await Promise.all([named, loadLatency(), named.then(loadReplicas), loadDedicated(), loadBilling()]);
+      await Promise.all([named, loadModelUsage(), loadLatency(), named.then(loadReplicas), loadDedicated(), loadBilling()]);
       document.body.dataset.ready = "admin";
     },
     onSignedOut: () => {

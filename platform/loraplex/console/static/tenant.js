@@ -2,16 +2,26 @@
 // (/v1/usage, /v1/adapters, /v1/batches, /v1/models, /v1/chat/completions) with the tenant's own key.
 import { Session, download, streamChat } from "./api.js";
 import { $, addDays, bytes, confirmAction, fillRows, h, number, say, signInForm, utcDate, when } from "./ui.js";
-import { renderUsageChart } from "./usage_chart.js";
+import { daysBetween, renderUsageChart } from "./usage_chart.js";
 
 const session = new Session("loraplex.tenant_key");
-let models = { base: null, adapters: [] };
+// bases: the base model ids of GET /v1/models (the default first); adapters: {ref, base}, a name
+// (its latest version) and each name@version, with the base model the version is bound to.
+let models = { bases: [], adapters: [] };
 
 // -- usage --------------------------------------------------------------------------------------
+// group_by -> [the key column's header, the caption, the chart's label]
+const USAGE_GROUPS = {
+  day: ["Day", "Per UTC day", "per UTC day"],
+  model: ["Base model", "Per base model", "per base model"],
+  adapter: ["Adapter", "Per adapter ((base): no adapter)", "per adapter"],
+};
+
 function usageQuery(format) {
   const start = $("#usage-start").value;
   const end = addDays($("#usage-end").value, 1); // the API's end is exclusive
-  return `/v1/usage?group_by=day&start=${start}&end=${end}${format ? `&format=${format}` : ""}`;
+  const groupBy = encodeURIComponent($("#usage-group").value);
+  return `/v1/usage?group_by=${groupBy}&start=${start}&end=${end}${format ? `&format=${format}` : ""}`;
 }
 
 async function loadUsage() {
@@ -30,9 +40,13 @@ async function loadUsage() {
 }
 
 function renderUsage(report) {
+  const [keyHeader, caption, chartLabel] = USAGE_GROUPS[report.group_by];
   $("#usage-currency").textContent = report.currency;
-  const rows = report.rows.map((r) => h("tr", {},
-    h("th", { scope: "row" }, r.day),
+  $("#usage-key-h").textContent = keyHeader;
+  $("#usage-per").textContent = caption;
+  $("#usage-chart").setAttribute("aria-label", `Tokens and cost ${chartLabel}; the table below has the same figures`);
+  const rows = report.rows.map((r) => h("tr", { "data-key": r[report.group_by] },
+    h("th", { scope: "row" }, r[report.group_by]),
     h("td", { class: "num" }, number(r.prompt_tokens)),
     h("td", { class: "num" }, number(r.cached_prompt_tokens)),
     h("td", { class: "num" }, number(r.completion_tokens)),
@@ -45,7 +59,10 @@ function renderUsage(report) {
   $("#total-completion").textContent = number(t.completion_tokens);
   $("#total-requests").textContent = number(t.requests);
   $("#total-cost").textContent = t.cost;
-  renderUsageChart($("#usage-chart"), report, $("#usage-start").value, $("#usage-end").value);
+  // Per day: every day of the range (days without requests are 0); else one bar group per row.
+  const labels = report.group_by === "day" ? daysBetween($("#usage-start").value, $("#usage-end").value)
+    : report.rows.map((r) => r[report.group_by]);
+  renderUsageChart($("#usage-chart"), report, labels);
 }
 
 // -- adapters -----------------------------------------------------------------------------------
@@ -54,10 +71,12 @@ async function loadAdapters() {
   const rows = [];
   models.adapters = [];
   for (const adapter of body.data) {
-    models.adapters.push(adapter.name);
+    // The name alone runs its latest version (the last listed), on that version's base.
+    const latest = adapter.versions[adapter.versions.length - 1];
+    models.adapters.push({ ref: adapter.name, base: latest && latest.base_model });
     for (const v of adapter.versions) {
       const ref = `${v.name}@${v.version}`;
-      models.adapters.push(ref);
+      models.adapters.push({ ref, base: v.base_model });
       rows.push(h("tr", { "data-ref": ref },
         h("th", { scope: "row" }, v.name),
         h("td", { class: "num" }, v.version),
@@ -127,13 +146,16 @@ function nameFromFile(file) {
 async function upload(file) {
   const message = $("#upload-message");
   const name = $("#adapter-name").value.trim() || nameFromFile(file);
+  const base = $("#adapter-base").value; // "": the server takes the archive's (or the name's) base
   const form = new FormData();
   form.append("name", name);
+  if (base) form.append("base_model", base);
   form.append("file", file, file.name);
-  say(message, `Uploading ${file.name} as ${name}...`);
+  say(message, `Uploading ${file.name} as ${name}${base ? ` for ${base}` : ""}...`);
   try {
     const version = await session.json("/v1/adapters", { method: "POST", body: form });
-    say(message, `Uploaded ${version.name}@${version.version} (sha256 ${version.sha256.slice(0, 12)}).`, "ok");
+    say(message, `Uploaded ${version.name}@${version.version} for ${version.base_model} ` +
+      `(sha256 ${version.sha256.slice(0, 12)}).`, "ok");
     await loadAdapters();
   } catch (err) {
     // The validator's message as it is: it names the problem and the fix.
@@ -172,23 +194,46 @@ function wireDropzone() {
   });
 }
 
-// -- playground ---------------------------------------------------------------------------------
+// -- models -------------------------------------------------------------------------------------
+// GET /v1/models: the bases have no `parent`; the caller's adapters name theirs.
 async function loadModels() {
   const body = await session.json("/v1/models");
-  const base = body.data.find((m) => !m.parent) || body.data[0];
-  models.base = base ? base.id : null;
+  models.bases = body.data.filter((m) => !m.parent).map((m) => m.id);
+  fillBaseSelect();
 }
 
-// Left: the base model; right: the first adapter, until the user picks another.
+// The upload's base: a choice only with several bases (with one, every adapter is for it).
+function fillBaseSelect() {
+  const select = $("#adapter-base");
+  const keep = select.value;
+  select.replaceChildren(h("option", { value: "" }, "From the archive"),
+    ...models.bases.map((b) => h("option", { value: b }, b)));
+  select.value = models.bases.includes(keep) ? keep : "";
+  const several = models.bases.length > 1;
+  $("#adapter-base-label").hidden = !several;
+  $("#base-help").hidden = !several;
+}
+
+// Each base and the adapters on it, one <optgroup> per base. Left: the first base; right: the
+// first adapter (else the second base), until the user picks another.
 function fillModelSelects() {
-  const choices = [models.base, ...models.adapters].filter(Boolean);
-  for (const [id, fallback] of [["#model-a", models.base], ["#model-b", models.adapters[0] || models.base]]) {
+  const bases = [...new Set([...models.bases, ...models.adapters.map((a) => a.base).filter(Boolean)])];
+  const choices = [...bases, ...models.adapters.map((a) => a.ref)];
+  // A closed select shows no group label: with several bases, each adapter names its own.
+  const on = (a) => (bases.length > 1 ? `${a.ref} (on ${a.base})` : a.ref);
+  const groups = () => bases.map((base) => h("optgroup", { label: `${base} and its adapters` },
+    h("option", { value: base }, `${base} (base model)`),
+    models.adapters.filter((a) => a.base === base).map((a) => h("option", { value: a.ref }, on(a)))));
+  const right = models.adapters.length ? models.adapters[0].ref : bases[1] || bases[0];
+  for (const [id, fallback] of [["#model-a", bases[0]], ["#model-b", right]]) {
     const select = $(id);
     const keep = select.dataset.chosen && choices.includes(select.value) ? select.value : fallback;
-    select.replaceChildren(...choices.map((c) => h("option", { value: c }, c === models.base ? `${c} (base model)` : c)));
+    select.replaceChildren(...groups());
     select.value = keep;
   }
 }
+
+// -- playground ---------------------------------------------------------------------------------
 
 let running = null;
 
@@ -240,6 +285,7 @@ function init() {
     event.preventDefault();
     loadUsage();
   });
+  $("#usage-group").addEventListener("change", loadUsage);
   $("#usage-csv").addEventListener("click", async () => {
     try {
       await download(session, usageQuery("csv"), "usage.csv");

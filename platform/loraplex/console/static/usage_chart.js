@@ -1,5 +1,7 @@
-// The usage chart: tokens per UTC day as bars (prompt, cached prompt, completion) and cost as a
-// line on its own axis, one point per day of the chosen range (days without requests are 0).
+// The usage chart: tokens per group as bars (prompt, cached prompt, completion) and cost on its
+// own axis, one point per label: per UTC day, every day of the range (days without requests are
+// 0) and cost as a line; per base model or adapter, one bar group each and cost as points (a line
+// between two models would mean nothing).
 // Chart.js (vendor/chart.umd.min.js, a classic script) defines the global `Chart`.
 import { addDays } from "./ui.js";
 
@@ -16,18 +18,19 @@ export function daysBetween(start, end) {
   return days;
 }
 
-export function renderUsageChart(canvas, report, start, end) {
-  const days = daysBetween(start, end);
-  const byDay = new Map(report.rows.map((r) => [r.day, r]));
-  const series = (field) => days.map((d) => (byDay.has(d) ? Number(byDay.get(d)[field]) : 0));
+// labels: the group keys to show, in order (report.rows' keys under report.group_by).
+export function renderUsageChart(canvas, report, labels) {
+  const byKey = new Map(report.rows.map((r) => [r[report.group_by], r]));
+  const series = (field) => labels.map((k) => (byKey.has(k) ? Number(byKey.get(k)[field]) : 0));
+  const overTime = report.group_by === "day" || report.group_by === "hour";
   const data = {
-    labels: days,
+    labels,
     datasets: [
       { type: "bar", label: "Prompt tokens", data: series("prompt_tokens"), backgroundColor: COLORS.prompt, yAxisID: "tokens" },
       { type: "bar", label: "Cached prompt tokens", data: series("cached_prompt_tokens"), backgroundColor: COLORS.cached, yAxisID: "tokens" },
       { type: "bar", label: "Completion tokens", data: series("completion_tokens"), backgroundColor: COLORS.completion, yAxisID: "tokens" },
       { type: "line", label: `Cost (${report.currency})`, data: series("cost"), borderColor: COLORS.cost,
-        backgroundColor: COLORS.cost, yAxisID: "cost", tension: 0.2, pointRadius: 3 },
+        backgroundColor: COLORS.cost, yAxisID: "cost", tension: 0.2, showLine: overTime, pointRadius: overTime ? 3 : 6 },
     ],
   };
   const existing = Chart.getChart(canvas);

@@ -84,3 +84,21 @@ def test_unpack_adapter_finds_the_peft_dir(tmp_path):
     with tarfile.open(archive, "w:gz") as t:
         t.add(src, arcname="pirate")
     assert targets.unpack_adapter(archive, tmp_path / "out") == tmp_path / "out" / "pirate"
+
+
+def test_the_plan_is_for_the_base_model_named_with_several_bases():
+    """Several bases (issue 35): --model picks the base whose engine args (tokenizer, max_model_len,
+    GPUs) and price profile the plan uses; a name that is none of them exits naming them."""
+    args = {"models": [
+        {"engine": {"model": "HuggingFaceTB/SmolLM2-135M-Instruct", "max_model_len": 2048}},
+        {"name": "big", "engine": {"model": "org/big-model", "max_model_len": 8192, "tensor_parallel_size": 2},
+         "engine_deployment": {"num_gpus": 2}}]}
+    assert targets.engine_config(args, ROOT).model_id == "SmolLM2-135M-Instruct"  # the default: the first
+    big = targets.engine_config(args, ROOT, "big")
+    assert (big.model, big.max_model_len, big.tensor_parallel_size) == ("org/big-model", 8192, 2)
+    assert targets.cost_model(args, "big").hardware != targets.cost_model(args).hardware  # a GPU's hour, a VM's
+    with pytest.raises(SystemExit, match="SmolLM2-135M-Instruct, big"):
+        targets.engine_config(args, ROOT, "gpt-9")
+    # One base: any name is it (an external target may serve it under another name).
+    one = {"engine": {"model": "org/m", "max_model_len": 1024}}
+    assert targets.engine_config(one, ROOT, "served-as").max_model_len == 1024
