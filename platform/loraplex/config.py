@@ -835,6 +835,19 @@ class PlatformConfig(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _plan_limits_name_known_bases(self) -> "PlatformConfig":
+        """A plan's per-base limits on a base that is not served would never apply: a typo or a
+        base removed from `models:` is refused at start, not silently unlimited."""
+        bases = self.base_names
+        for plan, plan_config in self.tenancy.plans.items():
+            for base in plan_config.limits.models or {}:
+                if base not in bases:
+                    raise ValueError(f"tenancy.plans.{plan}.limits.models: unknown base model {base!r}; the bases "
+                                     f"are {', '.join(bases)}. Name one of them (a base's `name`, else its model "
+                                     "dir's name) or remove the entry")
+        return self
+
+    @model_validator(mode="after")
     def _shedding_reachable(self) -> "PlatformConfig":
         """With the fair queue on, vLLM holds at most max_num_seqs of a replica's requests: a
         priority-0 count threshold set at or above it would be stored and never act."""

@@ -205,3 +205,15 @@ def test_a_price_for_a_base_the_app_does_not_serve_is_refused():
         two_bases(accounting={"pricing": pricing})
     pricing["plans"]["default"]["models"] = {"large": {"input": "3"}}
     assert two_bases(accounting={"pricing": pricing}).accounting.pricing.priced_models() == {"large"}
+
+
+def test_a_plans_per_base_limit_on_an_unknown_base_is_refused_naming_the_field():
+    def config(base):
+        return PlatformConfig.from_args({
+            "models": [{"engine": {"model": "a/small"}}, {"engine": {"model": "b/large"}}],
+            "tenancy": {"plans": {"free": {"limits": {"models": {base: {"requests_per_minute": 5}}}}}}})
+
+    assert config("large").tenancy.plans["free"].limits.for_base("large").requests_per_minute == 5
+    with pytest.raises(ValidationError, match=r"tenancy.plans.free.limits.models: unknown base model 'lage'; "
+                                              "the bases are small, large"):
+        config("lage")

@@ -15,7 +15,7 @@ import logging
 import time
 
 from loraplex.admission.budget_source import month_to_date
-from loraplex.admission.core import LimiterCore, Refusal, month_start
+from loraplex.admission.core import LimiterCore, Refusal, month_start, split_key
 
 logger = logging.getLogger(__name__)
 
@@ -27,7 +27,8 @@ class LimiterActor:
         self.database_url = database_url
         self.budget_cache_s = budget_cache_s
         self.on_unavailable = on_unavailable
-        self.budget_source = budget_source  # (db, tenant, month, request ids) -> (total, ids in the ledger)
+        # (db, tenant, month, request ids, base model or None) -> (total, ids in the ledger)
+        self.budget_source = budget_source
         self._db = None
         self._reads: dict[str, asyncio.Task] = {}
         self.failed_at: dict[str, float] = {}  # tenant -> when its last read failed (cleared by a good one)
@@ -90,8 +91,9 @@ class LimiterActor:
             self._db = make_engine(self.database_url)
         month = month_start(time.time())
         ids = self.core.unsettled_ids(tenant)
+        tenant_id, base_model = split_key(tenant)  # a per-base budget counts that base's records only
         try:
-            total, present = await asyncio.to_thread(self.budget_source, self._db, tenant, month, ids)
+            total, present = await asyncio.to_thread(self.budget_source, self._db, tenant_id, month, ids, base_model)
         except Exception as exc:
             if tenant not in self.failed_at:
                 logger.warning("limiter: reading the month-to-date usage of %s failed (%r); on_unavailable=%s: %s",

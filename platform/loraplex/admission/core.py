@@ -32,6 +32,28 @@ RESOURCES: dict[str, tuple[str, str]] = {
 }
 ORDER = tuple(RESOURCES)  # the first refused resource names the 429
 
+# A tenant's limits on one base model (TenantLimits.models) have their own state under the key
+# "<tenant id>@<base model>", beside the tenant-wide state under the tenant id: a request on that
+# base takes a lease of both. Tenant ids ("ten_<hex>") never contain "@".
+BASE_SEPARATOR = "@"
+
+
+def base_key(tenant: str, base_model: str) -> str:
+    """The state key of `tenant`'s limits on `base_model`."""
+    return f"{tenant}{BASE_SEPARATOR}{base_model}"
+
+
+def split_key(key: str) -> tuple[str, Optional[str]]:
+    """(tenant id, base model or None for the tenant-wide state)."""
+    tenant, sep, base_model = key.partition(BASE_SEPARATOR)
+    return tenant, (base_model if sep else None)
+
+
+def on_base(key: str) -> str:
+    """" on base model B" for a per-base key, "" for the tenant-wide one: refusals name the base."""
+    base_model = split_key(key)[1]
+    return f" on base model {base_model}" if base_model is not None else ""
+
 
 def retry_after_s(deficit: float, rate_per_s: float) -> int:
     """Whole seconds until a bucket refilling at `rate_per_s` has `deficit` more; at least 1."""
@@ -50,13 +72,13 @@ def month_start(now: float) -> datetime:
     return month_bounds(datetime.fromtimestamp(now, timezone.utc))[0]
 
 
-def too_many_in_flight(limit: int) -> str:
-    return (f"Too many requests in flight: max_concurrent_requests is {limit}; "
+def too_many_in_flight(limit: int, where: str = "") -> str:
+    return (f"Too many requests in flight{where}: max_concurrent_requests is {limit}; "
             "retry when one of them has finished.")
 
 
-def too_big(n: float, field_name: str, limit: int) -> str:
-    return (f"This request needs {n:.0f} tokens (prompt + max_tokens), more than the tenant's {field_name} "
+def too_big(n: float, field_name: str, limit: int, where: str = "") -> str:
+    return (f"This request needs {n:.0f} tokens (prompt + max_tokens), more than the tenant's {field_name}{where} "
             f"({limit}); lower max_tokens or shorten the prompt.")
 
 
@@ -232,7 +254,7 @@ class LimiterCore:
                 continue
             avail = self._available(st, res, now)
             if avail < need[res]:
-                return self._refusal(st, res, need[res], limits, now, wall)
+                return self._refusal(st, res, need[res], limits, now, wall, on_base(tenant))
             available[res] = avail
         granted = {}
         for res, avail in available.items():
@@ -285,26 +307,26 @@ class LimiterCore:
             st.budget.outstanding.add(holder, n)
 
     def _refusal(self, st: TenantState, res: str, n: float, limits: dict[str, int], now: float,
-                 wall: float) -> Refusal:
+                 wall: float, where: str = "") -> Refusal:
         field_name, code = RESOURCES[res]
         limit = limits[res]
         if res in ("requests", "tokens"):
             bucket = st.buckets[res]
             unit = "requests" if res == "requests" else "tokens"
             if n > bucket.capacity:
-                return Refusal(code, int(WINDOW_S), too_big(n, field_name, limit))
+                return Refusal(code, int(WINDOW_S), too_big(n, field_name, limit, where))
             wait = retry_after_s(n - bucket.available(now), bucket.rate)
-            return Refusal(code, wait, f"Rate limit reached: {field_name} is {limit} {unit}; "
+            return Refusal(code, wait, f"Rate limit reached{where}: {field_name} is {limit} {unit}; "
                            f"retry in {wait} s.")
         if res == "concurrency":
-            return Refusal(code, 1, too_many_in_flight(limit))
+            return Refusal(code, 1, too_many_in_flight(limit, where))
         b = st.budget
         if b.settled + sum(t for t, _ in b.unsettled.values()) + n > b.limit:
             wait = max(1, math.ceil(next_month_start(wall) - wall))
-            return Refusal(code, wait, f"Monthly token budget exhausted: monthly_token_budget is {limit} "
+            return Refusal(code, wait, f"Monthly token budget exhausted{where}: monthly_token_budget is {limit} "
                            f"tokens and {b.settled + sum(t for t, _ in b.unsettled.values()):.0f} were used "
                            "this month (UTC); it renews on the 1st, or ask your administrator to raise it.")
-        return Refusal(code, 1, f"Monthly token budget: the requests in flight would exceed "
+        return Refusal(code, 1, f"Monthly token budget{where}: the requests in flight would exceed "
                        f"monthly_token_budget ({limit}); retry when one has finished.")
 
     def stats(self) -> dict:

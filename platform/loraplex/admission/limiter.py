@@ -3,7 +3,9 @@
 Per request: `admission = await limiter.admit(principal, call)` (raises `LimitExceeded`, a 429),
 then the engine stream goes through `admission.track(...)`, whose end (finished, disconnect,
 error, deadline) releases the concurrency slot and refunds the tokens that were charged and not
-generated. Tenants without any limit cost nothing: no lease, no round trip.
+generated. Tenants without any limit cost nothing: no lease, no round trip. A tenant's limits on
+the request's base model (TenantLimits.models) are a second lease, under the key
+"<tenant>@<base>" (core.base_key), taken and released with the tenant-wide one.
 
 Allowance is leased from the shared `LimiterCore` (a Ray actor per shard, or in-process) in
 slices and spent here, so most admissions are a few dict operations; see core.py for exactness.
@@ -20,7 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Optional
 
 from loraplex.admission.config import LimiterConfig
-from loraplex.admission.core import ORDER, RESOURCES, WINDOW_S, LimiterCore, Refusal, too_big, too_many_in_flight
+from loraplex.admission.core import (
+    ORDER, RESOURCES, WINDOW_S, LimiterCore, Refusal, base_key, on_base, too_big, too_many_in_flight,
+)
 from loraplex.contract import EngineChunk, EngineError
 from loraplex.errors import StatusError
 
@@ -80,7 +84,8 @@ class Lease:
 class Admission:
     """One admitted request: release it exactly once, however it ends."""
 
-    __slots__ = ("limiter", "tenant", "lease", "amounts", "charge", "request_id", "last", "billed", "released")
+    __slots__ = ("limiter", "tenant", "lease", "amounts", "charge", "request_id", "last", "billed", "released",
+                 "linked")
 
     def __init__(self, limiter, tenant, lease, amounts, charge, request_id):
         self.limiter, self.tenant, self.lease, self.amounts = limiter, tenant, lease, amounts
@@ -88,6 +93,7 @@ class Admission:
         self.last: Optional[EngineChunk] = None
         self.billed = False  # the engine billed a failure we have no counts for: keep the charge
         self.released = False
+        self.linked: Optional[Admission] = None  # the same request's admission on its base's limits
 
     async def track(self, items: AsyncIterator) -> AsyncIterator:
         """Pass the engine stream through, keeping the last counts; release when it ends."""
@@ -118,6 +124,9 @@ class Admission:
         self.released = True
         if self.limiter is not None:
             self.limiter._release(self)
+        if self.linked is not None:  # the base's lease settles on the same counts
+            self.linked.last, self.linked.billed = self.last, self.billed
+            self.linked.release()
 
 
 OPEN = Admission(None, None, None, {}, 0, None)  # unlimited tenant, or failed open: nothing to release
@@ -158,26 +167,44 @@ class Limiter:
         """Admit `call`, counting its sequences (n x prompts): each holds a concurrency slot and
         is charged its max_tokens, the prompts once. `held`: this request's slot from hold().
         `resources`: only these of the tenant's limits apply (a batch line: the budget alone);
-        the lease stays the tenant's one, under all its limits."""
+        the lease stays the tenant's one, under all its limits. A request on a base the tenant
+        has limits on (`call.base_model`) must fit those too: refused by either, it takes nothing."""
         held = held if held is not None else OPEN
         if principal is None:
             return OPEN
-        limits = limit_values(principal.limits)
+        base = getattr(call, "base_model", None)
+        per_base = limit_values(principal.limits.for_base(base)) if base is not None else {}
+        base_admission = OPEN
+        if per_base:  # first: refused here, the tenant-wide lease is not touched
+            base_admission = await self._admit(base_key(principal.tenant_id, base), per_base, call, OPEN, resources)
+        try:
+            tenant_wide = await self._admit(principal.tenant_id, limit_values(principal.limits), call, held, resources)
+        except BaseException:
+            base_admission.release()  # never reached the engine: all of it goes back
+            raise
+        if base_admission is OPEN or tenant_wide is OPEN:
+            return tenant_wide if base_admission is OPEN else base_admission
+        tenant_wide.linked = base_admission
+        return tenant_wide
+
+    async def _admit(self, key: str, limits: dict, call, held: Admission, resources) -> Admission:
+        """admit() against one state: the tenant-wide one (`key` the tenant id) or one base's."""
         applied = [r for r in limits if resources is None or r in resources]
         if not applied:
             return OPEN  # no limit: no lease, no round trip
         self._ensure_sweeper()
-        tenant = principal.tenant_id
         sequences = max(getattr(call, "sequences", 1), 1)
         charge = call.prompt_tokens + sequences * (call.max_tokens or self.config.default_max_tokens)
         amounts = {res: (charge if res in ("tokens", "budget") else sequences if res == "concurrency" else 1)
                    for res in applied}
+        where = on_base(key)
         if "tokens" in amounts and charge > limits["tokens"]:  # can never fit the bucket: say so, no round trip
-            raise LimitExceeded("rate_limit_tokens", int(WINDOW_S), too_big(charge, "tokens_per_minute", limits["tokens"]))
+            raise LimitExceeded("rate_limit_tokens", int(WINDOW_S),
+                                too_big(charge, "tokens_per_minute", limits["tokens"], where))
         if "concurrency" in amounts and sequences > limits["concurrency"]:  # can never start: the ingress refuses it first
             raise LimitExceeded("concurrency_limit", 1, f"This request runs {sequences} sequences (n x prompts), "
-                                f"more than max_concurrent_requests ({limits['concurrency']}); send fewer.")
-        return await self._acquire(tenant, limits, amounts, charge, call.request_id, held)
+                                f"more than max_concurrent_requests{where} ({limits['concurrency']}); send fewer.")
+        return await self._acquire(key, limits, amounts, charge, call.request_id, held)
 
     async def _acquire(self, tenant: str, limits: dict, amounts: dict, charge: float, request_id,
                        held: Admission = OPEN) -> Admission:

@@ -52,7 +52,8 @@ class Ingress:
             self.engine = PathChoosingEngineClient(self.engine, merged, self.dedicated)
             self.dedicated_health = HealthPoller(self.dedicated, DedicatedMarks(db), self.app_name,
                                                  config.dedicated.health_poll_s).start()
-        self.tenancy = Tenancy.from_config(config.tenancy, db, known_plans=config.plan_names())
+        self.tenancy = Tenancy.from_config(config.tenancy, db, known_plans=config.plan_names(),
+                                           known_bases=config.base_names)
         self.tenancy.keys.start()  # re-verifies cached keys every refresh_s / 2
         self.registry = build_registry(config, db)
         self.accounting = Accounting.start(

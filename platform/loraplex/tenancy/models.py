@@ -16,6 +16,30 @@ from loraplex.db.base import Base
 from loraplex.db.migrations import Migration
 from loraplex.db.types import UTCDateTime
 
+class BaseLimits(BaseModel):
+    """A tenant's extra limits on one base model (TenantLimits.models): a request on that base must
+    fit these and the tenant-wide ones. A missing or null limit means the plan's for that base
+    (none when the plan sets none)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    requests_per_minute: Optional[int] = Field(
+        None, ge=1, description="Requests on this base admitted per rolling minute.")
+    tokens_per_minute: Optional[int] = Field(
+        None, ge=1, description="Prompt + completion tokens on this base admitted per rolling minute.")
+    max_concurrent_requests: Optional[int] = Field(
+        None, ge=1, description="Sequences on this base in flight at once.")
+    monthly_token_budget: Optional[int] = Field(
+        None, ge=1, description="Prompt + completion tokens on this base per calendar month (UTC).")
+
+    def over(self, plan: Optional["BaseLimits"]) -> "BaseLimits":
+        if plan is None:
+            return self
+        mine = self.model_dump()
+        return BaseLimits.model_validate({k: plan_v if mine[k] is None else mine[k]
+                                          for k, plan_v in plan.model_dump().items()})
+
+
 class TenantLimits(BaseModel):
     """A missing or null limit means the plan's (unlimited when the plan sets none, `over`);
     suspend the tenant to block it entirely."""
@@ -70,18 +94,53 @@ class TenantLimits(BaseModel):
         "max_concurrent_requests while it runs, so a request over that is refused too.",
     )
 
+    # Per base model (issue 35): on top of the limits above, which hold across all bases.
+    models: Optional[dict[str, BaseLimits]] = Field(
+        None,
+        description="Extra limits per base model name (requests_per_minute, tokens_per_minute, "
+        "max_concurrent_requests, monthly_token_budget): a request on that base must fit them and the "
+        "tenant-wide ones. A base not listed (or null) has no extra limit but its plan's.",
+    )
+
     def over(self, plan: Optional["TenantLimits"]) -> "TenantLimits":
         """The limits in force: this tenant's own, and the plan's where the tenant set none
-        (priority: the plan's while the tenant's is the default 0)."""
+        (priority: the plan's while the tenant's is the default 0; per base, field by field)."""
         if plan is None:
             return self
-        mine = self.model_dump()
-        return TenantLimits.model_validate({k: (plan_v if mine[k] is None or (k == "priority" and mine[k] == 0)
-                                                else mine[k]) for k, plan_v in plan.model_dump().items()})
+        mine = self.model_dump(exclude={"models"})
+        merged = {k: (plan_v if mine[k] is None or (k == "priority" and mine[k] == 0) else mine[k])
+                  for k, plan_v in plan.model_dump(exclude={"models"}).items()}
+        return TenantLimits.model_validate({**merged, "models": _models_over(self.models, plan.models)})
 
     def merged(self, changes: dict) -> "TenantLimits":
-        """PATCH semantics: keys present in `changes` replace (null clears a limit), others stay."""
-        return TenantLimits.model_validate({**self.model_dump(), **changes})
+        """PATCH semantics: keys present in `changes` replace (null clears a limit), others stay;
+        `models` merges per base and per field the same way ({"models": {"B": null}} clears B's)."""
+        current = self.model_dump()
+        if isinstance(changes.get("models"), dict):
+            changes = {**changes, "models": _models_merged(current["models"] or {}, changes["models"])}
+        return TenantLimits.model_validate({**current, **changes})
+
+    def for_base(self, base_model: Optional[str]) -> Optional[BaseLimits]:
+        """The extra limits on `base_model`; None: none set."""
+        return (self.models or {}).get(base_model) if base_model is not None else None
+
+
+def _models_over(mine: Optional[dict[str, BaseLimits]], plan: Optional[dict[str, BaseLimits]]):
+    if not plan or not mine:
+        return mine or plan
+    return {base: mine[base].over(plan.get(base)) if base in mine else plan[base] for base in {**plan, **mine}}
+
+
+def _models_merged(current: dict[str, dict], changes: dict[str, Any]) -> Optional[dict[str, Any]]:
+    merged = dict(current)
+    for base, change in changes.items():
+        if change is None:
+            merged.pop(base, None)
+        elif isinstance(change, dict) and isinstance(merged.get(base), dict):
+            merged[base] = {**merged[base], **change}
+        else:  # new base (or not an object: validation names it)
+            merged[base] = change
+    return merged or None
 
 
 # Names end up in URLs, logs, CSV exports and metric labels: keep them plain.

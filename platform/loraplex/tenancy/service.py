@@ -77,13 +77,17 @@ def check_key_format(bearer_key: Optional[str]) -> None:
 
 class TenantService:
     def __init__(self, engine: Engine, run_migrations: bool = True,
-                 plans: Optional[dict[str, TenantLimits]] = None, known_plans: Optional[set[str]] = None):
+                 plans: Optional[dict[str, TenantLimits]] = None, known_plans: Optional[set[str]] = None,
+                 known_bases: Optional[list[str]] = None):
         self.engine = engine
         # Plan name -> default limits (TenancyConfig.plans); applied to principals, not stored.
         self.plans = plans or {}
         # Plan names a tenant may be put on (limits or prices configured); None: any. A typo
         # would otherwise be stored and silently give the default plan's limits and prices.
         self.known_plans = known_plans
+        # Base model names per-base limits may name (PlatformConfig.base_names); None: any. A
+        # limit on a misspelt base would be stored and never apply.
+        self.known_bases = known_bases
         if run_migrations:
             migrate(engine, MIGRATIONS)
 
@@ -95,6 +99,7 @@ class TenantService:
     def create_tenant(self, name: str, plan: str = DEFAULT_PLAN, limits: TenantLimits | dict | None = None) -> Tenant:
         body = _validated(TenantCreate, {"name": name, "plan": plan, "limits": _as_dict(limits)})
         self._check_plan(body.plan)
+        self._check_bases(body.limits.models or {})
         now = _now()
         row = {"id": new_id("ten"), "name": body.name, "plan": body.plan, "limits": body.limits.model_dump(),
                "status": "active", "created_at": now, "updated_at": now}
@@ -111,6 +116,15 @@ class TenantService:
         if self.known_plans is not None and plan not in self.known_plans:
             raise InvalidTenantField(f"plan: unknown plan {plan!r}; configured: {', '.join(sorted(self.known_plans))}. "
                                      "Add it under tenancy.plans (limits, weight) or accounting.pricing.plans (prices)")
+
+    def _check_bases(self, per_base: dict) -> None:
+        if self.known_bases is None:
+            return
+        unknown = sorted(set(per_base) - set(self.known_bases))
+        if unknown:
+            raise InvalidTenantField(f"limits.models: unknown base model {unknown[0]!r}; the bases are "
+                                     f"{', '.join(self.known_bases)}. Name one of them, or add the base under "
+                                     "`models:` in the config")
 
     def list_tenants(self) -> list[Tenant]:
         with self.engine.connect() as conn:
@@ -131,6 +145,10 @@ class TenantService:
         body = _validated(TenantUpdate, {"plan": plan, "limits": _as_dict(limits), "status": status})
         if body.plan is not None:
             self._check_plan(body.plan)
+        if body.limits is not None and isinstance(body.limits.get("models"), dict):
+            # Only the bases this change sets: one stored before its base left the config must not
+            # block an unrelated change (it applies to nothing; null clears it).
+            self._check_bases({b: v for b, v in body.limits["models"].items() if v is not None})
         with self._write() as conn:
             current = _tenant(self._tenant_row(conn, tenant_id, for_update=True)._mapping)
             changes: dict[str, Any] = {}
@@ -257,12 +275,14 @@ class Tenancy:
             self.keys = KeyCache(self.service)
 
     @classmethod
-    def from_config(cls, cfg: TenancyConfig, engine: Engine, known_plans: Optional[set[str]] = None) -> "Tenancy":
+    def from_config(cls, cfg: TenancyConfig, engine: Engine, known_plans: Optional[set[str]] = None,
+                    known_bases: Optional[list[str]] = None) -> "Tenancy":
         """`engine`: make_engine(PlatformConfig.database_url), shared with registry and accounting;
-        `known_plans`: the plan names tenants may be put on (None: any)."""
+        `known_plans`: the plan names tenants may be put on (None: any); `known_bases`: the base
+        model names per-base limits may name (PlatformConfig.base_names; None: any)."""
         from loraplex.tenancy.key_cache import KeyCache
 
-        service = TenantService(engine, plans=cfg.plan_limits(), known_plans=known_plans)
+        service = TenantService(engine, plans=cfg.plan_limits(), known_plans=known_plans, known_bases=known_bases)
         return cls(service=service, admin_token=cfg.resolved_admin_token(), keys=KeyCache(service, cfg.key_cache))
 
 

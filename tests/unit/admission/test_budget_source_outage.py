@@ -138,7 +138,7 @@ def test_closed_refuses_with_503_until_a_read_succeeds(ledgered):
 def test_a_failed_read_is_retried_after_budget_cache_s_not_per_admission(ledgered):
     calls = []
 
-    def failing(db, tenant, month, ids):
+    def failing(db, tenant, month, ids, base_model=None):
         calls.append(tenant)
         raise ConnectionError("down")
 

@@ -14,6 +14,7 @@ from loraplex.config import PlatformConfig
 from loraplex.db.engine import make_engine
 from loraplex.contract import EngineChunk, EngineError
 from loraplex.ingress.app import build_ingress_app
+from loraplex.ingress.engine_pools import PooledEngineClient
 from loraplex.tenancy.service import Tenancy
 
 BASE = "SmolLM2-135M-Instruct"
@@ -207,3 +208,74 @@ def test_the_tenants_priority_and_plan_weight_reach_the_engine_call(app):
     # the plan's priority and weight; the tenant's own priority wins; the default plan's weight
     # for a plan with none listed
     assert got == [(70, 3.0), (90, 3.0), (0, 0.5), (0, 0.5)]
+
+
+TINY = "tiny-llama"
+
+
+@pytest.fixture
+def two_bases(tmp_path):
+    """The ingress of two bases (BASE, TINY), each with its own SlowEngine pool, tenancy knowing both."""
+    config = PlatformConfig.from_args({
+        "models": [{"engine": {"model": str(tmp_path / BASE)}}, {"engine": {"model": str(tmp_path / TINY)}}],
+        "database_url": f"sqlite:///{tmp_path}/db.sqlite", "tenancy": {"admin_token": "admin"},
+    })
+    db = make_engine(config.database_url)
+    tenancy = Tenancy.from_config(config.tenancy, db, known_plans=config.plan_names(), known_bases=config.base_names)
+    accounting = Accounting.start(config.accounting.model_copy(update={"spool_dir": str(tmp_path / "spool")}),
+                                  db, "ingress-test")
+    pools = PooledEngineClient({BASE: SlowEngine(), TINY: SlowEngine()})
+    client = TestClient(build_ingress_app(pools, config, tenancy=tenancy, accounting=accounting),
+                        raise_server_exceptions=False)
+    client.accounting, client.service, client.pools = accounting, tenancy.service, pools.pools
+    yield client
+    accounting.close()
+
+
+def chat_on(client, headers, model):
+    return client.post("/v1/chat/completions", headers=headers, json={
+        "model": model, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 10})
+
+
+def test_a_per_base_limit_refuses_on_its_base_naming_it_while_the_other_base_serves(two_bases):
+    client = two_bases
+    created = client.post("/admin/tenants", headers=ADMIN, json={
+        "name": "acme", "limits": {"requests_per_minute": 5, "models": {TINY: {"requests_per_minute": 1}}}})
+    assert created.status_code == 201, created.text
+    tid = created.json()["id"]
+    assert created.json()["effective_limits"]["models"][TINY]["requests_per_minute"] == 1
+    key = {"Authorization": f"Bearer {client.service.issue_key(tid)[1]}"}
+    assert [chat_on(client, key, TINY).status_code for _ in range(2)] == [200, 429]
+    refused = chat_on(client, key, TINY)
+    err = refused.json()["error"]
+    assert err["code"] == "rate_limit_requests" and refused.headers["Retry-After"] == "60"
+    assert f"on base model {TINY}" in err["message"] and "requests_per_minute is 1" in err["message"]
+    # The other base serves, up to the tenant-wide 5 a minute, which counts both bases.
+    assert [chat_on(client, key, BASE).status_code for _ in range(5)] == [200, 200, 200, 200, 429]
+    assert "on base model" not in chat_on(client, key, BASE).json()["error"]["message"]
+    assert (client.pools[TINY].calls, client.pools[BASE].calls) == (1, 4)
+    assert rejections(client) == {(tid, "429:rate_limit_requests"): 4}
+
+
+def test_per_base_limits_are_patched_like_the_others_and_an_unknown_base_is_400(two_bases):
+    client = two_bases
+    bad = client.post("/admin/tenants", headers=ADMIN, json={
+        "name": "acme", "limits": {"models": {"tiny": {"requests_per_minute": 1}}}})
+    assert bad.status_code == 400
+    assert bad.json()["error"]["message"].startswith(
+        f"limits.models: unknown base model 'tiny'; the bases are {BASE}, {TINY}")
+    tid = client.post("/admin/tenants", headers=ADMIN, json={"name": "acme"}).json()["id"]
+    key = {"Authorization": f"Bearer {client.service.issue_key(tid)[1]}"}
+    bad = client.patch(f"/admin/tenants/{tid}", headers=ADMIN, json={"limits": {"models": {"huge": {}}}})
+    assert bad.status_code == 400 and f"the bases are {BASE}, {TINY}" in bad.json()["error"]["message"]
+    patched = client.patch(f"/admin/tenants/{tid}", headers=ADMIN,
+                           json={"limits": {"models": {TINY: {"tokens_per_minute": 1000, "requests_per_minute": 1}}}})
+    assert patched.status_code == 200, patched.text
+    assert [chat_on(client, key, TINY).status_code for _ in range(2)] == [200, 429]  # at once on this replica
+    patched = client.patch(f"/admin/tenants/{tid}", headers=ADMIN,
+                           json={"limits": {"models": {TINY: {"requests_per_minute": None}}}})
+    assert patched.json()["limits"]["models"][TINY] == {
+        "requests_per_minute": None, "tokens_per_minute": 1000, "max_concurrent_requests": None,
+        "monthly_token_budget": None}  # the field cleared, the others kept
+    last = chat_on(client, key, TINY)
+    assert last.status_code == 200, last.text

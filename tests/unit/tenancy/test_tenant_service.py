@@ -19,7 +19,10 @@ LIMITS = {"requests_per_minute": 60, "tokens_per_minute": 10_000, "max_concurren
           # the per-request caps (issue 34)
           "max_n": 2, "max_prompts_per_request": 8, "max_tokens_per_request": 512, "max_sequences_per_request": 4,
           # the Batch API's (issue 36)
-          "max_batch_files": 3, "max_batch_file_bytes": 1 << 20, "max_batches_in_flight": 2}
+          "max_batch_files": 3, "max_batch_file_bytes": 1 << 20, "max_batches_in_flight": 2,
+          # per base model (issue 35)
+          "models": {"tiny": {"requests_per_minute": 6, "tokens_per_minute": None, "max_concurrent_requests": 1,
+                              "monthly_token_budget": 1000}}}
 
 
 def test_create_get_list_tenant(service):

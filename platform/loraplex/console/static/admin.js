@@ -56,8 +56,14 @@ function readLimits(prefix, { clearEmpty }) {
 function limitsText(limits) {
   const short = { requests_per_minute: "rpm", tokens_per_minute: "tpm", max_concurrent_requests: "concurrent",
     monthly_token_budget: "budget", priority: "priority" };
-  const parts = Object.entries(limits).filter(([k, v]) => v !== null && !(k === "priority" && v === 0))
+  const parts = Object.entries(limits)
+    .filter(([k, v]) => k !== "models" && v !== null && !(k === "priority" && v === 0))
     .map(([k, v]) => `${short[k] || k} ${number(v)}`);
+  // Per base model (set through the API): on top of the tenant-wide ones.
+  for (const [base, own] of Object.entries(limits.models || {})) {
+    const text = limitsText(own || {});
+    if (text !== "unlimited") parts.push(`on ${base}: ${text}`);
+  }
   return parts.length ? parts.join(", ") : "unlimited";
 }
 
