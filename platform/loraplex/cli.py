@@ -259,7 +259,8 @@ def billing_statement(s: Session) -> None:
 
 
 def billing_cost_model(s: Session) -> None:
-    params = {k: v for k, v in {"start": s.args.start, "end": s.args.end}.items() if v is not None}
+    params = {k: v for k, v in {"start": s.args.start, "end": s.args.end, "model": s.args.model}.items()
+              if v is not None}
     body = s.admin("GET", "/admin/cost-model", params=params).json()
     s.show(body, [{"metric": k, "value": v} for k, v in body.items()], ("metric", "value"))
     if not s.args.json and body.get("hardware"):
@@ -459,6 +460,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=["json", "csv"], help="csv: the server's CSV; default: a table")
     p = command(sub, "cost-model", billing_cost_model,
                 "GPU cost per 1M tokens at peak and measured throughput, against revenue")
+    p.add_argument("--model", help="one base model: its usage on its pool's hardware (accounting.cost_model.models)")
     p.add_argument("--start", help="ISO-8601 date or time (UTC); default: start of end's month")
     p.add_argument("--end", help="ISO-8601 date or time (UTC), exclusive; default: now")
     return root

@@ -832,6 +832,10 @@ class PlatformConfig(BaseModel):
             raise ValueError(f"accounting.pricing prices base model(s) {', '.join(unknown)}, which this app does not "
                              f"serve (its bases: {', '.join(self.base_names)}): fix the name under `models:` of the "
                              "plan or override")
+        unknown = sorted(set(self.accounting.cost_model.models) - set(self.base_names))
+        if unknown:
+            raise ValueError(f"accounting.cost_model.models names {', '.join(unknown)}, which this app does not serve "
+                             f"(its bases: {', '.join(self.base_names)})")
         return self
 
     @model_validator(mode="after")

@@ -217,3 +217,5 @@ def test_a_plans_per_base_limit_on_an_unknown_base_is_refused_naming_the_field()
     with pytest.raises(ValidationError, match=r"tenancy.plans.free.limits.models: unknown base model 'lage'; "
                                               "the bases are small, large"):
         config("lage")
+    with pytest.raises(ValidationError, match="cost_model.models names larg"):
+        two_bases(accounting={"cost_model": {"models": {"larg": {"gpus": 1}}}})

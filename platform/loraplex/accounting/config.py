@@ -75,6 +75,17 @@ GPU_PROFILE_HARDWARE = "GPU"
 GPU_PROFILE_HOUR_PRICE = Decimal("3.50")
 
 
+class BaseModelHardware(BaseModel):
+    """What serves one base model's pool (accounting.cost_model.models.<base>); unset fields are the
+    deployment's."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    gpus: int = Field(ge=1, description="Units of `hardware` serving this base's pool.")
+    gpu_hour_price: Optional[Decimal] = Field(None, ge=0, description="One unit's hour, if not the deployment's.")
+    hardware: Optional[str] = Field(None, min_length=1, description="What one unit is, if not the deployment's.")
+
+
 class CostModelConfig(BaseModel):
     """The hardware the cost model prices. Unset fields follow the profile: the CPU profile's
     (a 2-vCPU VM) here, the GPU profile's where Engine replicas have GPUs (for_profile)."""
@@ -93,6 +104,16 @@ class CostModelConfig(BaseModel):
         f"`loraplex billing cost-model`). Unset: {GPU_PROFILE_HARDWARE!r} where engine_deployment.num_gpus > 0, "
         f"else {CPU_PROFILE_HARDWARE!r}.")
     window_s: int = Field(60, ge=1, description="Bucket width for measuring peak tokens/s.")
+    models: dict[str, "BaseModelHardware"] = Field(
+        default_factory=dict,
+        description="Several base models: the hardware serving each base's pool, for the cost model of one base "
+        "(GET /admin/cost-model?model=..., `loraplex billing cost-model --model`); `gpus` / `gpu_hour_price` / "
+        "`hardware` above stay the whole deployment's.")
+
+    def for_model(self, model: str) -> "CostModelConfig":
+        """The cost model of one base's pool; KeyError when its hardware is not configured."""
+        own = self.models[model]
+        return self.model_copy(update={k: v for k, v in own.model_dump().items() if v is not None} | {"models": {}})
 
     def for_profile(self, on_gpu: bool) -> "CostModelConfig":
         """This config with the GPU profile's price and hardware where it leaves them unset and the

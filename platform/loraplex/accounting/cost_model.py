@@ -43,10 +43,11 @@ class CostModelReport:
     real_cost_per_1m: Decimal | None      # at the measured utilization
     revenue: Decimal | None = None        # what tenants were billed, when a PriceBook is given
     hardware: str = "GPU"                 # what one unit at gpu_hour_price is (accounting.cost_model)
+    model: str | None = None              # the one base model priced; None: the whole deployment
 
     def to_dict(self) -> dict:
         money = lambda d: None if d is None else str(d)  # noqa: E731
-        return {"start": self.start.isoformat(), "end": self.end.isoformat(),
+        return {"start": self.start.isoformat(), "end": self.end.isoformat(), "model": self.model,
                 "hardware": self.hardware, "gpu_hour_price": str(self.gpu_hour_price), "gpus": self.gpus,
                 "window_s": self.window_s,
                 "requests": self.requests, "tokens": self.tokens,
@@ -78,11 +79,15 @@ def per_million(gpu_hour_price: Decimal, gpus: int, tokens_per_s: float, utiliza
 
 
 def cost_model_report(engine: Engine, start: datetime, end: datetime, *, gpu_hour_price: Decimal, gpus: int = 1,
-                      window_s: int = 60, prices: PriceBook | None = None, hardware: str = "GPU") -> CostModelReport:
+                      window_s: int = 60, prices: PriceBook | None = None, hardware: str = "GPU",
+                      base_model: str | None = None) -> CostModelReport:
+    """`base_model`: one base's records only (its pool's hardware in gpus / gpu_hour_price); None: all."""
     check_range(start, end)
     t0, t1 = start.timestamp(), end.timestamp()
     q = (select(u.c.arrival_time, u.c.first_token_time, u.c.finish_time, u.c.prompt_tokens, u.c.completion_tokens)
          .where(u.c.finish_time >= start, u.c.arrival_time < end))
+    if base_model is not None:
+        q = q.where(u.c.base_model == base_model)
     with engine.connect() as conn:
         rows = conn.execution_options(yield_per=10_000).execute(q)
         tp = measured_throughput(((a.timestamp(), f.timestamp() if f else None, z.timestamp(), p, c)
@@ -90,14 +95,15 @@ def cost_model_report(engine: Engine, start: datetime, end: datetime, *, gpu_hou
         revenue = None
         if prices is not None:
             revenue = sum((prices.cost(t.tenant_id, t.prompt_tokens, t.cached_prompt_tokens, t.completion_tokens,
-                                       t.batch, t.base_model) for t in usage_totals(conn, start, end, "tenant")),
+                                       t.batch, t.base_model) for t in usage_totals(conn, start, end, "tenant")
+                           if base_model is None or t.base_model == base_model),
                           Decimal(0))
     gpu_cost = gpu_hour_price * gpus * Decimal(repr(t1 - t0)) / 3600
     peak, util = tp.peak_tokens_per_s, tp.utilization
     return CostModelReport(start, end, gpu_hour_price, gpus, window_s, tp.requests, round(tp.tokens), peak,
                            tp.avg_tokens_per_s, util, gpu_cost.quantize(_Q6),
                            per_million(gpu_hour_price, gpus, peak, 1.0), per_million(gpu_hour_price, gpus, peak, util),
-                           revenue, hardware)
+                           revenue, hardware, base_model)
 
 
 @dataclass

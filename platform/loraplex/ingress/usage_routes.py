@@ -129,12 +129,19 @@ class UsageRoutes:
 
     async def cost_model(self, request: Request) -> Response:
         check_admin(request, self.tenancy)
-        start, end = _time_range(_query(request, {"start", "end"}))
+        q = _query(request, {"start", "end", "model"})
+        start, end = _time_range(q)
         acc = self.accounting
-        cm = acc.config.cost_model
+        cm, model = acc.config.cost_model, q.get("model")
+        if model is not None:  # one base: its records, priced on the hardware of its own pool
+            if model not in cm.models:
+                raise APIError(400, f"No hardware is configured for the base model {model!r}: set "
+                                    f"accounting.cost_model.models.{model}.gpus (the units serving its pool); "
+                                    f"configured: {', '.join(cm.models) or 'none'}.", param="model")
+            cm = cm.for_model(model)
         report = await run_in_threadpool(cost_model_report, acc.db, start, end, gpu_hour_price=cm.gpu_hour_price,
                                          gpus=cm.gpus, window_s=cm.window_s, prices=acc.prices,
-                                         hardware=cm.hardware)
+                                         hardware=cm.hardware, base_model=model)
         body = {**report.to_dict(), "currency": acc.prices.currency,
                 "margin": None if report.margin is None else str(report.margin)}
         return JSONResponse(body)

@@ -68,6 +68,7 @@ def env(db_url, tmp_path):
     as_price = lambda p: dict(zip(("input", "cached_input", "output"), p))  # noqa: E731
     cfg = AccountingConfig(
         spool_dir=str(tmp_path / "spool"), billing_source="loraplex-test", billing_grace_s=3600,
+        cost_model={"models": {"other": {"gpus": 2, "gpu_hour_price": "1.5", "hardware": "L4"}}},
         pricing={"currency": "EUR", "plans": {"default": as_price(PRICES["default"]),
                                               "pro": {**as_price(PRICES["pro"]), "models": {"other": {"output": "9"}}}},
                  "tenant_overrides": {ids["globex"]: as_price(PRICES["globex"])}})
@@ -334,6 +335,21 @@ def test_cost_model(env):
     assert Decimal(body["gpu_cost"]) == (CPU_PROFILE_HOUR_PRICE * 31 * 24).quantize(Decimal("0.000001"))
     assert Decimal(body["margin"]) == revenue - Decimal(body["gpu_cost"])
     assert body["peak_tokens_per_s"] > 0 and 0 <= body["utilization"] <= 1 and body["real_cost_per_1m"]
+
+
+def test_cost_model_of_one_base_prices_its_records_on_its_pools_hardware(env):
+    body = ok(env.client.get("/admin/cost-model", params={**OCT, "model": "other"}, headers=AUTH)).json()
+    other = [r for r in env.records["acme"] if r.base_model == "other"]
+    assert body["model"] == "other" and body["requests"] == len(other) == 1
+    assert body["tokens"] == sum(r.prompt_tokens + r.completion_tokens for r in other)
+    assert (body["gpus"], body["hardware"], Decimal(body["gpu_hour_price"])) == (2, "L4", Decimal("1.5"))
+    assert Decimal(body["gpu_cost"]) == Decimal("1.5") * 2 * 31 * 24
+    price = env.acc.prices.price_for(env.ids["acme"], "other")
+    assert Decimal(body["revenue"]) == sum(price.cost(r.prompt_tokens, r.cached_prompt_tokens, r.completion_tokens)
+                                           for r in other)
+    # A base whose pool's hardware is not configured: 400 with the setting to add, not the deployment's figures.
+    error_of(env.client.get("/admin/cost-model", params={**OCT, "model": "globex-model"}, headers=AUTH), 400,
+             "model")
 
 
 BAD_PARAMETERS = [
