@@ -4,9 +4,18 @@ There is no model hub on the machines LoRAPlex is developed and tested on, so th
 comes from a wheel. transformers (with `gguf`) dequantizes the GGUF; dropping its quantization
 marker lets `save_pretrained` write plain safetensors that vLLM and peft both load.
 
+A second target, `w8a8`, is an int8 build of that same model served as a base of its own
+(issue 35): every Linear of the decoder layers as int8 weights with one float32 scale per output
+channel (symmetric), activations quantized to int8 per token at run time, in the
+compressed-tensors "int-quantized" layout. vLLM-CPU runs it through its CompressedTensorsW8A8Int8
+scheme on oneDNN's int8 GEMM (CPUInt8ScaledMMLinearKernel), and LoRA adapters trained on the
+default base apply to it unchanged. The embedding (tied to lm_head) and the norms stay as they
+are. Built from the default model dir in a few seconds, with torch alone.
+
 Idempotent: a finished dir (marked by `.complete`) is left alone. Usage:
 
     python scripts/prepare_model.py [--out models/SmolLM2-135M-Instruct]
+    python scripts/prepare_model.py --target w8a8 [--out models/SmolLM2-135M-Instruct-W8A8]
 """
 
 from __future__ import annotations
@@ -19,8 +28,16 @@ import sys
 from pathlib import Path
 
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-DEFAULT_OUT = Path(__file__).resolve().parent.parent / "models" / "SmolLM2-135M-Instruct"
+MODELS = Path(__file__).resolve().parent.parent / "models"
+DEFAULT_OUT = MODELS / "SmolLM2-135M-Instruct"
+W8A8_OUT = MODELS / "SmolLM2-135M-Instruct-W8A8"
 DONE_MARKER = ".complete"
+# The decoder's Linear layers (Llama names); vLLM fuses q/k/v and gate/up, the checkpoint keeps
+# them apart, each with its own per-channel scales.
+W8A8_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+# Files of the default model dir the int8 build shares as they are.
+W8A8_COPIED = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja",
+               "generation_config.json", "special_tokens_map.json")
 
 
 def find_gguf() -> Path:
@@ -70,6 +87,74 @@ def prepare(out: Path) -> Path:
     return out
 
 
+def w8a8_quantization_config() -> dict:
+    """The compressed-tensors quantization_config of the int8 build: int8 symmetric weights per
+    output channel, int8 symmetric activations per token, computed at run time (no calibration)."""
+    return {
+        "quant_method": "compressed-tensors",
+        "format": "int-quantized",
+        "quantization_status": "compressed",
+        "config_groups": {
+            "group_0": {
+                "targets": ["Linear"],
+                "weights": {"num_bits": 8, "type": "int", "symmetric": True,
+                            "strategy": "channel", "dynamic": False},
+                "input_activations": {"num_bits": 8, "type": "int", "symmetric": True,
+                                      "strategy": "token", "dynamic": True},
+                "output_activations": None,
+            }
+        },
+        "ignore": ["lm_head"],
+    }
+
+
+def quantize_int8_per_channel(weight):
+    """(int8 weight [out, in], float32 scale [out, 1]): symmetric, one scale per output row,
+    the row's largest magnitude mapped to 127."""
+    import torch
+
+    w = weight.float()
+    scale = w.abs().amax(dim=1, keepdim=True).clamp(min=1e-12) / 127.0
+    q = torch.round(w / scale).clamp(-127, 127).to(torch.int8)
+    return q, scale.to(torch.float32)
+
+
+def prepare_w8a8(out: Path, base: Path = DEFAULT_OUT) -> Path:
+    """The int8 (W8A8) build of the default model at `out`, made from the prepared `base` dir."""
+    if (out / DONE_MARKER).exists():
+        return out
+    from safetensors.torch import load_file, save_file
+
+    base = prepare(base)
+    tmp = out.with_name(out.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    tensors = load_file(str(base / "model.safetensors"))
+    quantized = {}
+    for name, t in tensors.items():
+        parts = name.split(".")
+        if len(parts) >= 2 and parts[-1] == "weight" and parts[-2] in W8A8_LINEARS:
+            q, scale = quantize_int8_per_channel(t)
+            quantized[name] = q
+            quantized[name[: -len("weight")] + "weight_scale"] = scale
+        else:
+            quantized[name] = t.contiguous()
+    save_file(quantized, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+    for f in W8A8_COPIED:
+        if (base / f).exists():
+            shutil.copy2(base / f, tmp / f)
+    cfg = json.loads((base / "config.json").read_text())
+    cfg["quantization_config"] = w8a8_quantization_config()
+    (tmp / "config.json").write_text(json.dumps(cfg, indent=2))
+    (tmp / DONE_MARKER).write_text(f"w8a8 of {base.name}\n")
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    return out
+
+
+TARGETS = {"smollm2": (prepare, DEFAULT_OUT), "w8a8": (prepare_w8a8, W8A8_OUT)}
+
+
 def _ensure_chat_template(path: Path, tokenizer) -> None:
     # vLLM's chat endpoint needs a template; the GGUF carries SmolLM2's ChatML one.
     if tokenizer.chat_template:
@@ -79,9 +164,13 @@ def _ensure_chat_template(path: Path, tokenizer) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--target", choices=sorted(TARGETS), default="smollm2",
+                        help="smollm2: the default model (bf16); w8a8: its int8 build")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="default: models/SmolLM2-135M-Instruct[-W8A8]")
     args = parser.parse_args()
-    print(prepare(args.out.resolve()))
+    build, default_out = TARGETS[args.target]
+    print(build((args.out or default_out).resolve()))
 
 
 if __name__ == "__main__":
