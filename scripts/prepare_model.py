@@ -31,12 +31,16 @@ GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MODELS = Path(__file__).resolve().parent.parent / "models"
 DEFAULT_OUT = MODELS / "SmolLM2-135M-Instruct"
 W8A8_OUT = MODELS / "SmolLM2-135M-Instruct-W8A8"
+W4A16_OUT = MODELS / "SmolLM2-135M-Instruct-W4A16"
+W4A16_GROUP = 32
+# Shrink factors of the absmax/7 scale tried per int4 group (the least squared error wins).
+W4A16_SHRINK = (1.0, 0.95, 0.9, 0.85, 0.8, 0.75)
 DONE_MARKER = ".complete"
 # The decoder's Linear layers (Llama names); vLLM fuses q/k/v and gate/up, the checkpoint keeps
 # them apart, each with its own per-channel scales.
-W8A8_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+QUANTIZED_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 # Files of the default model dir the int8 build shares as they are.
-W8A8_COPIED = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja",
+QUANTIZED_COPIED = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja",
                "generation_config.json", "special_tokens_map.json")
 
 
@@ -121,6 +125,10 @@ def quantize_int8_per_channel(weight):
 
 def prepare_w8a8(out: Path, base: Path = DEFAULT_OUT) -> Path:
     """The int8 (W8A8) build of the default model at `out`, made from the prepared `base` dir."""
+    return _prepare_quantized(out, base, "w8a8", w8a8_quantization_config())
+
+
+def _prepare_quantized(out: Path, base: Path, build: str, quantization_config: dict) -> Path:
     if (out / DONE_MARKER).exists():
         return out
     from safetensors.torch import load_file, save_file
@@ -129,30 +137,102 @@ def prepare_w8a8(out: Path, base: Path = DEFAULT_OUT) -> Path:
     tmp = out.with_name(out.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
+    quantize = _quantize_linears(build)
     tensors = load_file(str(base / "model.safetensors"))
     quantized = {}
     for name, t in tensors.items():
         parts = name.split(".")
-        if len(parts) >= 2 and parts[-1] == "weight" and parts[-2] in W8A8_LINEARS:
-            q, scale = quantize_int8_per_channel(t)
-            quantized[name] = q
-            quantized[name[: -len("weight")] + "weight_scale"] = scale
+        if len(parts) >= 2 and parts[-1] == "weight" and parts[-2] in QUANTIZED_LINEARS:
+            quantized.update(quantize(name, t))
         else:
             quantized[name] = t.contiguous()
     save_file(quantized, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-    for f in W8A8_COPIED:
+    for f in QUANTIZED_COPIED:
         if (base / f).exists():
             shutil.copy2(base / f, tmp / f)
     cfg = json.loads((base / "config.json").read_text())
-    cfg["quantization_config"] = w8a8_quantization_config()
+    cfg["quantization_config"] = quantization_config
     (tmp / "config.json").write_text(json.dumps(cfg, indent=2))
-    (tmp / DONE_MARKER).write_text(f"w8a8 of {base.name}\n")
+    (tmp / DONE_MARKER).write_text(f"{build} of {base.name}\n")
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
     return out
 
 
-TARGETS = {"smollm2": (prepare, DEFAULT_OUT), "w8a8": (prepare_w8a8, W8A8_OUT)}
+def w4a16_quantization_config(group_size: int = W4A16_GROUP) -> dict:
+    """The compressed-tensors quantization_config of the 4-bit build: int4 symmetric weights in
+    groups of `group_size` inputs, activations left in the serving dtype."""
+    return {
+        "quant_method": "compressed-tensors",
+        "format": "pack-quantized",
+        "quantization_status": "compressed",
+        "config_groups": {
+            "group_0": {
+                "targets": ["Linear"],
+                "weights": {"num_bits": 4, "type": "int", "symmetric": True,
+                            "strategy": "group", "group_size": group_size, "dynamic": False},
+                "input_activations": None,
+                "output_activations": None,
+            }
+        },
+        "ignore": ["lm_head"],
+    }
+
+
+def quantize_int4_groups(weight, group_size: int = W4A16_GROUP):
+    """(packed int32 [out, in/8], float32 scale [out, in/group_size]) of a [out, in] weight:
+    symmetric int4 per group of `group_size` inputs. Each group's scale is the one, among the
+    absmax/7 scale shrunk by a few factors, with the least squared error (a round-to-nearest
+    search, no calibration data). Values are stored offset by 8 as unsigned nibbles, eight to an
+    int32 along the input dim, the first in the lowest bits (compressed-tensors' pack_to_int32,
+    vLLM's uint4b8)."""
+    import torch
+
+    out_f, in_f = weight.shape
+    w = weight.float().reshape(out_f, in_f // group_size, group_size)
+    base = w.abs().amax(dim=2, keepdim=True).clamp(min=1e-12) / 7.0
+    best_scale, best_err = base, None
+    for f in W4A16_SHRINK:
+        s = base * f
+        err = ((torch.round(w / s).clamp(-8, 7) * s - w) ** 2).sum(dim=2, keepdim=True)
+        if best_err is None:
+            best_scale, best_err = s, err
+        else:
+            better = err < best_err
+            best_scale = torch.where(better, s, best_scale)
+            best_err = torch.where(better, err, best_err)
+    q = torch.round(w / best_scale).clamp(-8, 7).to(torch.int32).reshape(out_f, in_f) + 8
+    packed = torch.zeros(out_f, in_f // 8, dtype=torch.int32)
+    for i in range(8):
+        packed |= (q[:, i::8] & 0xF) << (4 * i)
+    return packed, best_scale.reshape(out_f, in_f // group_size).to(torch.float32)
+
+
+def _quantize_linears(build: str):
+    """name -> tensors that replace a decoder Linear's `.weight` in the quantized checkpoint."""
+    import torch
+
+    def w8a8(name, t):
+        q, scale = quantize_int8_per_channel(t)
+        stem = name[: -len("weight")]
+        return {name: q, stem + "weight_scale": scale}
+
+    def w4a16(name, t):
+        packed, scale = quantize_int4_groups(t)
+        stem = name[: -len("weight")]
+        return {stem + "weight_packed": packed, stem + "weight_scale": scale,
+                stem + "weight_shape": torch.tensor(list(t.shape), dtype=torch.int64)}
+
+    return {"w8a8": w8a8, "w4a16": w4a16}[build]
+
+
+def prepare_w4a16(out: Path, base: Path = DEFAULT_OUT) -> Path:
+    """The int4 weight-only (W4A16) build of the default model at `out`, from the prepared `base`."""
+    return _prepare_quantized(out, base, "w4a16", w4a16_quantization_config())
+
+
+TARGETS = {"smollm2": (prepare, DEFAULT_OUT), "w8a8": (prepare_w8a8, W8A8_OUT),
+           "w4a16": (prepare_w4a16, W4A16_OUT)}
 
 
 def _ensure_chat_template(path: Path, tokenizer) -> None:
