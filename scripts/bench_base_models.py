@@ -161,9 +161,15 @@ def run_child(base: dict, args, adapter_dir: str | None, log) -> dict:
     if adapter_dir:
         argv += ["--adapter-dir", adapter_dir]
     proc = subprocess.run(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=log, text=True)
+    record = None
     for line in proc.stdout.splitlines():
         if line.startswith("BENCH_RECORD "):
-            return json.loads(line[len("BENCH_RECORD "):])
+            record = json.loads(line[len("BENCH_RECORD "):])
+        else:
+            log.write(line + "\n")  # vLLM logs to stdout
+    log.flush()
+    if record is not None:
+        return record
     return {"name": base["name"], "path": base["path"], "dtype": base["dtype"],
             "error": f"exit {proc.returncode} (see the log)"}
 
