@@ -11,6 +11,8 @@ EngineCore and its worker in the child. Per base:
 - throughput: output tok/s of one batch of --batch fixed prompts x --tokens tokens, greedy,
   ignore_eos (every request makes exactly --tokens), the median of --repeats timed runs after a
   warm-up;
+- prefill: input tok/s of --prefill-prompts prompts of exactly --prefill-len tokens (ShareGPT
+  text under the chat template, cut), one output token each, after the throughput runs;
 - agreement: greedy --agree-tokens tokens for --agree-prompts prompts (ShareGPT's first questions
   under the chat template), compared with the first base's: the share of prompts whose tokens
   match exactly, and the mean length of the common prefix;
@@ -77,6 +79,19 @@ def fixed_prompts(tokenizer, n: int) -> list[list[int]]:
     raise SystemExit(f"only {len(out)} ShareGPT questions fit {MAX_PROMPT_TOKENS} tokens")
 
 
+def long_prompts(tokenizer, n: int, length: int) -> list:
+    """n prompts of exactly `length` tokens: ShareGPT questions and answers run together, cut."""
+    from sharegpt import first_exchanges, sharegpt_conversations
+    from vllm.inputs import TokensPrompt
+
+    text = "\n".join(ex.question + "\n" + ex.answer
+                     for ex in first_exchanges(sharegpt_conversations(40 * n)))
+    ids = tokenizer(text)["input_ids"]
+    if len(ids) < n * length:
+        raise SystemExit(f"ShareGPT's first conversations hold {len(ids)} tokens, need {n * length}")
+    return [TokensPrompt(prompt_token_ids=ids[i * length:(i + 1) * length]) for i in range(n)]
+
+
 def proc_status_kib(field: str) -> int:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith(field + ":"):
@@ -128,6 +143,12 @@ def child(args) -> None:
     rec["tok_s_runs"] = runs
     rec["tok_s"] = statistics.median(runs)
 
+    if args.prefill_prompts:
+        long = long_prompts(tok, args.prefill_prompts, args.prefill_len)
+        t = time.perf_counter()
+        llm.generate(long, SamplingParams(temperature=0, max_tokens=1), use_tqdm=False)
+        rec["prefill_tok_s"] = args.prefill_prompts * args.prefill_len / (time.perf_counter() - t)
+
     agree = [TokensPrompt(prompt_token_ids=p) for p in fixed_prompts(tok, args.agree_prompts)]
     greedy = SamplingParams(temperature=0, max_tokens=args.agree_tokens)
     rec["answers"] = [list(o.outputs[0].token_ids) for o in llm.generate(agree, greedy, use_tqdm=False)]
@@ -157,7 +178,8 @@ def child(args) -> None:
 def run_child(base: dict, args, adapter_dir: str | None, log) -> dict:
     argv = [sys.executable, __file__, "--child", json.dumps(base), "--batch", str(args.batch),
             "--tokens", str(args.tokens), "--repeats", str(args.repeats),
-            "--agree-prompts", str(args.agree_prompts), "--agree-tokens", str(args.agree_tokens)]
+            "--agree-prompts", str(args.agree_prompts), "--agree-tokens", str(args.agree_tokens),
+            "--prefill-prompts", str(args.prefill_prompts), "--prefill-len", str(args.prefill_len)]
     if adapter_dir:
         argv += ["--adapter-dir", adapter_dir]
     proc = subprocess.run(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=log, text=True)
@@ -204,12 +226,12 @@ def report(recs: list[dict], args) -> str:
     ref = recs[0]
     lines = [
         f"{args.batch} prompts x {args.tokens} tokens greedy (ignore_eos), median of "
-        f"{args.repeats}; agreement: {args.agree_prompts} prompts x {args.agree_tokens} greedy "
+        f"{args.repeats}; prefill: {args.prefill_prompts} x {args.prefill_len} tokens; agreement: {args.agree_prompts} prompts x {args.agree_tokens} greedy "
         f"tokens vs `{ref['name']}`" + (f"; LoRA: demo adapter `{args.adapter}`" if args.adapter else ""),
         "",
         "| base | quantization | dtype | RSS GiB | peak RSS GiB | RSS less KV cache GiB | "
-        "output tok/s | exact match | mean prefix (tokens) | LoRA | LoRA exact match | LoRA mean prefix |",
-        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |",
+        "output tok/s | prefill tok/s | exact match | mean prefix (tokens) | LoRA | LoRA exact match | LoRA mean prefix |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |",
     ]
     for r in recs:
         if "error" in r:
@@ -223,13 +245,14 @@ def report(recs: list[dict], args) -> str:
         lines.append(
             f"| {r['name']} | {r['quantization']} | {r['dtype']} | {gib(r['rss_bytes'])} | "
             f"{gib(r['peak_rss_bytes'])} | {gib(r['rss_bytes'] - r['kv_cache_bytes'])} | "
-            f"{r['tok_s']:.1f} | {ex:.0%} | {pre:.1f} | {r.get('lora', '-')} | {lex} | {lpre} |")
+            f"{r['tok_s']:.1f} | {r.get('prefill_tok_s', float('nan')):.0f} | {ex:.0%} | {pre:.1f} | {r.get('lora', '-')} | {lex} | {lpre} |")
     lines.append("")
     for r in recs[1:]:
         if "error" in r or "error" in ref:
             continue
         lines.append(
-            f"- {r['name']} / {ref['name']}: tok/s x{r['tok_s'] / ref['tok_s']:.2f}, "
+            f"- {r['name']} / {ref['name']}: output tok/s x{r['tok_s'] / ref['tok_s']:.2f}, "
+            f"prefill tok/s x{r.get('prefill_tok_s', float('nan')) / ref.get('prefill_tok_s', float('nan')):.2f}, "
             f"RSS less KV cache x{(r['rss_bytes'] - r['kv_cache_bytes']) / (ref['rss_bytes'] - ref['kv_cache_bytes']):.2f}")
     lines.append("")
     for r in recs:
@@ -248,6 +271,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--prefill-prompts", type=int, default=4)
+    parser.add_argument("--prefill-len", type=int, default=1024)
     parser.add_argument("--agree-prompts", type=int, default=32)
     parser.add_argument("--agree-tokens", type=int, default=32)
     parser.add_argument("--adapter", default=None, help="a demo adapter recipe (adapters/recipes)")

@@ -4,17 +4,26 @@ There is no model hub on the machines LoRAPlex is developed and tested on, so th
 comes from a wheel. transformers (with `gguf`) dequantizes the GGUF; dropping its quantization
 marker lets `save_pretrained` write plain safetensors that vLLM and peft both load.
 
-A second target, `w8a8`, is an int8 build of that same model served as a base of its own
-(issue 35): every Linear of the decoder layers as int8 weights with one float32 scale per output
-channel (symmetric), activations quantized to int8 per token at run time, in the
-compressed-tensors "int-quantized" layout. vLLM-CPU runs it through its CompressedTensorsW8A8Int8
-scheme on oneDNN's int8 GEMM (CPUInt8ScaledMMLinearKernel), and LoRA adapters trained on the
-default base apply to it unchanged. The embedding (tied to lm_head) and the norms stay as they
-are. Built from the default model dir in a few seconds, with torch alone.
+Two more targets are builds of that same model with quantized weights, each served as a base of
+its own (issue 35). The embedding (tied to lm_head) and the norms stay as they are; every Linear
+of the decoder layers is quantized, in the compressed-tensors layout vLLM reads. Each is made
+from the default model dir in seconds, with torch and safetensors alone (no calibration data):
+
+- `w4a16` (models/SmolLM2-135M-Instruct-W4A16), the second base: int4 symmetric weights in groups
+  of 32 inputs ("pack-quantized"), activations unquantized. vLLM-CPU runs it through
+  CompressedTensorsWNA16 on CPUWNA16LinearKernel (`cpu_gemm_wna16`), which takes bfloat16 (or
+  float16) activations only: serve it with dtype bfloat16. LoRA adapters of the default base
+  apply to it unchanged.
+- `w8a8` (models/SmolLM2-135M-Instruct-W8A8): int8 symmetric weights per output channel, int8
+  activations per token at run time ("int-quantized"), on oneDNN's int8 GEMM
+  (CompressedTensorsW8A8Int8, CPUInt8ScaledMMLinearKernel), in float32. Closer to the full model
+  than int4, but base only: vLLM cannot put LoRA on it on CPU (the oneDNN path prepacks the
+  weight and drops `layer.weight`, which vLLM's LoRA layers read at start-up).
 
 Idempotent: a finished dir (marked by `.complete`) is left alone. Usage:
 
     python scripts/prepare_model.py [--out models/SmolLM2-135M-Instruct]
+    python scripts/prepare_model.py --target w4a16 [--out models/SmolLM2-135M-Instruct-W4A16]
     python scripts/prepare_model.py --target w8a8 [--out models/SmolLM2-135M-Instruct-W8A8]
 """
 
@@ -245,7 +254,7 @@ def _ensure_chat_template(path: Path, tokenizer) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--target", choices=sorted(TARGETS), default="smollm2",
-                        help="smollm2: the default model (bf16); w8a8: its int8 build")
+                        help="smollm2: the default model (bf16 weights); w4a16 / w8a8: its int4 / int8 builds")
     parser.add_argument("--out", type=Path, default=None,
                         help="default: models/SmolLM2-135M-Instruct[-W8A8]")
     args = parser.parse_args()
