@@ -52,3 +52,21 @@ def test_configs_name_the_schemes_vllm_picks_on_cpu():
     w8 = prepare_model.w8a8_quantization_config()["config_groups"]["group_0"]
     assert w8["weights"]["strategy"] == "channel" and w8["input_activations"]["dynamic"] is True
     assert set(prepare_model.TARGETS) == {"smollm2", "w4a16", "w8a8"}
+
+
+def test_gptq_moves_the_layer_outputs_less_than_rounding():
+    quant_utils = pytest.importorskip("vllm.model_executor.layers.quantization.utils.quant_utils")
+    from vllm.scalar_type import scalar_types
+
+    torch.manual_seed(2)
+    w = torch.randn(64, 128) * 0.05
+    x = torch.randn(512, 128) @ torch.randn(128, 128) * 0.3  # correlated inputs
+    h = (x.T @ x).double()
+
+    def deq(packed, scale):
+        q = quant_utils.unpack_quantized_values_into_int32(packed, scalar_types.uint4b8, 1) - 8
+        return (q.reshape(64, 4, 32).float() * scale.unsqueeze(-1)).reshape(64, 128)
+
+    rtn = deq(*prepare_model.quantize_int4_groups(w, group_size=32))
+    gptq = deq(*prepare_model.gptq_int4_groups(w, h, group_size=32))
+    assert (x @ (gptq - w).T).norm() < (x @ (rtn - w).T).norm()
