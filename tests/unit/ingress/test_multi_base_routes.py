@@ -3,29 +3,11 @@ runs on the base it is bound to and is refused on another with its base named, /
 both bases with each adapter's parent, and usage records carry the base."""
 
 import io
-import json
-import sys
-from pathlib import Path
 
 import pytest
 from starlette.testclient import TestClient
 
-from fake_engine import FakeEngineClient
-from loraplex.accounting.accounting import Accounting
-from loraplex.config import PlatformConfig
-from loraplex.db.engine import make_engine
-from loraplex.ingress.app import build_ingress_app
-from loraplex.ingress.engine_pools import PooledEngineClient
-from loraplex.registry.model_spec import BaseModelSpec
-from loraplex.registry.registry import build_registry
-from loraplex.tenancy.service import Tenancy, TenantService
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "registry"))
-from registry_builders import SMOLLM2_CONFIG, lora_config, lora_tensors, tar_dir, write_adapter  # noqa: E402
-
-SMALL, TINY = "SmolLM2-135M-Instruct", "tiny-llama"
-TINY_CONFIG = {**SMOLLM2_CONFIG, "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 4,
-               "num_attention_heads": 4, "num_key_value_heads": 2}
+from two_bases import SMALL, TINY, build_two_bases
 
 
 def pool_script(base):
@@ -37,35 +19,11 @@ def pool_script(base):
 
 @pytest.fixture
 def setup(tmp_path):
-    for name, cfg in ((SMALL, SMOLLM2_CONFIG), (TINY, TINY_CONFIG)):
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "config.json").write_text(json.dumps(cfg))
-    config = PlatformConfig.from_args({
-        "models": [{"engine": {"model": str(tmp_path / SMALL)}}, {"engine": {"model": str(tmp_path / TINY)}}],
-        "database_url": f"sqlite:///{tmp_path}/db.sqlite",
-        "registry": {"store_url": str(tmp_path / "store"), "cache_dir": str(tmp_path / "cache")},
-        "ingress": {"ready_cache_s": 0},  # every /readyz probes
-    })
-    db = make_engine(config.database_url)
-    service = TenantService(db)
-    pools = {base: FakeEngineClient(pool_script(base), calls={
-        "base_models": {"object": "list", "data": [{"id": base, "object": "model", "parent": None}]},
-        "ready": {"replica_id": base}}) for base in (SMALL, TINY)}
-    accounting = Accounting.start(config.accounting.model_copy(update={"spool_dir": str(tmp_path / "spool")}),
-                                  db, "ingress-test", plan_of=service.plan_of)
-    client = TestClient(build_ingress_app(PooledEngineClient(pools), config, tenancy=Tenancy(service, admin_token="admin"),
-                                          registry=build_registry(config, db), accounting=accounting),
-                        raise_server_exceptions=False)
-    tenant = service.create_tenant("acme")
-    headers = {"Authorization": f"Bearer {service.issue_key(tenant.id)[1]}"}
-    archives = {}
-    for name, cfg in ((SMALL, SMOLLM2_CONFIG), (TINY, TINY_CONFIG)):
-        spec = BaseModelSpec.from_config(cfg, name)
-        src = write_adapter(tmp_path / f"for-{name}", lora_config(r=4, base_model_name_or_path="my/run"),
-                            lora_tensors(spec, r=4))
-        archives[name] = tar_dir(src, tmp_path / f"for-{name}.tar.gz").read_bytes()
-    yield client, headers, pools, archives
-    accounting.close()
+    bases = build_two_bases(tmp_path, pool_script, ingress={"ready_cache_s": 0})  # every /readyz probes
+    client = TestClient(bases.app, raise_server_exceptions=False)
+    archives = {base: path.read_bytes() for base, path in bases.archives.items()}
+    yield client, {"Authorization": f"Bearer {bases.key}"}, bases.pools, archives
+    bases.close()
 
 
 def upload(client, headers, name, data, base_model=None):

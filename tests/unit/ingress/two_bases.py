@@ -73,7 +73,8 @@ class TwoBases:
         self.accounting.close()
 
 
-def build_two_bases(tmp: Path) -> TwoBases:
+def build_two_bases(tmp: Path, script_for=replies_from, **args) -> TwoBases:
+    """`script_for(base)`: each pool's fake engine script; `args`: more of the app's args."""
     for name, cfg in CONFIGS.items():
         (tmp / name).mkdir()
         (tmp / name / "config.json").write_text(json.dumps(cfg))
@@ -81,10 +82,11 @@ def build_two_bases(tmp: Path) -> TwoBases:
         "models": [{"engine": {"model": str(tmp / name)}} for name in CONFIGS],
         "database_url": f"sqlite:///{tmp}/db.sqlite",
         "registry": {"store_url": str(tmp / "store"), "cache_dir": str(tmp / "cache")},
+        **args,
     })
     db = make_engine(config.database_url)
     service = TenantService(db)
-    pools = {base: FakeEngineClient(replies_from(base), calls={
+    pools = {base: FakeEngineClient(script_for(base), calls={
         "base_models": {"object": "list", "data": [{"id": base, "object": "model", "parent": None}]},
         "ready": {"replica_id": base},
         "replica_status": {"replica_id": f"{base}#0", "base_model": base, "running": 0, "waiting": 0}})
