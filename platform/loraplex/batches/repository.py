@@ -131,11 +131,14 @@ class BatchRepository:
     def claim(self, owner: str, lease_s: float, skip: Iterable[str] = ()) -> Optional[dict]:
         """A runnable batch nobody holds (or whose holder's lease ran out), now leased to `owner`:
         one never worked first (oldest first), then the one whose lease ended longest ago, so
-        batches take turns (`release` leaves `lease_until` at the release time)."""
+        batches take turns (`release` leaves `lease_until` at the release time). A parked batch
+        (`park`) is not claimed before its `not_before`, unless its completion window ended."""
         now = self.clock()
         with write_transaction(self.db) as conn:
             q = (select(b.c.id).where(b.c.status.in_(state.RUNNABLE),
-                                      or_(b.c.lease_until.is_(None), b.c.lease_until < now, b.c.lease_owner == owner))
+                                      or_(b.c.lease_until.is_(None), b.c.lease_until < now, b.c.lease_owner == owner),
+                                      # parked: not before its time, unless its window ended (it expires now)
+                                      or_(b.c.not_before.is_(None), b.c.not_before <= now, b.c.expires_at <= now))
                  .order_by(b.c.lease_until.asc().nulls_first(), b.c.created_at, b.c.id).limit(1))
             skip = list(skip)
             if skip:
@@ -151,6 +154,12 @@ class BatchRepository:
         with self.db.begin() as conn:
             return conn.execute(update(b).where(b.c.id == batch_id, b.c.lease_owner == owner).values(
                 lease_until=self.clock() + timedelta(seconds=lease_s))).rowcount == 1
+
+    def park(self, batch_id: str, owner: str, until: datetime) -> bool:
+        """No runner claims the batch before `until` (batch_tokens_per_day spent); it stays in_progress."""
+        with self.db.begin() as conn:
+            return conn.execute(update(b).where(b.c.id == batch_id, b.c.lease_owner == owner)
+                                .values(not_before=until)).rowcount == 1
 
     def release(self, batch_id: str, owner: str) -> None:
         with self.db.begin() as conn:

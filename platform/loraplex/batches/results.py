@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Optional
 
 
@@ -14,12 +15,15 @@ MAX_RETRY_WAIT_S = 60.0  # the longest a refused line waits to be sent again; a 
 @dataclass(frozen=True)
 class LineResult:
     """What running one line gave. `retry`: refused before it ran (overload): nothing was billed,
-    nothing is written, it is sent again later."""
+    nothing is written, it is sent again later; with `park_until` (batch_tokens_per_day spent) not
+    before then: its batch waits. `billed`: an error the ledger bills (None: not known)."""
 
     status_code: int
     body: Any = None
     retry: bool = False
     retry_after_s: Optional[float] = None
+    park_until: Optional[datetime] = None
+    billed: Optional[bool] = None
 
     @property
     def ok(self) -> bool:

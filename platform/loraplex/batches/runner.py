@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from datetime import datetime
 from typing import Awaitable, Callable, Optional
 
 from loraplex.batches import state
@@ -126,10 +127,14 @@ class BatchRunner:
         pending = await asyncio.to_thread(self.repo.pending_lines, batch["id"])
         started = last_check = asyncio.get_running_loop().time()
         sent = 0
+        park: list[datetime] = []  # batch_tokens_per_day spent: not before then (results.LineResult)
         while pending and stopped is None:
             retry: dict[int, Optional[float]] = {}  # line -> the refusal's Retry-After, if it said one
             for index in pending:
                 await slots.acquire()
+                if park:  # no further line today: the ones in flight end, then the batch waits
+                    slots.release()
+                    break
                 now = asyncio.get_running_loop().time()
                 if now - last_check >= self.config.poll_s:  # a cancel, the window, the lease: between lines
                     last_check = now
@@ -141,11 +146,13 @@ class BatchRunner:
                     stopped = stopped or "runner_stopped"
                     break
                 sent += 1
-                task = asyncio.create_task(self._run_line(batch, by_index[index], slots, retry))
+                task = asyncio.create_task(self._run_line(batch, by_index[index], slots, retry, park))
                 running.add(task)
                 task.add_done_callback(running.discard)
             if running:
                 await asyncio.gather(*running, return_exceptions=True)
+            if stopped is None and park:
+                return await self._park(batch, max(park))
             if stopped is None and retry:
                 await asyncio.sleep(self._retry_wait(retry.values()))
                 stopped = await self._why_stop(batch["id"], renewer)
@@ -153,6 +160,13 @@ class BatchRunner:
         if stopped == "expired":
             await self._finalize(await asyncio.to_thread(self.repo.get_batch, None, batch["id"]), "expired")
         return stopped or "done"
+
+    async def _park(self, batch: dict, until: datetime) -> str:
+        """Leave the batch (still in_progress) until `until`; a claim after its window expires it."""
+        if await asyncio.to_thread(self.repo.park, batch["id"], self.owner, until):
+            logger.info("batch %s of tenant %s: batch_tokens_per_day spent; it waits until %s",
+                        batch["id"], batch["tenant_id"], until.isoformat())
+        return "parked"
 
     async def _why_stop(self, batch_id: str, renewer: Optional[asyncio.Task]) -> Optional[str]:
         if renewer is not None and renewer.done():
@@ -170,7 +184,7 @@ class BatchRunner:
         return min(max(self.config.retry_s, min(given, default=self.config.retry_s)), MAX_RETRY_WAIT_S)
 
     async def _run_line(self, batch: dict, line: BatchLine, slots: asyncio.Semaphore,
-                        retry: dict[int, Optional[float]]) -> None:
+                        retry: dict[int, Optional[float]], park: list[datetime]) -> None:
         request_id = line_request_id(batch["id"], line.index)
         try:
             self.lines_run += 1
@@ -181,6 +195,8 @@ class BatchRunner:
                 result = LineResult(503, {"error": {"message": f"{type(exc).__name__}: {exc}"}}, retry=True)
             if result.retry:
                 retry[line.index] = result.retry_after_s
+                if result.park_until is not None:
+                    park.append(result.park_until)
                 return
             text = output_line(line.custom_id, request_id, result.status_code, result.body)
             await asyncio.to_thread(self.repo.finish_line, batch["id"], line.index, result.ok, result.status_code, text)

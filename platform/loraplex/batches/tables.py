@@ -1,7 +1,7 @@
 """The Batch API's tables: files (bytes in the adapter store, files.py), batches, and one row per
 line of a batch (its result once run: what the output and error files are written from)."""
 
-from sqlalchemy import JSON, Column, Index, Integer, PrimaryKeyConstraint, String, Table, Text
+from sqlalchemy import JSON, Column, Index, Integer, PrimaryKeyConstraint, String, Table, Text, inspect, text
 
 from loraplex.db.base import Base
 from loraplex.db.migrations import Migration
@@ -41,6 +41,8 @@ batches = Table(
     # The runner that works on it (an Ingress replica) and until when; another takes it over after.
     Column("lease_owner", String(128)),
     Column("lease_until", UTCDateTime),
+    # Parked (batch_tokens_per_day spent): no runner claims it before this, unless its window ended.
+    Column("not_before", UTCDateTime),
     Index("ix_batches_tenant", "tenant_id", "created_at"),
     Index("ix_batches_status", "status"),
 )
@@ -64,4 +66,12 @@ def _v1(conn):
     Base.metadata.create_all(conn, tables=[batch_files, batches, batch_lines], checkfirst=True)
 
 
-MIGRATIONS = [Migration("batches", 1, "batch_files, batches and batch_lines", _v1)]
+def _v2_not_before(conn):
+    # A database made by v1 lacks the column; one made now by _v1's create_all already has it.
+    if "not_before" not in {c["name"] for c in inspect(conn).get_columns("batches")}:
+        column = batches.c.not_before
+        conn.execute(text(f"ALTER TABLE batches ADD COLUMN not_before {column.type.compile(conn.dialect)}"))
+
+
+MIGRATIONS = [Migration("batches", 1, "batch_files, batches and batch_lines", _v1),
+              Migration("batches", 2, "batches.not_before (parked by batch_tokens_per_day)", _v2_not_before)]

@@ -169,6 +169,7 @@ def build_ingress_app(
 
 def batch_api(config: PlatformConfig, tenants: TenantContext, tenancy: Tenancy, db, openai: OpenAIRoutes):
     """The Batch API's routes and this replica's runner (its lines through `openai`'s path)."""
+    from loraplex.batches.day_tokens import BatchDayTokens
     from loraplex.batches.files import BatchFileStore
     from loraplex.batches.repository import BatchRepository
     from loraplex.batches.runner import BatchRunner
@@ -183,5 +184,5 @@ def batch_api(config: PlatformConfig, tenants: TenantContext, tenancy: Tenancy, 
     files = BatchFileStore(config.registry.store_url, config.registry.storage_options)
     cfg = config.batches
     routes = FileRoutes(tenants, repo, files, cfg).routes() + BatchRoutes(tenants, repo, files, cfg).routes()
-    lines = BatchLines(openai, tenancy.service, cfg.line_timeout_s)
+    lines = BatchLines(openai, tenancy.service, cfg.line_timeout_s, BatchDayTokens(db, repo.clock))
     return routes, BatchRunner(repo, files, cfg, lines, owner=f"runner-{uuid.uuid4().hex[:12]}")

@@ -10,7 +10,8 @@ id may have.
 Of the tenant's limits a line meets `monthly_token_budget` (BATCH_LIMITS): it is a cap on the
 bill, and a batch is billed like online traffic. The per-minute rates and
 `max_concurrent_requests` are the online traffic's; a batch's own bounds are
-`max_batches_in_flight` and `batches.lines_in_flight`. A budget refusal that lifts within
+`max_batches_in_flight`, `batches.lines_in_flight` and `batch_tokens_per_day` (batches/day_tokens.py:
+a line past it parks its batch until the next UTC day). A budget refusal that lifts within
 MAX_RETRY_WAIT_S (the requests in flight would exceed it) is waited out; an exhausted budget (it
 refills next month) ends the line in the error file with the 429 an online request gets.
 """
@@ -27,6 +28,7 @@ from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionReque
 from vllm.entrypoints.openai.completion.protocol import CompletionRequest
 
 from loraplex.batches.jsonl import BatchLine
+from loraplex.batches.day_tokens import BatchDayTokens
 from loraplex.batches.results import MAX_RETRY_WAIT_S, LineResult
 from loraplex.contract import EngineError
 from loraplex.errors import StatusError
@@ -41,8 +43,9 @@ PRINCIPAL_TTL_S = 30.0  # a suspension or a limit change reaches a running batch
 
 
 class BatchLines:
-    def __init__(self, openai: OpenAIRoutes, service, line_timeout_s: float):
+    def __init__(self, openai: OpenAIRoutes, service, line_timeout_s: float, day_tokens: BatchDayTokens | None = None):
         self.openai, self.service, self.line_timeout_s = openai, service, line_timeout_s
+        self.day_tokens = day_tokens  # batch_tokens_per_day (None: not enforced, e.g. no ledger)
         self._principals: dict[str, tuple[float, Principal | StatusError]] = {}
 
     async def __call__(self, batch: dict, line: BatchLine, request_id: str) -> LineResult:
@@ -52,15 +55,32 @@ class BatchLines:
             arrival = time.time()
             call = await self.openai._call(principal, oai_request, arrival, arrival + self.line_timeout_s,
                                            request_id=request_id, batch=True)
-            admission = await self.openai.limits.admit(principal, call, resources=BATCH_LIMITS)
+            day_limit = principal.limits.batch_tokens_per_day if self.day_tokens is not None else None
+            charge = call.prompt_tokens + max(call.sequences, 1) * (call.max_tokens or self.openai.limits.config.default_max_tokens)
+            refused = await self.day_tokens.take(principal.tenant_id, day_limit, request_id, charge) \
+                if day_limit is not None else None
+            if refused is not None:
+                return refused
+            try:
+                admission = await self.openai.limits.admit(principal, call, resources=BATCH_LIMITS)
+            except StatusError:
+                self._settle(principal, request_id, day_limit, None)
+                raise
         except StatusError as exc:
             wait = float(exc.headers.get("Retry-After", 0) or 0)
             return LineResult(exc.status, exc.body(), retry=exc.status in RETRYABLE and wait <= MAX_RETRY_WAIT_S,
                               retry_after_s=wait or None)
+        result = None
         try:
-            return await self._run(call, oai_request, admission)
+            result = await self._run(call, oai_request, admission)
+            return result
         finally:
             admission.release()  # idempotent: the stream's end released it, unless it never started
+            self._settle(principal, request_id, day_limit, _used(result, charge))
+
+    def _settle(self, principal: Principal, request_id: str, day_limit, used) -> None:
+        if day_limit is not None:
+            self.day_tokens.settle(principal.tenant_id, request_id, used)
 
     async def _run(self, call, oai_request, admission) -> LineResult:
         items = admission.track(self.openai.engine.generate(call, oai_request))
@@ -68,7 +88,7 @@ class BatchLines:
             first = await anext(items)
             if isinstance(first, EngineError):
                 return LineResult(first.status, first.body(), retry=first.status in RETRYABLE and not first.billed,
-                                  retry_after_s=first.retry_after)
+                                  retry_after_s=first.retry_after, billed=first.billed)
             async for _ in items:  # a non-stream reply is one chunk: drain to its end
                 pass
         except (StopAsyncIteration, BackPressureError):
@@ -100,3 +120,14 @@ class BatchLines:
             return StatusError(f"Tenant {tenant.name!r} is suspended; its batch lines are refused.", status=403)
         return Principal(tenant_id=tenant.id, tenant_name=tenant.name, plan=tenant.plan,
                          limits=self.service.effective_limits(tenant.plan, tenant.limits), key_id=key_id or "")
+
+
+def _used(result: LineResult | None, charge: float) -> float | None:
+    """Tokens a line used, for batch_tokens_per_day: its reply's usage; a billed error its charge
+    (kept until the ledger has its record); None when nothing was billed (refused, never ran)."""
+    if result is not None and (result.retry or result.billed is False):
+        return None
+    if result is not None and result.ok:
+        usage = (result.body or {}).get("usage") or {}
+        return float(usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0)) or charge
+    return charge

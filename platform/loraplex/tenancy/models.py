@@ -78,6 +78,10 @@ class TenantLimits(BaseModel):
     max_batches_in_flight: Optional[int] = Field(
         None, ge=0, description="Batches of the tenant not yet ended (validating, in_progress, finalizing, "
         "cancelling); a create past it gets 429 naming the quota.")
+    batch_tokens_per_day: Optional[int] = Field(
+        None, ge=1, description="Prompt + completion tokens the tenant's batch lines may use per UTC day. A line "
+        "that would pass it is not failed: its batch waits (still in_progress) until the next UTC day, or "
+        "expires if its completion window ends first.")
     # Per-request caps (ingress/request_size.py): over one, 400 naming it; never queued.
     max_n: Optional[int] = Field(None, ge=1, description="Most choices (`n`) one request may ask for.")
     max_prompts_per_request: Optional[int] = Field(

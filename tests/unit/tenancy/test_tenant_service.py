@@ -20,6 +20,7 @@ LIMITS = {"requests_per_minute": 60, "tokens_per_minute": 10_000, "max_concurren
           "max_n": 2, "max_prompts_per_request": 8, "max_tokens_per_request": 512, "max_sequences_per_request": 4,
           # the Batch API's (issue 36)
           "max_batch_files": 3, "max_batch_file_bytes": 1 << 20, "max_batches_in_flight": 2,
+          "batch_tokens_per_day": 50_000,
           # per base model (issue 35)
           "models": {"tiny": {"requests_per_minute": 6, "tokens_per_minute": None, "max_concurrent_requests": 1,
                               "monthly_token_budget": 1000}}}
