@@ -87,11 +87,11 @@ def make_batch(repo, files, tenant, n, window_s=24 * 3600):
 
 
 def drain(runner):
-    """Run passes until nothing is claimable now."""
+    """Run passes until nothing is claimable now (a batch that never parks would loop: a timeout)."""
     async def go():
         while await runner.run_once():
             pass
-    asyncio.run(go())
+    asyncio.run(asyncio.wait_for(go(), 10))
 
 
 def test_at_the_limit_the_batch_parks_until_the_next_utc_day_then_goes_on(world):
@@ -102,7 +102,8 @@ def test_at_the_limit_the_batch_parks_until_the_next_utc_day_then_goes_on(world)
     assert parked["status"] == "in_progress" and parked["completed"] == 2 and parked["failed"] == 0
     assert parked["not_before"] == datetime(2026, 3, 2, tzinfo=timezone.utc)
     clock.now = datetime(2026, 3, 1, 23, 59, 59, tzinfo=timezone.utc)
-    drain(runner)  # still today: not claimed, nothing runs
+    assert repo.claim("another-runner", 30) is None  # still today: no runner takes it
+    drain(runner)
     assert len(engine.ran) == 2
     clock.now = datetime(2026, 3, 2, 0, 0, 1, tzinfo=timezone.utc)
     drain(runner)
