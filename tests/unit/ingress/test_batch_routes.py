@@ -221,3 +221,35 @@ def test_batches_take_turns_so_a_big_one_does_not_hold_back_a_small_one(tmp_path
         assert order.index("other 1") < order.index("acme 3"), order
     finally:
         platform.close()
+
+
+def test_a_batch_parks_at_batch_tokens_per_day(tmp_path):
+    # The day's limit on batch lines: the line that would pass it is not failed; the batch waits
+    # (still in_progress, parked until the next UTC day) with what ran within the limit.
+    from datetime import datetime, timedelta, timezone
+    from sqlalchemy import select
+    from loraplex.batches.tables import batches
+
+    platform, client = make(tmp_path)
+    tid, key = platform.tenant_ids["acme"], platform.keys["acme"]
+    platform.service.update_tenant(tid, limits={"batch_tokens_per_day": 40})
+    platform.tenancy.keys.forget_tenant(tid)
+    try:
+        file_id = upload(client, key, "\n".join(line(f"l{i}") for i in range(30))).json()["id"]
+        batch = client.post("/v1/batches", headers={"Authorization": key},
+                            json={"input_file_id": file_id, "endpoint": CHAT, "completion_window": "24h"}).json()
+        runner = platform.app.state.batch_runner
+        runner.config = runner.config.model_copy(update={"retry_s": 0.01, "lines_in_flight": 2})
+        asyncio.run(runner.run_once())
+        now = client.get(f"/v1/batches/{batch['id']}", headers={"Authorization": key}).json()
+        assert now["status"] == "in_progress" and now["request_counts"]["failed"] == 0, now
+        assert 1 < now["request_counts"]["completed"] < 30
+        # The fake engine writes no ledger: the runner counts what its lines used (4 tokens each, the
+        # reply's usage) until the ledger has them.
+        assert 4 * now["request_counts"]["completed"] <= 40
+        with platform.service.engine.connect() as conn:
+            not_before = conn.execute(select(batches.c.not_before).where(batches.c.id == batch["id"])).scalar()
+        tomorrow = (datetime.now(timezone.utc) + timedelta(days=1)).replace(hour=0, minute=0, second=0, microsecond=0)
+        assert not_before == tomorrow
+    finally:
+        platform.close()
