@@ -7,9 +7,10 @@ admission charge), each line ended but not yet in the ledger (the spool flushes 
 it used. A line that would pass the limit is not failed: its batch parks until the next UTC day
 (`park_until`). While it would fit but for the lines in flight, it waits for them (a short retry).
 
-Overshoot bound: runners on several Ingress replicas do not see each other's lines in flight, so
-the day can end past the limit by at most what the other replicas' runners have in flight, each
-line at most its estimate: (Ingress replicas - 1) x batches.lines_in_flight x the largest line.
+Overshoot bound: the day can end past the limit by at most what the lines in flight when it was
+reached use. Runners on other Ingress replicas do not see each other's lines in flight ((replicas
+- 1) x batches.lines_in_flight lines, each at most its prompt + max_tokens); a runner's own lines
+count at their estimate until they end (the prompt's is ~4 characters a token: a little short).
 """
 
 from __future__ import annotations
