@@ -132,13 +132,16 @@ class BatchRepository:
         """A runnable batch nobody holds (or whose holder's lease ran out), now leased to `owner`:
         one never worked first (oldest first), then the one whose lease ended longest ago, so
         batches take turns (`release` leaves `lease_until` at the release time). A parked batch
-        (`park`) is not claimed before its `not_before`, unless its completion window ended."""
+        (`park`) is not claimed before its `not_before`, unless its completion window ended or it was
+        cancelled."""
         now = self.clock()
         with write_transaction(self.db) as conn:
             q = (select(b.c.id).where(b.c.status.in_(state.RUNNABLE),
                                       or_(b.c.lease_until.is_(None), b.c.lease_until < now, b.c.lease_owner == owner),
-                                      # parked: not before its time, unless its window ended (it expires now)
-                                      or_(b.c.not_before.is_(None), b.c.not_before <= now, b.c.expires_at <= now))
+                                      # parked: not before its time, unless its window ended (it expires
+                                      # now) or it was cancelled (its files now)
+                                      or_(b.c.not_before.is_(None), b.c.not_before <= now, b.c.expires_at <= now,
+                                          b.c.status != "in_progress"))
                  .order_by(b.c.lease_until.asc().nulls_first(), b.c.created_at, b.c.id).limit(1))
             skip = list(skip)
             if skip:

@@ -139,3 +139,14 @@ def test_a_batch_whose_window_ends_while_parked_expires_its_remaining_lines(worl
     assert ended["status"] == "expired" and ended["completed"] == 2 and ended["failed"] == 3
     errors = [json.loads(x) for x in files.get("acme", ended["error_file_id"]).decode().splitlines()]
     assert [e["error"]["code"] for e in errors] == ["batch_expired"] * 3
+
+
+def test_a_parked_batch_cancelled_is_cancelled_now_not_the_next_day(world):
+    db, clock, repo, files, engine, runner = world
+    batch_id = make_batch(repo, files, "acme", 5)
+    drain(runner)
+    assert repo.cancel("acme", batch_id)["status"] == "cancelling"
+    clock.now += timedelta(seconds=1)  # still today
+    drain(runner)
+    ended = repo.get_batch("acme", batch_id)
+    assert ended["status"] == "cancelled" and ended["completed"] == 2 and ended["failed"] == 3
