@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import os
 import secrets
 import sys
 import tempfile
@@ -65,6 +66,8 @@ def run_variant(variant: str, args) -> dict:
         run = ServeRun(variant_config(tmp, variant), port=PORT, log_path=tmp / "serve_run.log", admin_token=token)
         try:
             run.wait_ready()
+            if args.client_cpus:  # after serve run started (its processes keep theirs): this thread and the
+                os.sched_setaffinity(0, args.client_cpus)  # client threads it starts from here on
             config = yaml.safe_load(CONFIG.read_text())["applications"][0]["args"]["models"]
             heavy_base, light_base = (Path(m["engine"]["model"]).name for m in config[:2])
             light = new_tenant_key(run.base_url, token, "light")
@@ -99,6 +102,9 @@ def main() -> None:
     p.add_argument("--flood", type=int, default=24, help="heavy requests kept in flight on the first base")
     p.add_argument("--flood-tokens", type=int, default=64)
     p.add_argument("--settle-s", type=float, default=5.0, help="flood time before the light tenant's phase")
+    p.add_argument("--client-cpus", type=lambda v: {int(c) for c in v.split(",")}, default=None,
+                   help="CPUs this load generator runs on, e.g. 0 (the flooded pool's core), so the client "
+                   "does not take the light pool's core; default: any")
     args = p.parse_args()
     results = [run_variant(v, args) for v in args.variants.split(",")]
     print(f"\nbench_multi_base: light tenant {args.requests} x {args.tokens}-token chats on the second base, alone and "
