@@ -2,12 +2,36 @@
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Connection, case, func, select
+from typing import Optional
+
+from sqlalchemy import Connection, Engine, case, func, select
 
 from loraplex.accounting.period import check_range
 from loraplex.accounting.tables import usage_records as u
 
 GROUP_BY = ("day", "hour", "adapter", "model", "tenant", "batch")
+
+
+def tokens_since(db: Engine, tenant_id: str, since: datetime, request_ids: list[str], *,
+                 base_model: Optional[str] = None, batch_only: bool = False) -> tuple[float, set[str]]:
+    """(prompt + completion tokens of the tenant's records finished since `since`, only those on
+    `base_model` / only batch lines if asked; which of `request_ids` the ledger has), for the limits
+    that count what the ledger holds plus what is still in flight. The ids are read first: a record
+    landing in between is then counted twice for one read (holds back early), never zero times
+    (lets too much through)."""
+    with db.connect() as conn:
+        present: set[str] = set()
+        for i in range(0, len(request_ids), 500):
+            chunk = request_ids[i:i + 500]
+            present |= set(conn.execute(select(u.c.request_id).where(u.c.request_id.in_(chunk))).scalars())
+        query = (select(func.coalesce(func.sum(u.c.prompt_tokens + u.c.completion_tokens), 0))
+                 .where(u.c.tenant_id == tenant_id, u.c.finish_time >= since))
+        if base_model is not None:
+            query = query.where(u.c.base_model == base_model)
+        if batch_only:
+            query = query.where(u.c.batch.is_(True))
+        total = conn.execute(query).scalar()
+    return float(total or 0), present
 
 
 @dataclass

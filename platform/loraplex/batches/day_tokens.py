@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Callable, Optional
 
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine
 
-from loraplex.accounting.tables import usage_records as u
+from loraplex.accounting.usage_query import tokens_since
 from loraplex.batches.results import LineResult
 
 HELD_TTL_S = 300.0  # a line ended this long ago and still not in the ledger was not billed: stop counting it
@@ -39,16 +39,8 @@ def next_day(now: datetime) -> datetime:
 
 def day_to_date(db: Engine, tenant_id: str, day: datetime, request_ids: list[str]) -> tuple[float, set[str]]:
     """(prompt + completion tokens of the tenant's batch records finished since `day`; which of
-    `request_ids` the ledger has). The ids are read first: a record landing in between is counted
-    twice for this read (holds back early), never zero times."""
-    with db.connect() as conn:
-        present: set[str] = set()
-        for i in range(0, len(request_ids), 500):
-            chunk = request_ids[i:i + 500]
-            present |= set(conn.execute(select(u.c.request_id).where(u.c.request_id.in_(chunk))).scalars())
-        total = conn.execute(select(func.coalesce(func.sum(u.c.prompt_tokens + u.c.completion_tokens), 0))
-                             .where(u.c.tenant_id == tenant_id, u.c.batch.is_(True), u.c.finish_time >= day)).scalar()
-    return float(total or 0), present
+    `request_ids` the ledger has): usage_query.tokens_since."""
+    return tokens_since(db, tenant_id, day, request_ids, batch_only=True)
 
 
 @dataclass
