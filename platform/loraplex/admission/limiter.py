@@ -187,6 +187,12 @@ class Limiter:
         tenant_wide.linked = base_admission
         return tenant_wide
 
+    def charge(self, call) -> int:
+        """The tokens an admission holds for `call` until it ends: its prompts once, and each
+        sequence (n x prompts) its max_tokens (default_max_tokens where it has none)."""
+        sequences = max(getattr(call, "sequences", 1), 1)
+        return call.prompt_tokens + sequences * (call.max_tokens or self.config.default_max_tokens)
+
     async def _admit(self, key: str, limits: dict, call, held: Admission, resources) -> Admission:
         """admit() against one state: the tenant-wide one (`key` the tenant id) or one base's."""
         applied = [r for r in limits if resources is None or r in resources]
@@ -194,7 +200,7 @@ class Limiter:
             return OPEN  # no limit: no lease, no round trip
         self._ensure_sweeper()
         sequences = max(getattr(call, "sequences", 1), 1)
-        charge = call.prompt_tokens + sequences * (call.max_tokens or self.config.default_max_tokens)
+        charge = self.charge(call)
         amounts = {res: (charge if res in ("tokens", "budget") else sequences if res == "concurrency" else 1)
                    for res in applied}
         where = on_base(key)

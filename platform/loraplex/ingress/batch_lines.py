@@ -56,7 +56,7 @@ class BatchLines:
             call = await self.openai._call(principal, oai_request, arrival, arrival + self.line_timeout_s,
                                            request_id=request_id, batch=True)
             day_limit = principal.limits.batch_tokens_per_day if self.day_tokens is not None else None
-            charge = call.prompt_tokens + max(call.sequences, 1) * (call.max_tokens or self.openai.limits.config.default_max_tokens)
+            charge = self.openai.limits.charge(call)  # what the admission holds for it: the day's estimate too
             refused = await self.day_tokens.take(principal.tenant_id, day_limit, request_id, charge) \
                 if day_limit is not None else None
             if refused is not None:
