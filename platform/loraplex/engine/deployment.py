@@ -420,10 +420,10 @@ class Engine:
                 down = False
                 if deleted:
                     await self.engine.adapters.retire(deleted)
-                # Pins travel the same way: the catalog's pinned versions, loaded and pinned here
-                # (not on a dedicated replica: it runs no LoRA).
+                # Pins travel the same way: the catalog's pinned versions of this replica's base,
+                # loaded and pinned here (not on a dedicated replica: it runs no LoRA).
                 if self.dedicated is None:
-                    pinned = await asyncio.to_thread(self.catalog.pinned)
+                    pinned = await asyncio.to_thread(self.catalog.pinned, self.base_model)
                     await self.engine.adapters.sync_pins([pinned_target(v) for v in pinned])
             except Exception as exc:
                 if not is_unavailable(exc):

@@ -1,9 +1,10 @@
 """/admin adapter routes: pin a tenant's adapter version on every replica, see what is pinned.
 
-A pinned version is kept in every Engine replica's CPU tier (vLLM's host-memory LoRA cache), so
-its LRU never evicts it and a request for it never waits for a load from the store; replicas
-pick a pin up at their next catalog poll (`registry.deletion_poll_s`). At most
-max_cpu_loras - 1 versions are pinned at once, so one place in the tier stays for the rest.
+A pinned version is kept in the CPU tier (vLLM's host-memory LoRA cache) of every Engine replica
+of its base's pool, so its LRU never evicts it and a request for it never waits for a load from
+the store; replicas pick a pin up at their next catalog poll (`registry.deletion_poll_s`). At most
+max_cpu_loras - 1 versions of a base are pinned at once (that base's engine settings), so one
+place in its pool's tier stays for the rest.
 """
 
 from __future__ import annotations
@@ -25,10 +26,11 @@ def max_pinned(engine: EngineConfig) -> int:
 
 
 class AdminAdapterRoutes:
-    def __init__(self, tenancy, registry, engine: EngineConfig):
+    def __init__(self, tenancy, registry, engines: dict[str, EngineConfig]):
         self.tenancy = tenancy
         self.catalog = registry.catalog
-        self.engine = engine
+        self.engines = engines  # base name -> its engine settings, the first (default) base first
+        self.engine = next(iter(engines.values()))
 
     def routes(self) -> list[Route]:
         return [
@@ -46,7 +48,8 @@ class AdminAdapterRoutes:
     async def _set(self, request: Request, pinned: bool) -> Response:
         check_admin(request, self.tenancy)
         tenant, ref = request.path_params["tenant_id"], request.path_params["ref"]
-        version = await asyncio.to_thread(self.catalog.pin, tenant, ref, pinned, max_pinned(self.engine))
+        bounds = {base: max_pinned(engine) for base, engine in self.engines.items()}  # each pool its own tier
+        version = await asyncio.to_thread(self.catalog.pin, tenant, ref, pinned, bounds)
         return JSONResponse({"tenant": tenant, **version.to_response()})
 
     async def show(self, request: Request) -> Response:
@@ -59,4 +62,8 @@ class AdminAdapterRoutes:
             "max_loras": self.engine.max_loras,
             "max_cpu_loras": self.engine.max_cpu_loras,
             "max_cpu_lora_bytes": self.engine.max_cpu_lora_bytes,
+            # Several bases: each pool's own bounds (the fields above are the first base's).
+            **({"bases": {base: {"max_pinned": max_pinned(e), "max_loras": e.max_loras, "max_cpu_loras": e.max_cpu_loras,
+                                 "max_cpu_lora_bytes": e.max_cpu_lora_bytes} for base, e in self.engines.items()}}
+               if len(self.engines) > 1 else {}),
         })

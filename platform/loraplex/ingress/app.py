@@ -103,7 +103,7 @@ def build_ingress_app(
     if registry is not None and tenants is not None:
         uploads = UploadPool(config.registry.upload_workers, config.registry.uploads_per_tenant)
         routes += AdapterRoutes(tenants, config.registry.max_upload_bytes, uploads).routes()
-        routes += AdminAdapterRoutes(tenancy, registry, config.engine).routes()
+        routes += AdminAdapterRoutes(tenancy, registry, {b.model_id: b.engine for b in config.bases()}).routes()
         routes += DedicatedRoutes(tenancy, registry, dedicated).routes()
     if accounting is not None and tenancy is not None:
         routes += UsageRoutes(accounting, tenants, tenancy).routes()

@@ -13,6 +13,7 @@ the delete yet; reviving the old row would need every replica to forget that it 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 
@@ -258,17 +259,21 @@ class AdapterCatalog:
                     return exc
         return None
 
-    def pin(self, tenant: str, ref: str, pinned: bool, max_pinned: int | None = None) -> AdapterVersion:
-        """Pin (or unpin) the live version `ref` names. At most `max_pinned` versions are pinned
-        at once across tenants (each takes CPU-tier room on every replica): over it, 409."""
+    def pin(self, tenant: str, ref: str, pinned: bool,
+            max_pinned: int | Mapping[str, int] | None = None) -> AdapterVersion:
+        """Pin (or unpin) the live version `ref` names. At most `max_pinned` versions of its base
+        model are pinned at once across tenants (each takes CPU-tier room on every replica of that
+        base's pool; a mapping gives each base's bound): over it, 409."""
         from loraplex.errors import StatusError
 
         version = self.resolve(tenant, ref)
+        if isinstance(max_pinned, Mapping):
+            max_pinned = max_pinned.get(version.base_model)
         t = adapter_versions
         with write_transaction(self.engine) as conn:
             if pinned and not version.pinned and max_pinned is not None:
                 count = conn.execute(select(func.count()).select_from(t).where(
-                    t.c.pinned_at.is_not(None), t.c.deleted_at.is_(None))).scalar()
+                    t.c.pinned_at.is_not(None), t.c.deleted_at.is_(None), t.c.base_model == version.base_model)).scalar()
                 if count >= max_pinned:
                     raise StatusError(f"{count} adapter versions are pinned already, the most this deployment "
                                       f"keeps ({max_pinned}: engine.max_cpu_loras - 1, so one CPU-tier place stays "
@@ -278,10 +283,14 @@ class AdapterCatalog:
                 pinned_at=datetime.now(timezone.utc) if pinned else None))
         return replace(version, pinned=pinned)
 
-    def pinned(self) -> list[AdapterVersion]:
-        """Every tenant's pinned live versions, first pinned first: what replicas keep loaded."""
+    def pinned(self, base_model: str | None = None) -> list[AdapterVersion]:
+        """Every tenant's pinned live versions (of `base_model` only, if given: what one pool's
+        replicas keep loaded), first pinned first."""
         t = adapter_versions
-        query = select(t).where(t.c.pinned_at.is_not(None), t.c.deleted_at.is_(None)).order_by(t.c.pinned_at, t.c.id)
+        query = select(t).where(t.c.pinned_at.is_not(None), t.c.deleted_at.is_(None))
+        if base_model is not None:
+            query = query.where(t.c.base_model == base_model)
+        query = query.order_by(t.c.pinned_at, t.c.id)
         with self.engine.connect() as conn:
             return [_version(row) for row in conn.execute(query)]
 

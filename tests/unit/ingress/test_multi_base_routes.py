@@ -99,3 +99,18 @@ def test_readyz_needs_every_pool_to_generate(setup):
     pools[TINY].ready = broken
     r = client.get("/readyz")
     assert r.status_code == 503 and r.headers["Retry-After"]
+
+
+def test_each_base_pins_against_its_own_pools_tier(setup):
+    """Pins take room in one pool's CPU tier: each base has its own bound (max_cpu_loras - 1)."""
+    client, headers, _, archives = setup
+    upload(client, headers, "writer", archives[TINY], base_model=TINY)
+    upload(client, headers, "tagger", archives[SMALL], base_model=SMALL)
+    admin = {"Authorization": "Bearer two-bases-admin"}
+    tenant = client.get("/admin/tenants", headers=admin).json()["data"][0]["id"]
+    for name in ("writer", "tagger"):
+        r = client.post(f"/admin/tenants/{tenant}/adapters/{name}/pin", headers=admin)
+        assert r.status_code == 200 and r.json()["pinned"], r.text
+    shown = client.get("/admin/adapters", headers=admin).json()
+    assert {p["name"] for p in shown["pinned"]} == {"writer", "tagger"}
+    assert set(shown["bases"]) == {SMALL, TINY} and shown["bases"][TINY]["max_pinned"] == 15

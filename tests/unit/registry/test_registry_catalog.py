@@ -157,3 +157,20 @@ def test_pins_are_listed_first_pinned_first_bounded_and_dropped_on_delete(catalo
     assert catalog.pinned() == [] and catalog.pin("acme", "c", True, max_pinned=2).id == c.id
     with pytest.raises(AdapterNotFound):
         catalog.pin("globex", "a", True)
+
+
+def test_pins_are_bounded_and_listed_per_base_model(catalog):
+    """Each base's pool has its own CPU tier: a pin counts against its base's bound only, and a
+    pool's replicas load their own base's pins only (an adapter of another base would not fit)."""
+    facts = {k: v for k, v in FACTS.items() if k != "base_model"}
+    small = [catalog.add("acme", f"s{i}", sha(c), base_model="small", **facts) for i, c in enumerate("de")]
+    large = catalog.add("acme", "l0", sha("f"), base_model="large", **facts)
+    bounds = {"small": 1, "large": 1}
+    assert catalog.pin("acme", "s0", True, max_pinned=bounds).pinned
+    with pytest.raises(Exception) as e:  # small's one place is taken
+        catalog.pin("acme", "s1", True, max_pinned=bounds)
+    assert e.value.status == 409
+    assert catalog.pin("acme", "l0", True, max_pinned=bounds).pinned  # large has its own place
+    assert [v.id for v in catalog.pinned("small")] == [small[0].id]
+    assert [v.id for v in catalog.pinned("large")] == [large.id]
+    assert [v.id for v in catalog.pinned()] == [small[0].id, large.id]
