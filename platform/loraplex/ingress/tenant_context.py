@@ -46,9 +46,6 @@ class TenantContext:
     async def authenticate(self, request: Request):
         return await self.authenticator(request)
 
-    async def resolve_adapter(self, principal, model: str | None) -> AdapterTarget | None:
-        return (await self.resolve_model(principal, model))[1]
-
     async def resolve_model(self, principal, model: str | None) -> tuple[str, AdapterTarget | None]:
         """(base, adapter) that `model` names: a base model's name; an adapter's `name` or
         `name@version`, which runs on the base it is bound to; or `<base>:<adapter>` to say both,

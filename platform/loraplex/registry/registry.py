@@ -31,11 +31,6 @@ class AdapterRegistry:
     store: AdapterStore
     catalog: AdapterCatalog
 
-    @property
-    def validator(self) -> AdapterValidator:
-        """The first (default) base's validator."""
-        return self.bases.default.validator
-
     def upload(self, tenant: str, name: str, upload: BinaryIO | Path, cancelled=None,
                quota: AdapterQuota | None = None, base_model: str | None = None) -> AdapterVersion:
         """Store an uploaded archive (stream or file path) as a version of `name`, bound to the base

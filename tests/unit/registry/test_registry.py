@@ -129,7 +129,7 @@ def test_no_temporary_file_is_left_on_success_refusal_exception_or_cancellation(
     def broken(path):
         raise RuntimeError("validator bug")
 
-    monkeypatch.setattr(registry.validator, "validate", broken)
+    monkeypatch.setattr(registry.bases.default.validator, "validate", broken)
     with pytest.raises(RuntimeError), open(archive, "rb") as stream:
         registry.upload("acme", "boom", stream)  # exception
     assert _leftovers(tmp_root) == []
