@@ -67,19 +67,26 @@ def checkout_env(extra: Optional[dict] = None) -> dict:
 
 
 def start_marked(argv: Sequence[str], *, mark: tuple[str, str], log_path: Path, cwd: Path = ROOT,
-                 env: Optional[dict] = None, log_header: str = "") -> subprocess.Popen:
-    """argv in its own session, output to log_path, NAME=VALUE (`mark`) in its environment.
+                 env: Optional[dict] = None, log_header: str = "",
+                 cpus: Optional[set[int]] = None) -> subprocess.Popen:
+    """argv in its own session, output to log_path, NAME=VALUE (`mark`) in its environment, on
+    `cpus` if given (as `taskset -c`: every process it starts inherits them unless it pins itself).
     A process started from a background job inherits SIGINT ignored (CI runners, `cmd &`), and
     `serve run` stops on SIGINT only: it gets the default back."""
     env = checkout_env({**(env or {}), mark[0]: mark[1]})
     log = open(log_path, "w")
+
+    def in_child():
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        if cpus:
+            os.sched_setaffinity(0, cpus)
     if log_header:
         log.write(log_header + "\n")
         log.flush()
     try:
         proc = subprocess.Popen(list(argv), cwd=cwd, stdout=log, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True,
-                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                                preexec_fn=in_child)
     finally:
         log.close()  # the child has its own descriptor
     proc.run_mark = mark[1]

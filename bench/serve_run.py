@@ -17,17 +17,19 @@ RUN_MARK = "LORAPLEX_SERVE_RUN"  # every process of one serve run has RUN_MARK=<
 
 class ServeRun:
     """`serve run config` on `port` (the config's http_options), with LORAPLEX_ADMIN_TOKEN and
-    `env`; a context manager that stops it on exit."""
+    `env`, on `cpus` if given (`taskset -c`: Ray, the proxy and the Ingress stay there; a pool with
+    cpu_affinity moves to its own); a context manager that stops it on exit."""
 
     def __init__(self, config: Path, *, port: int, log_path: Path, admin_token: str,
-                 env: Optional[dict] = None, cwd: Path = ROOT, mark_name: str = RUN_MARK):
+                 env: Optional[dict] = None, cwd: Path = ROOT, mark_name: str = RUN_MARK,
+                 cpus: Optional[set[int]] = None):
         if port_in_use(port):
             raise RuntimeError(f"port {port} is taken; stop whatever serves there or pick another port")
         self.port, self.log_path = port, Path(log_path)
         self.base_url = f"http://127.0.0.1:{port}"
         self.mark = (mark_name, uuid.uuid4().hex)
         self.proc = start_marked([str(BIN / "serve"), "run", str(config)], mark=self.mark, log_path=self.log_path,
-                                 cwd=cwd, env={**(env or {}), "LORAPLEX_ADMIN_TOKEN": admin_token})
+                                 cwd=cwd, env={**(env or {}), "LORAPLEX_ADMIN_TOKEN": admin_token}, cpus=cpus)
 
     def wait_ready(self, timeout_s: float = 600) -> dict:
         """Until GET /readyz answers 200 (its JSON); RuntimeError if serve run exits first,

@@ -6,10 +6,12 @@ sends --requests chats one after another to the second base (the 4-bit build) al
 while a heavy tenant keeps --flood requests in flight on the first base. Prints each phase's
 latency and the ratio beside / alone (the issue's target: p95 within 1.2x), the flood's answers
 and the light tenant's refusals. Variants: `pinned` (the shipped config: each pool on its own core,
-engine_deployment.cpu_affinity) and `unpinned` (the same without cpu_affinity: both pools' vLLM
-share both cores).
+engine_deployment.cpu_affinity), `unpinned` (the same without cpu_affinity: both pools' vLLM
+share both cores) and `front-door` (pinned, and `serve run` started on the flooded pool's core, as
+`taskset -c 0 serve run`: Ray, Serve's proxy and controller, the Ingress and this load generator
+stay there, so the light pool's core is its own).
 
-    flock /tmp/loraplex-bench.lock python scripts/bench_multi_base.py --variants pinned,unpinned
+    flock /tmp/loraplex-bench.lock python scripts/bench_multi_base.py --variants pinned,front-door,unpinned
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from bench.tenants import new_tenant_key  # noqa: E402
 
 CONFIG = ROOT / "serve_config.multi.yaml"
 PORT = 8000  # serve_config.multi.yaml's http_options
+ALL_CPUS = os.sched_getaffinity(0)  # a variant that pinned the client must not pin the next one's
 
 
 def variant_config(tmp: Path, variant: str) -> Path:
@@ -43,7 +46,7 @@ def variant_config(tmp: Path, variant: str) -> Path:
     args["database_url"] = f"sqlite:///{tmp}/loraplex.db"
     args["registry"] = {"store_url": str(tmp / "adapters"), "cache_dir": str(tmp / "cache")}
     args["accounting"] = {**args["accounting"], "spool_dir": str(tmp / "spool")}
-    if variant == "unpinned":
+    if variant == "unpinned":  # (front-door: the pinned config, started differently)
         for base in args["models"]:
             base["engine_deployment"].pop("cpu_affinity", None)
     path = tmp / f"serve_config.{variant}.yaml"
@@ -61,15 +64,19 @@ def chat(base_url: str, key: str, model: str, max_tokens: int) -> tuple[int, flo
 
 def run_variant(variant: str, args) -> dict:
     token = secrets.token_urlsafe(16)
+    os.sched_setaffinity(0, ALL_CPUS)
     with tempfile.TemporaryDirectory(prefix=f"bench-multi-{variant}-") as tmp:
         tmp = Path(tmp)
-        run = ServeRun(variant_config(tmp, variant), port=PORT, log_path=tmp / "serve_run.log", admin_token=token)
+        models = yaml.safe_load(CONFIG.read_text())["applications"][0]["args"]["models"]
+        front_door = set(models[0]["engine_deployment"]["cpu_affinity"]) if variant == "front-door" else None
+        client_cpus = args.client_cpus or front_door
+        run = ServeRun(variant_config(tmp, variant), port=PORT, log_path=tmp / "serve_run.log", admin_token=token,
+                       cpus=front_door)
         try:
             run.wait_ready()
-            if args.client_cpus:  # after serve run started (its processes keep theirs): this thread and the
-                os.sched_setaffinity(0, args.client_cpus)  # client threads it starts from here on
-            config = yaml.safe_load(CONFIG.read_text())["applications"][0]["args"]["models"]
-            heavy_base, light_base = (Path(m["engine"]["model"]).name for m in config[:2])
+            if client_cpus:  # after serve run started (its processes keep theirs): this thread and the
+                os.sched_setaffinity(0, client_cpus)  # client threads it starts from here on
+            heavy_base, light_base = (Path(m["engine"]["model"]).name for m in models[:2])
             light = new_tenant_key(run.base_url, token, "light")
             heavy = new_tenant_key(run.base_url, token, "heavy")
             for _ in range(2):
@@ -96,7 +103,7 @@ def run_variant(variant: str, args) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--variants", default="pinned,unpinned")
+    p.add_argument("--variants", default="pinned,front-door,unpinned")
     p.add_argument("--requests", type=int, default=20, help="the light tenant's chats per phase")
     p.add_argument("--tokens", type=int, default=16, help="output tokens of a light chat")
     p.add_argument("--flood", type=int, default=24, help="heavy requests kept in flight on the first base")
@@ -104,7 +111,7 @@ def main() -> None:
     p.add_argument("--settle-s", type=float, default=5.0, help="flood time before the light tenant's phase")
     p.add_argument("--client-cpus", type=lambda v: {int(c) for c in v.split(",")}, default=None,
                    help="CPUs this load generator runs on, e.g. 0 (the flooded pool's core), so the client "
-                   "does not take the light pool's core; default: any")
+                   "does not take the light pool's core; default: any (front-door: the flooded pool's core)")
     args = p.parse_args()
     results = [run_variant(v, args) for v in args.variants.split(",")]
     print(f"\nbench_multi_base: light tenant {args.requests} x {args.tokens}-token chats on the second base, alone and "

@@ -39,15 +39,36 @@ def set_cpu_backend_env(environ=os.environ, is_cpu: bool | None = None) -> dict[
     return added
 
 
-def pin_to_cpus(cpus: list[int] | None, process: int = 0) -> set[int] | None:
-    """Run this process, and the vLLM processes it starts afterwards (they inherit it), on `cpus`
-    (EngineDeploymentConfig.cpu_affinity); None: left as it is. Returns the set it pinned to."""
+def node_cpus() -> set[int]:
+    """The CPUs this node lets processes use: its cgroup's cpuset, else every CPU. Not this
+    process's own affinity, which `taskset -c ... serve run` narrows for the front door."""
+    for path in ("/sys/fs/cgroup/cpuset.cpus.effective", "/sys/fs/cgroup/cpuset/cpuset.effective_cpus"):
+        try:
+            text = open(path).read().strip()
+        except OSError:
+            continue
+        if text:
+            return {cpu for part in text.split(",")
+                    for cpu in range(int(part.split("-")[0]), int(part.split("-")[-1]) + 1)}
+    return set(range(os.cpu_count() or 1))
+
+
+def pin_to_cpus(cpus: list[int] | None) -> set[int] | None:
+    """Run every thread of this process, and the vLLM processes it starts afterwards (they
+    inherit it), on `cpus` (EngineDeploymentConfig.cpu_affinity); None: left as it is. Returns the
+    set it pinned to. Every thread, not only the caller: sched_setaffinity(0) sets one thread's
+    mask, and a Serve replica's request loop and Ray's own threads would float over the other
+    pools' cores."""
     if not cpus:
         return None
-    available = os.sched_getaffinity(process)
-    missing = sorted(set(cpus) - available)
+    missing = sorted(set(cpus) - node_cpus())
     if missing:
-        raise ValueError(f"engine_deployment.cpu_affinity names CPUs {missing} this node does not offer this "
-                         f"process (it may use {sorted(available)}): fix the pool's cpu_affinity")
-    os.sched_setaffinity(process, set(cpus))
+        raise ValueError(f"engine_deployment.cpu_affinity names CPUs {missing} this node does not offer "
+                         f"(it has {sorted(node_cpus())}): fix the pool's cpu_affinity")
+    for _ in range(2):  # twice: a thread started while the first pass ran inherited the old mask
+        for task in os.listdir("/proc/self/task"):
+            try:
+                os.sched_setaffinity(int(task), set(cpus))
+            except (ProcessLookupError, FileNotFoundError):
+                pass  # the thread ended meanwhile
     return set(cpus)
