@@ -275,6 +275,13 @@ class TenantSchedulerConfig(BaseModel):
         "it: the steps stay sized for it, so its next request (a chat client's follows its last within "
         "moments) does not arrive during an uncapped step of another tenant's prompts and wait it out (2,048 "
         "prompt tokens take ~6 s on this CPU). 0: a tenant alone the moment the others' requests end.")
+    pause_batch: bool = Field(
+        True, description="Batch API lines pause (their KV kept) in every step that has an online request, "
+        "running or waiting, and go on when none is left: online decodes never share a step with a batch line, "
+        "so a batch costs the online tenants' TPOT nothing (on this CPU a decode step grows ~7 ms a sequence). "
+        "false: a batch line that started keeps decoding beside online work (none starts while online work "
+        "waits, fair_queue.batch_max_share): more batch throughput, for some online TPOT; on a GPU, whose decode "
+        "step is near-flat in its batch size, the cheaper trade.")
     cost_horizon_steps: int = Field(
         500, ge=10, description="Memory of the step-cost fit (seconds per step, per decode token, per "
         "prompt token, refitted after every step): a step this many steps old weighs 1/e.")
@@ -286,7 +293,7 @@ class TenantSchedulerConfig(BaseModel):
         """What the scheduler in EngineCore reads (tenant_scheduler.TenantSchedulerSettings)."""
         return {"step_target_s": self.tpot_s * self.step_share if self.tpot_s is not None else None,
                 "min_prompt_tokens": self.min_prompt_tokens, "max_prompt_tokens": self.max_prompt_tokens,
-                "idle_grace_s": self.idle_grace_s,
+                "idle_grace_s": self.idle_grace_s, "pause_batch": self.pause_batch,
                 "horizon_steps": self.cost_horizon_steps, "min_steps": self.cost_min_steps}
 
 

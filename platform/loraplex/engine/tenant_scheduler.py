@@ -60,6 +60,7 @@ class TenantSchedulerSettings:
     min_prompt_tokens: int  # floor of a shared step's prompt budget, and the least share worth a step
     max_prompt_tokens: Optional[int]  # ceiling of any step's prompt tokens; None: vLLM's token budget
     idle_grace_s: float  # a tenant with work this recently still shares the steps
+    pause_batch: bool  # batch lines wait out every step that has online work
     horizon_steps: int  # the cost fit's memory
     min_steps: int  # steps before the fit replaces the prior
 
@@ -88,6 +89,7 @@ class TenantFairness:
         self._threshold = self.scheduler_config.long_prefill_token_threshold
         self._token_budget = self.max_num_scheduled_tokens
         self._max_active = self.max_num_active_reqs
+        self._paused = 0  # batch lines left out of the step being scheduled (pause_batch)
         self.cost = StepCost(horizon_steps=self.settings.horizon_steps, min_steps=self.settings.min_steps)
         self.counters = TenantCounters()
         self.waiting = FCFSRequestQueue()  # re-sorted each step (tier, counter, arrival)
@@ -112,6 +114,39 @@ class TenantFairness:
 
     # -- the step --------------------------------------------------------------------------------
     def schedule(self, *args, **kwargs):
+        """A step without the batch lines while online work is in the engine (pause_batch): they stay
+        in `running` / `waiting` with their KV, and are left out of the step as held decodes are."""
+        paused = self._paused_batch()
+        if not paused:
+            return self._schedule(*args, **kwargs)
+        running = [r for r in self.running if r.request_id in paused]
+        waiting = [r for r in self.waiting if r.request_id in paused]
+        self.running = [r for r in self.running if r.request_id not in paused]
+        self.waiting = FCFSRequestQueue(r for r in self.waiting if r.request_id not in paused)
+        self._paused = len(running)  # they hold their slots: no request is admitted in their place
+        self.max_num_active_reqs = self._max_active - self._paused
+        try:
+            return self._schedule(*args, **kwargs)
+        finally:
+            self.running.extend(running)
+            for r in waiting:
+                self.waiting.add_request(r)
+            self._paused = 0
+            self.max_num_active_reqs = self._max_active
+
+    def _paused_batch(self) -> set[str]:
+        """The batch lines this step leaves out: all of them while an online request runs or waits."""
+        if not self.settings.pause_batch:
+            return set()
+        batch, online = set(), False
+        for r in (*self.running, *self.waiting):
+            if _tenant(r).endswith(BATCH_SUFFIX):
+                batch.add(r.request_id)
+            else:
+                online = True
+        return batch if online else set()
+
+    def _schedule(self, *args, **kwargs):
         started = time.monotonic()  # the step's time runs from here to the end of its update
         decodes, prefills = [], []
         for r in self.running:
@@ -157,7 +192,7 @@ class TenantFairness:
                                                key=lambda r: rank.get(r.request_id, len(rank))))
         self.max_num_scheduled_tokens = min(len(decodes) + plan.prompt_budget, self._token_budget)
         self.scheduler_config.long_prefill_token_threshold = plan.chunk_cap or self._threshold
-        self.max_num_active_reqs = self._max_active - len(held_running)
+        self.max_num_active_reqs = self._max_active - self._paused - len(held_running)
         self.shared_steps += plan.protected
         # The step's budget was the TPOT-sized one: its time tells how far off the fit is for such steps.
         self._sized = plan.protected and shared_budget is not None and plan.prompt_budget == shared_budget
@@ -169,7 +204,7 @@ class TenantFairness:
                 self.waiting.add_request(r)
             self.max_num_scheduled_tokens = self._token_budget
             self.scheduler_config.long_prefill_token_threshold = self._threshold
-            self.max_num_active_reqs = self._max_active
+            self.max_num_active_reqs = self._max_active - self._paused
         self._note_step(output, started)
         return output
 

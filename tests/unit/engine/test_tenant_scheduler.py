@@ -206,3 +206,35 @@ def test_a_chat_tenant_between_requests_finds_the_steps_still_sized():
 
     assert after_chat(60) < 400  # still a sized step: chat's next request may be on its way
     assert after_chat(0) == 2048  # no grace: the whole token budget at once
+
+
+def batch_line(tenant: str, prompt: int, max_tokens: int = 8) -> Request:
+    r = request(tenant, prompt, max_tokens=max_tokens)
+    r.sampling_params.extra_args["loraplex_batch"] = True  # as VLLMEngine marks an EngineCall.batch
+    return r
+
+
+def test_batch_lines_pause_while_online_work_is_in_the_engine_and_go_on_after():
+    def run(pause: bool) -> tuple[list[int], list[int], list[int]]:
+        s = scheduler(pause_batch=pause)
+        lines = [batch_line("acme", 16, max_tokens=40) for _ in range(2)]
+        for r in lines:
+            s.add_request(r)
+        decoding(s, *lines)
+        s.add_request(batch_line("acme", 16, max_tokens=40))  # a third line, not started yet
+        chat = request("chat", 16, max_tokens=4)
+        s.add_request(chat)
+        beside, online = [], []
+        while chat.request_id in s.requests:
+            tokens = step(s)
+            beside.append(of("acme", tokens))  # the batch lines' (their request ids are acme-<n>)
+            online.append(tokens.get(chat.request_id, 0))
+        after = [of("acme", step(s)) for _ in range(2)]
+        return beside, online, after
+
+    beside, online, after = run(pause=True)
+    assert beside == [0] * len(beside)  # no batch token in any step the chat request is in
+    assert online == [16, 1, 1, 1]  # its prompt, then a token a step: never held back
+    assert all(n > 0 for n in after)  # and the lines go on once it is done
+    beside, _, _ = run(pause=False)
+    assert all(n >= 2 for n in beside)  # the running lines decode beside it
