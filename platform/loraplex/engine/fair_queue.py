@@ -42,7 +42,8 @@ wait here, one FIFO per tenant. When a slot frees:
   their own and are dispatched only while no online request is queued, into slots the limit has
   free, and never past `batch_max_share` of the limit, so an online arrival finds a slot free at
   once and every slot a batch line frees goes to the online backlog first: when online work
-  returns, the batch is the first held back (its running lines finish; none is started). They
+  returns, the batch is the first held back (none is started; the tenant scheduler pauses the
+  running ones, tenant_scheduler.pause_batch). They
   are never refused for share or pacing, and charge no tenant's counter;
 - queue full (`max_queued`): the request refused is the newest one of the tenant furthest over
   its share among the queued ones: the lowest `priority` (aging does not protect from this), then
