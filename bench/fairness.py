@@ -22,6 +22,7 @@ import httpx
 from bench.loadtest.client import Target, send
 from bench.percentile import percentile
 from bench.sharegpt import first_exchanges, sharegpt_conversations
+from bench.tenants import new_tenant_key
 
 
 # -- workload ----------------------------------------------------------------------------------
@@ -73,18 +74,11 @@ class Platform:
     def tenants(self, specs: list[dict]) -> Target:
         """Make tenants [{"name", "plan"?, "priority"?}], one key each; a Target with their keys."""
         target = Target("loraplex", self.base_url, self.model)
-        admin = {"Authorization": f"Bearer {self.admin_token}"}
         run = uuid.uuid4().hex[:6]
-        with httpx.Client(base_url=self.base_url, headers=admin, timeout=60) as c:
-            for s in specs:
-                body = {"name": f"fair-{run}-{s['name']}", "plan": s.get("plan", "default")}
-                if s.get("priority"):
-                    body["limits"] = {"priority": s["priority"]}
-                r = c.post("/admin/tenants", json=body)
-                r.raise_for_status()
-                k = c.post(f"/admin/tenants/{r.json()['id']}/keys")
-                k.raise_for_status()
-                target.keys.append(k.json()["key"])
+        for s in specs:
+            limits = {"priority": s["priority"]} if s.get("priority") else None
+            target.keys.append(new_tenant_key(self.base_url, self.admin_token, f"fair-{run}-{s['name']}", limits,
+                                              plan=s.get("plan", "default")))
         return target
 
     def spec(self, tenant: int, max_tokens: int, prompts: Prompts) -> Spec:

@@ -35,7 +35,8 @@ from bench.ingress.profile import cpu_seconds_by_kind, replica_pids, start_recor
 from bench.processes import free_port  # noqa: E402
 from bench.stream.bare_app import bare_app  # noqa: E402
 from bench.stream.client import arun  # noqa: E402
-from bench.stream.platform import ADMIN, APP, deploy_platform, platform_args, stub_model_dir, tenant_key, wait_http  # noqa: E402
+from bench.stream.platform import ADMIN, APP, deploy_platform, platform_args, stub_model_dir, wait_http  # noqa: E402
+from bench.tenants import new_tenant_key  # noqa: E402
 
 TODAY_TTFT_P50_MS = 986.0  # issue 21: 128 streams arriving together through one ingress replica
 
@@ -159,7 +160,7 @@ def main() -> None:
                 else:
                     deploy_platform(platform_args(state, stub_model_dir(state, model), 0.0, {}, args.burst))
                     wait_http(f"http://127.0.0.1:{port}", "/readyz")
-                    key = tenant_key(f"http://127.0.0.1:{port}")
+                    key = new_tenant_key(f"http://127.0.0.1:{port}", ADMIN, "bench")
                 print(f"[{variant}] up in {time.time() - t0:.0f} s", flush=True)
                 rows += measure(variant, port, key, model, args)
                 serve.delete(APP)

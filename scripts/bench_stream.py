@@ -47,7 +47,8 @@ from bench.processes import free_port  # noqa: E402
 from bench.stream.bare_app import bare_app, direct_server  # noqa: E402
 from bench.stream.client import arun, run_streams  # noqa: E402
 from bench.stream.platform import (ADMIN, APP, deploy_platform, platform_args, settle, stub_model_dir,  # noqa: E402
-                                   tenant_key, wait_http, wait_port)
+                                   wait_http, wait_port)
+from bench.tenants import new_tenant_key  # noqa: E402
 from bench.stream.report import print_table, print_targets, summarize  # noqa: E402
 
 
@@ -113,7 +114,7 @@ def main() -> None:
                         streaming = {"stream_window_s": 0.0} if variant == "before" else args.after
                         deploy_platform(platform_args(state, model_dir, interval, streaming, max(counts)))
                         wait_http(f"http://127.0.0.1:{port}", "/readyz")
-                        api_key = api_key or tenant_key(f"http://127.0.0.1:{port}")
+                        api_key = api_key or new_tenant_key(f"http://127.0.0.1:{port}", ADMIN, "bench")
                         key, source = api_key, "Engine"
                     arun(run_streams(port, key, model, 8, 10, 30))  # warm-up
                     print(f"[{mode} {variant}] up in {time.time() - t0:.0f} s", flush=True)

@@ -74,17 +74,6 @@ def wait_http(base_url: str, path: str, timeout_s: float = 300) -> None:
     raise TimeoutError(f"{base_url}{path} not ready after {timeout_s} s")
 
 
-def tenant_key(base_url: str) -> str:
-    import httpx
-
-    admin = {"Authorization": f"Bearer {ADMIN}"}
-    tenant = httpx.post(f"{base_url}/admin/tenants", json={"name": "bench"}, headers=admin, timeout=30)
-    tenant.raise_for_status()
-    key = httpx.post(f"{base_url}/admin/tenants/{tenant.json()['id']}/keys", headers=admin, timeout=30)
-    key.raise_for_status()
-    return key.json()["key"]
-
-
 def settle(deployment: str, timeout_s: float = 30) -> None:
     """Wait until the token source has no request left (cut streams must have been aborted)."""
     from ray import serve

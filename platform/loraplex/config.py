@@ -525,6 +525,18 @@ class EngineDeploymentConfig(BaseModel):
 DEFAULT_POOL = "Engine"  # the first base's Engine deployment: the name single-model configs always had
 
 
+def _none_as_empty(cls, value: Any) -> Any:
+    """An `engine:` key left empty in YAML (None) means every default, as if it were left out."""
+    return {} if value is None else value
+
+
+def _unserved(names, bases: list[str]) -> list[str]:
+    """`names` (in their order) that are none of the app's bases: a setting for a base that is
+    not served is stored and never applies (a typo bills at the plan's prices or leaves a tenant
+    unlimited), so the validators below refuse it, naming the bases."""
+    return [name for name in names if name not in bases]
+
+
 class BaseModelConfig(BaseModel):
     """One base model and its own pool of Engine replicas: its router, fair queue, shedding and
     autoscaling see only this pool; its tenants' adapters are bound to it (docs/operations.md,
@@ -543,10 +555,7 @@ class BaseModelConfig(BaseModel):
         description="This base's Engine pool: replicas or autoscaling, resources, fair queue, routing, shedding.",
     )
 
-    @field_validator("engine", mode="before")
-    @classmethod
-    def _allow_none(cls, value: Any) -> Any:
-        return {} if value is None else value
+    _allow_none = field_validator("engine", mode="before")(classmethod(_none_as_empty))
 
     @model_validator(mode="after")
     def _name_is_the_served_name(self) -> "BaseModelConfig":
@@ -799,10 +808,7 @@ class PlatformConfig(BaseModel):
         "the base weights (base-model speed), falling back to the LoRA pool while it is unhealthy.",
     )
 
-    @field_validator("engine", mode="before")
-    @classmethod
-    def _allow_none(cls, value: Any) -> Any:
-        return {} if value is None else value
+    _allow_none = field_validator("engine", mode="before")(classmethod(_none_as_empty))
 
     @model_validator(mode="after")
     def _one_list_of_bases(self) -> "PlatformConfig":
@@ -834,12 +840,12 @@ class PlatformConfig(BaseModel):
     def _prices_name_served_bases(self) -> "PlatformConfig":
         """A per-base price for a base this app does not serve would be stored and never charged
         (a misspelt id bills at the plan's prices): refuse it, naming the bases."""
-        unknown = sorted(self.accounting.pricing.priced_models() - set(self.base_names))
+        unknown = _unserved(sorted(self.accounting.pricing.priced_models()), self.base_names)
         if unknown:
             raise ValueError(f"accounting.pricing prices base model(s) {', '.join(unknown)}, which this app does not "
                              f"serve (its bases: {', '.join(self.base_names)}): fix the name under `models:` of the "
                              "plan or override")
-        unknown = sorted(set(self.accounting.cost_model.models) - set(self.base_names))
+        unknown = _unserved(sorted(set(self.accounting.cost_model.models)), self.base_names)
         if unknown:
             raise ValueError(f"accounting.cost_model.models names {', '.join(unknown)}, which this app does not serve "
                              f"(its bases: {', '.join(self.base_names)})")
@@ -851,11 +857,11 @@ class PlatformConfig(BaseModel):
         base removed from `models:` is refused at start, not silently unlimited."""
         bases = self.base_names
         for plan, plan_config in self.tenancy.plans.items():
-            for base in plan_config.limits.models or {}:
-                if base not in bases:
-                    raise ValueError(f"tenancy.plans.{plan}.limits.models: unknown base model {base!r}; the bases "
-                                     f"are {', '.join(bases)}. Name one of them (a base's `name`, else its model "
-                                     "dir's name) or remove the entry")
+            unknown = _unserved(plan_config.limits.models or {}, bases)
+            if unknown:
+                raise ValueError(f"tenancy.plans.{plan}.limits.models: unknown base model {unknown[0]!r}; the bases "
+                                 f"are {', '.join(bases)}. Name one of them (a base's `name`, else its model "
+                                 "dir's name) or remove the entry")
         return self
 
     @model_validator(mode="after")

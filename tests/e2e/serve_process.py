@@ -60,16 +60,6 @@ def replica_pids(proc, deployment: str, app: str = "loraplex") -> set[int]:
     return {int(p) for p in out.split() if has_mark(int(p), RUN_MARK, proc.run_mark)}
 
 
-def new_tenant_key(admin_token: str, name: str) -> str:
-    """An operator's first steps: a tenant, then a key for it, over the admin API."""
-    admin = {"Authorization": f"Bearer {admin_token}"}
-    tenant = httpx.post(f"{BASE_URL}/admin/tenants", json={"name": name}, headers=admin, timeout=30)
-    assert tenant.status_code == 201, tenant.text
-    key = httpx.post(f"{BASE_URL}/admin/tenants/{tenant.json()['id']}/keys", headers=admin, timeout=30)
-    assert key.status_code == 201, key.text
-    return key.json()["key"]
-
-
 class StreamingChat(threading.Thread):
     """One long streamed chat request (ignore_eos, per-chunk usage) in a thread: what its client
     received, for tests that kill something under it."""

@@ -21,7 +21,9 @@ from loraplex.batches.tables import batch_lines, batches
 from loraplex.db.engine import make_engine
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from serve_process import BASE_URL, local_config, new_tenant_key, replica_pids, serve_run  # noqa: E402
+from serve_process import BASE_URL, local_config, replica_pids, serve_run  # noqa: E402
+
+from bench.tenants import new_tenant_key  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from waiting import wait_until  # noqa: E402
@@ -39,7 +41,7 @@ def test_a_batch_survives_kill_9_of_its_ingress_then_its_engine(tmp_path):
     db = make_engine(db_url)
 
     with serve_run(str(config_path), tmp_path / "serve_run.log", ADMIN_TOKEN) as proc:
-        sdk = OpenAI(base_url=f"{BASE_URL}/v1", api_key=new_tenant_key(ADMIN_TOKEN, "batch-crash"),
+        sdk = OpenAI(base_url=f"{BASE_URL}/v1", api_key=new_tenant_key(BASE_URL, ADMIN_TOKEN, "batch-crash"),
                      max_retries=0, timeout=30)
         lines = [{"custom_id": f"q{i}", "method": "POST", "url": "/v1/chat/completions",
                   "body": {"model": "SmolLM2-135M-Instruct", "max_tokens": MAX_TOKENS, "ignore_eos": True,

@@ -19,9 +19,10 @@ import yaml
 from sqlalchemy import select
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from serve_process import BASE_URL, ROOT, local_config, new_tenant_key, serve_run  # noqa: E402
+from serve_process import BASE_URL, ROOT, local_config, serve_run  # noqa: E402
 
 from bench.demo_adapters import trained_adapter  # noqa: E402
+from bench.tenants import new_tenant_key  # noqa: E402
 from loraplex.accounting.tables import usage_records  # noqa: E402
 from loraplex.db.engine import make_engine  # noqa: E402
 
@@ -51,7 +52,7 @@ def served(database_url):
 
 @pytest.fixture(scope="module")
 def api_key(served) -> str:
-    return new_tenant_key(ADMIN_TOKEN, f"multi-{secrets.token_hex(4)}")
+    return new_tenant_key(BASE_URL, ADMIN_TOKEN, f"multi-{secrets.token_hex(4)}")
 
 
 def upload(key: str, name: str, recipe: str, base_model: str) -> httpx.Response:
@@ -136,7 +137,7 @@ def test_load_on_one_base_stays_on_its_pool_and_refuses_none_of_the_others_tenan
     """Each pool has its own router, fair queue and cores (cpu_affinity): a flood on the full base
     is served there alone, and the 4-bit base's tenant beside it is answered every time. (How much
     slower it gets is a benchmark's, not a timed assertion's: scripts/bench_multi_base.py.)"""
-    light, heavy = new_tenant_key(ADMIN_TOKEN, "light"), new_tenant_key(ADMIN_TOKEN, "heavy")
+    light, heavy = new_tenant_key(BASE_URL, ADMIN_TOKEN, "light"), new_tenant_key(BASE_URL, ADMIN_TOKEN, "heavy")
     alone = [timed_chat(light, W4) for _ in range(5)]
     stop, flood_done = threading.Event(), []
 

@@ -36,10 +36,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 from demo_adapters import trained_adapter  # noqa: E402
 from missing import skip_or_fail  # noqa: E402
-from serve_process import BASE_URL, ROOT, RUN_MARK, has_mark, new_tenant_key, serve_run  # noqa: E402
+from serve_process import BASE_URL, ROOT, RUN_MARK, has_mark, serve_run  # noqa: E402
 from postgres import stopped_on_purpose  # noqa: E402
 from shared_stores import postgres_and_s3, s3_client  # noqa: E402
 from waiting import wait_until  # noqa: E402
+
+from bench.tenants import new_tenant, new_tenant_key  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 
@@ -101,7 +103,7 @@ def test_serve_run_on_postgresql_and_s3(stack):
     db_url, endpoint, pirate, _ = stack
     db = make_engine(db_url)
     assert db.dialect.name == "postgresql"
-    key = new_tenant_key(ADMIN_TOKEN, "pg-s3")  # tenancy's write transactions, on PostgreSQL
+    key = new_tenant_key(BASE_URL, ADMIN_TOKEN, "pg-s3")  # tenancy's write transactions, on PostgreSQL
     with db.connect() as conn:
         [tenant_id] = conn.execute(select(tenants.c.id).where(tenants.c.name == "pg-s3")).scalars().all()
         assert conn.execute(select(func.count()).select_from(api_keys)
@@ -224,14 +226,6 @@ def readyz() -> tuple[int, dict]:
     return r.status_code, r.json()
 
 
-def new_tenant(name: str, limits: dict | None = None) -> tuple[str, str]:
-    tenant = httpx.post(f"{BASE_URL}/admin/tenants", headers=ADMIN, timeout=30,
-                        json={"name": name, **({"limits": limits} if limits else {})})
-    assert tenant.status_code == 201, tenant.text
-    key = httpx.post(f"{BASE_URL}/admin/tenants/{tenant.json()['id']}/keys", headers=ADMIN, timeout=30)
-    return tenant.json()["id"], key.json()["key"]
-
-
 def chat(key: str) -> httpx.Response:
     return httpx.post(f"{BASE_URL}/v1/chat/completions", headers={"Authorization": f"Bearer {key}"}, timeout=120,
                       json={"model": MODEL, "messages": QUESTION, "max_tokens": 6})
@@ -250,12 +244,12 @@ def test_postgresql_outage_drill(stack):
     after, and the ledger then holds every served request once with the tokens the replies said."""
     db_url, endpoint, pirate, proc = stack
     cluster = local_cluster()
-    a_id, a_key = new_tenant("drill-a")
-    b_id, b_key = new_tenant("drill-b", {"requests_per_minute": 100000, "tokens_per_minute": 10000000,
+    a_id, a_key = new_tenant(BASE_URL, ADMIN_TOKEN, "drill-a")
+    b_id, b_key = new_tenant(BASE_URL, ADMIN_TOKEN, "drill-b", {"requests_per_minute": 100000, "tokens_per_minute": 10000000,
                                          "monthly_token_budget": 100000000})
     # A third limited tenant, idle during the outage but for a few requests after the actor's death:
     # it holds no lease then, so its admission must reach the (recreated) actor.
-    c_id, c_key = new_tenant("drill-c", {"requests_per_minute": 100000, "monthly_token_budget": 100000000})
+    c_id, c_key = new_tenant(BASE_URL, ADMIN_TOKEN, "drill-c", {"requests_per_minute": 100000, "monthly_token_budget": 100000000})
     first_c = chat(c_key)
     assert first_c.status_code == 200, first_c.text
     traffic = [Traffic(a_key), Traffic(b_key)]

@@ -24,6 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from serve_process import BASE_URL, BIN, ROOT, serve_run  # noqa: E402
 from waiting import wait_until  # noqa: E402  (serve_process put tests/ on the path)
 
+from bench.tenants import new_tenant_key  # noqa: E402
+
 pytestmark = pytest.mark.e2e
 
 ADMIN_TOKEN = secrets.token_urlsafe(16)
@@ -37,12 +39,7 @@ RAY_CLI_ENV = {**os.environ, "RAY_AUTH_MODE": "token"}
 
 
 def tenant_key(name: str, priority: int) -> str:
-    admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
-    tenant = httpx.post(f"{BASE_URL}/admin/tenants", json={"name": name, "limits": {"priority": priority}},
-                        headers=admin, timeout=30)
-    assert tenant.status_code == 201, tenant.text
-    key = httpx.post(f"{BASE_URL}/admin/tenants/{tenant.json()['id']}/keys", headers=admin, timeout=30)
-    return key.json()["key"]
+    return new_tenant_key(BASE_URL, ADMIN_TOKEN, name, {"priority": priority})
 
 
 def body(text: str, max_tokens: int, **extra) -> dict:

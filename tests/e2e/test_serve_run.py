@@ -9,7 +9,9 @@ import pytest
 from openai import OpenAI
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from serve_process import BASE_URL, new_tenant_key, serve_run  # noqa: E402
+from serve_process import BASE_URL, serve_run  # noqa: E402
+
+from bench.tenants import new_tenant_key  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 
@@ -24,7 +26,7 @@ def served(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def api_key(served) -> str:
-    return new_tenant_key(ADMIN_TOKEN, f"e2e-{secrets.token_hex(4)}")
+    return new_tenant_key(BASE_URL, ADMIN_TOKEN, f"e2e-{secrets.token_hex(4)}")
 
 
 def test_curl_style_chat_answers_paris(served, api_key):

@@ -48,6 +48,8 @@ from serve_process import StreamingChat, port_in_use  # noqa: E402
 from shared_stores import postgres_and_s3  # noqa: E402
 from waiting import wait_until  # noqa: E402
 
+from bench.tenants import new_tenant  # noqa: E402
+
 pytestmark = pytest.mark.e2e
 
 PORT = 8300
@@ -159,17 +161,7 @@ def env(tmp_path_factory):
         placed = wait_until(lambda: running_exactly(2), 600, "an Engine replica running on each node", interval_s=1)
         assert set(placed.values()) == {head.node_id, second.node_id}, placed
         wait_ready(BASE_URL, timeout_s=300)
-        env.admin = httpx.Client(base_url=BASE_URL, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=60)
-        resources.callback(env.admin.close)
         yield env
-
-
-def new_tenant(env, name: str) -> tuple[str, str]:
-    tenant = env.admin.post("/admin/tenants", json={"name": name})
-    assert tenant.status_code == 201, tenant.text
-    key = env.admin.post(f"/admin/tenants/{tenant.json()['id']}/keys")
-    assert key.status_code == 201, key.text
-    return tenant.json()["id"], key.json()["key"]
 
 
 def tenants_preferring(env, replica: str, replicas, n: int, prefix: str, adapter=None) -> list[tuple[str, str]]:
@@ -177,7 +169,7 @@ def tenants_preferring(env, replica: str, replicas, n: int, prefix: str, adapter
     sends a key no replica holds to its rendezvous winner)."""
     found = []
     for i in range(40 * n):
-        tenant_id, key = new_tenant(env, f"{prefix}-{i}")
+        tenant_id, key = new_tenant(BASE_URL, ADMIN_TOKEN, f"{prefix}-{i}")
         if rendezvous_order(affinity_key(tenant_id, adapter), replicas)[0] == replica:
             found.append((tenant_id, key))
             if len(found) == n:
@@ -422,7 +414,7 @@ def test_autoscaling_goes_up_under_load_and_back_down_without_failing_a_request(
     # On these two shared cores a busy engine starves one that is starting: the load pauses
     # while the added engine loads, and a long downscale delay keeps Serve's decision meanwhile.
     deploy(env, autoscaling(downscale_delay_s=600))
-    tenants = dict(new_tenant(env, f"scale-{i}") for i in range(8))
+    tenants = dict(new_tenant(BASE_URL, ADMIN_TOKEN, f"scale-{i}") for i in range(8))
     load = Load(tenants, max_tokens=48)
     load.add_client()  # until every tenant was served once, on the one replica
     wait_until(lambda: len({t for t, s, _, _ in load.results if s == 200}) == len(tenants), 120,

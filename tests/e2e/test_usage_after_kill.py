@@ -21,7 +21,9 @@ from loraplex.accounting.tables import usage_records
 from loraplex.db.engine import make_engine
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from serve_process import BASE_URL, StreamingChat, local_config, new_tenant_key, replica_pids, serve_run  # noqa: E402
+from serve_process import BASE_URL, StreamingChat, local_config, replica_pids, serve_run  # noqa: E402
+
+from bench.tenants import new_tenant_key  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from waiting import wait_until  # noqa: E402
@@ -69,7 +71,7 @@ def test_records_survive_kill_9_exactly_once(tmp_path):
     config_path, db_url = local_config(tmp_path, accounting={"flush_interval_s": 3600})
 
     with serve_run(str(config_path), tmp_path / "serve_run.log", ADMIN_TOKEN) as proc:
-        key = new_tenant_key(ADMIN_TOKEN, "crash")
+        key = new_tenant_key(BASE_URL, ADMIN_TOKEN, "crash")
         sent = {}
         with httpx.Client(base_url=BASE_URL, headers={"Authorization": f"Bearer {key}"}, timeout=120) as client:
             for i in range(6):

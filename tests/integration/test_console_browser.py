@@ -240,11 +240,13 @@ def test_admin_console(browser, base_url, admin):
     by_css(browser, "#create-box summary").click()
     by_css(browser, "#create-name").send_keys("console-made")
     by_css(browser, "#create-requests_per_minute").send_keys("30")
+    by_css(browser, "#create-batch_tokens_per_day").send_keys("9000")
     by_css(browser, "#create-form button[type=submit]").click()
     row = wait_until(lambda: all_css(browser, '#tenants-table tr[data-name="console-made"]'), WAIT_S, "the new tenant")[0]
     tenant_id = row.get_attribute("data-tenant")
     stored = admin.get(f"/admin/tenants/{tenant_id}").json()
     assert stored["name"] == "console-made" and stored["limits"]["requests_per_minute"] == 30
+    assert stored["limits"]["batch_tokens_per_day"] == 9000
     assert "rpm 30" in row.text and tenant_id in row.text
 
     # Edit a limit.

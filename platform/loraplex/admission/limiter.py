@@ -143,6 +143,7 @@ class Limiter:
         self.failed_open = 0
         self._sweeper: Optional[asyncio.Task] = None
         self._tasks: set[asyncio.Task] = set()
+        self._returning: dict[str, set[asyncio.Task]] = {}  # tenant -> its give-back calls not yet answered
 
     # -- the request path -------------------------------------------------------------------------
     async def hold(self, principal) -> Admission:
@@ -217,14 +218,12 @@ class Limiter:
         """Spend `amounts` from the tenant's lease, leasing more from the shared state as needed.
         `held`'s units count towards them if it is on the same lease (else it is released)."""
         for _ in range(3):
-            lease = self.leases.get(tenant)
-            if lease is None or lease.limits != limits:
-                if lease is not None:
-                    self._give_back(tenant, lease)  # granted under other limits (a PATCH): return it
-                lease = self.leases[tenant] = Lease(limits)
-            owned = held.amounts if (not held.released and held.lease is lease) else {}
-            need = {r: a - owned.get(r, 0) - lease.credit.get(r, 0.0) for r, a in amounts.items()
-                    if lease.credit.get(r, 0.0) < a - owned.get(r, 0)}
+            lease, need = self._shortfall(tenant, limits, amounts, held)
+            while need and self._returning.get(tenant):
+                # Asked before our give-backs land, the shared state still counts the units they
+                # return as ours (after a PATCH: the old lease's one concurrency slot) and refuses.
+                await self._returned(tenant)
+                lease, need = self._shortfall(tenant, limits, amounts, held)
             if not need:
                 break
             want = {r: max(n, math.ceil(limits[r] * self.config.slice_fraction)) for r, n in need.items()}
@@ -263,6 +262,19 @@ class Limiter:
         lease.last_used = self.clock()
         return Admission(self, tenant, lease, amounts, charge, request_id)
 
+    def _shortfall(self, tenant: str, limits: dict, amounts: dict, held: Admission) -> tuple[Lease, dict]:
+        """The tenant's lease under `limits` and what it lacks of `amounts` (`held`'s units count
+        if they are on it). A lease granted under other limits (a PATCH) goes back first."""
+        lease = self.leases.get(tenant)
+        if lease is None or lease.limits != limits:
+            if lease is not None:
+                self._give_back(tenant, lease)
+            lease = self.leases[tenant] = Lease(limits)
+        owned = held.amounts if (not held.released and held.lease is lease) else {}
+        need = {r: a - owned.get(r, 0) - lease.credit.get(r, 0.0) for r, a in amounts.items()
+                if lease.credit.get(r, 0.0) < a - owned.get(r, 0)}
+        return lease, need
+
     def _release(self, adm: Admission) -> None:
         lease = adm.lease
         lease.in_flight -= 1
@@ -283,7 +295,7 @@ class Limiter:
         if debts and lease.epoch is not None:  # used more than charged: tell the shared state now
             for r in debts:
                 lease.credit[r] = 0.0
-            self._spawn(self.backend.give_back(adm.tenant, self.holder, lease.epoch, debts, []))
+            self._send_back(adm.tenant, self.backend.give_back(adm.tenant, self.holder, lease.epoch, debts, []))
 
     def _unavailable(self, tenant: str, why: Any) -> Admission:
         self.failed_open += 1
@@ -306,7 +318,31 @@ class Limiter:
         if lease.epoch is None or not (returned or consumed):
             return
         lease.last_call = self.clock()
-        self._spawn(self.backend.give_back(tenant, self.holder, lease.epoch, returned, consumed))
+        self._send_back(tenant, self.backend.give_back(tenant, self.holder, lease.epoch, returned, consumed))
+
+    def _send_back(self, tenant: str, give_back) -> None:
+        """Run the `give_back` call in the background; the tenant's next acquire waits for it."""
+        task = self._spawn(give_back)
+        if task is not None:
+            self._returning.setdefault(tenant, set()).add(task)
+            task.add_done_callback(lambda done: self._landed(tenant, done))
+
+    def _landed(self, tenant: str, task: asyncio.Task) -> None:
+        pending = self._returning.get(tenant)
+        if pending is not None:
+            pending.discard(task)
+            if not pending:
+                del self._returning[tenant]
+
+    async def _returned(self, tenant: str) -> None:
+        """Wait until the shared state has what this replica gave back of `tenant`. At most
+        acquire_timeout_s: a give-back that is later than that (the actor is slow or gone) is
+        not waited for again, and the acquire that follows meets the same actor anyway."""
+        pending = set(self._returning.get(tenant, ()))
+        if pending:
+            _, late = await asyncio.wait(pending, timeout=self.config.acquire_timeout_s)
+            for task in late:
+                self._landed(tenant, task)
 
     def sweep(self) -> None:
         """Give back what sat unused for lease_s, report budget consumption, call in."""
@@ -318,7 +354,7 @@ class Limiter:
             elif lease.consumed:
                 consumed, lease.consumed = lease.consumed, []
                 lease.last_call = now
-                self._spawn(self.backend.give_back(tenant, self.holder, lease.epoch, {}, consumed))
+                self._send_back(tenant, self.backend.give_back(tenant, self.holder, lease.epoch, {}, consumed))
             elif lease.in_flight and now - lease.last_call > HEARTBEAT_S:
                 lease.last_call = now
                 self._spawn(self.backend.touch(tenant, self.holder))
@@ -344,14 +380,15 @@ class Limiter:
             except Exception:
                 logger.exception("limiter sweep failed")
 
-    def _spawn(self, coro) -> None:
+    def _spawn(self, coro) -> Optional[asyncio.Task]:
         try:
             task = asyncio.get_running_loop().create_task(coro)
         except RuntimeError:  # no loop (interpreter shutdown): the lease expires in the shared state
             coro.close()
-            return
+            return None
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
 
 # -- backends: where the shared state lives --------------------------------------------------------

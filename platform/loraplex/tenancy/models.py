@@ -33,11 +33,8 @@ class BaseLimits(BaseModel):
         None, ge=1, description="Prompt + completion tokens on this base per calendar month (UTC).")
 
     def over(self, plan: Optional["BaseLimits"]) -> "BaseLimits":
-        if plan is None:
-            return self
-        mine = self.model_dump()
-        return BaseLimits.model_validate({k: plan_v if mine[k] is None else mine[k]
-                                          for k, plan_v in plan.model_dump().items()})
+        """The limits in force on this base: this tenant's own, and the plan's where it set none."""
+        return self if plan is None else BaseLimits.model_validate(_own_else_plan(self, plan))
 
 
 class TenantLimits(BaseModel):
@@ -111,9 +108,7 @@ class TenantLimits(BaseModel):
         (priority: the plan's while the tenant's is the default 0; per base, field by field)."""
         if plan is None:
             return self
-        mine = self.model_dump(exclude={"models"})
-        merged = {k: (plan_v if mine[k] is None or (k == "priority" and mine[k] == 0) else mine[k])
-                  for k, plan_v in plan.model_dump(exclude={"models"}).items()}
+        merged = _own_else_plan(self, plan, exclude={"models"})
         return TenantLimits.model_validate({**merged, "models": _models_over(self.models, plan.models)})
 
     def merged(self, changes: dict) -> "TenantLimits":
@@ -127,6 +122,14 @@ class TenantLimits(BaseModel):
     def for_base(self, base_model: Optional[str]) -> Optional[BaseLimits]:
         """The extra limits on `base_model`; None: none set."""
         return (self.models or {}).get(base_model) if base_model is not None else None
+
+
+def _own_else_plan(own: BaseModel, plan: BaseModel, exclude: Optional[set[str]] = None) -> dict[str, Any]:
+    """Field by field, `own`'s value where it set one, else `plan`'s. A field at its default is
+    not set: None (no limit of its own) or, for priority, 0."""
+    defaults = {name: info.default for name, info in type(own).model_fields.items()}
+    mine = own.model_dump(exclude=exclude)
+    return {k: plan_v if mine[k] == defaults[k] else mine[k] for k, plan_v in plan.model_dump(exclude=exclude).items()}
 
 
 def _models_over(mine: Optional[dict[str, BaseLimits]], plan: Optional[dict[str, BaseLimits]]):

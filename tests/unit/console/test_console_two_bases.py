@@ -3,7 +3,8 @@ against the real ingress app over two fake Engine pools (no Ray, no vLLM): the u
 base model chosen (the archive names neither base, so without it the server refuses), the
 adapters table shows each version's base, the playground offers every base and every adapter
 grouped by base and runs each on its base's pool, usage shows per base model, and the admin view
-has the month per base model and each replica's base. Screenshots go to LORAPLEX_SCREENSHOTS, else var/screenshots."""
+has the month per base model, each replica's base, and a tenant's limits per base model (set,
+shown again, cleared). Screenshots go to LORAPLEX_SCREENSHOTS, else var/screenshots."""
 
 import sys
 from pathlib import Path
@@ -111,6 +112,34 @@ def test_tenant_console_with_two_bases(platform):
         card = wait_until(lambda: css(driver, f'#replicas-list article[data-replica="{SMALL}#0"] h3'), WAIT_S,
                           "the replica card")[0]
         assert card.text == f"Replica {SMALL}#0 of {SMALL}"
+
+        # Limits: a tenant-wide one the form had no field for before, and one per base model.
+        admin = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+
+        def limits():
+            return admin.get(f"/admin/tenants/{setup.tenant_id}").json()["limits"]
+
+        css(driver, '#tenants-table button[aria-label="Edit acme"]')[0].click()
+        assert [g.get_attribute("data-base") for g in css(driver, "#edit-base-limits fieldset")] == [SMALL, TINY]
+        css(driver, "#edit-batch_tokens_per_day")[0].send_keys("9000")
+        css(driver, f'#edit-base-limits input[data-base="{TINY}"][data-limit="requests_per_minute"]')[0].send_keys("7")
+        css(driver, "#edit-form button[type=submit]")[0].click()
+        wait_until(lambda: limits()["batch_tokens_per_day"] == 9000, WAIT_S, "the edited limits")
+        assert limits()["models"] == {TINY: {"requests_per_minute": 7, "tokens_per_minute": None,
+                                             "max_concurrent_requests": None, "monthly_token_budget": None}}
+        row = f'#tenants-table tr[data-tenant="{setup.tenant_id}"]'
+        wait_until(lambda: f"on {TINY}: rpm 7" in css(driver, row)[0].text, WAIT_S, "the table to show them")
+        assert "batch tokens/day 9,000" in css(driver, row)[0].text
+        # Shown again on the next edit; emptied, the base's limits are cleared.
+        css(driver, '#tenants-table button[aria-label="Edit acme"]')[0].click()
+        tiny_rpm = css(driver, f'#edit-base-limits input[data-base="{TINY}"][data-limit="requests_per_minute"]')[0]
+        assert tiny_rpm.get_attribute("value") == "7"
+        assert css(driver, "#edit-batch_tokens_per_day")[0].get_attribute("value") == "9000"
+        tiny_rpm.clear()
+        css(driver, "#edit-form button[type=submit]")[0].click()
+        wait_until(lambda: limits()["models"] is None, WAIT_S, "the per-base limits cleared")
+        assert limits()["batch_tokens_per_day"] == 9000
+        admin.close()
         full_page_screenshot(driver, screenshot_dir() / "console-admin-two-bases.png")
         errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE" and "favicon" not in e["message"]]
         assert errors == []

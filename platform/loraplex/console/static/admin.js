@@ -1,16 +1,10 @@
 // The admin view: tenants (limits, status, keys, month-to-date usage), latency against the SLO,
 // Engine replicas, billing export status. Every action is an /admin route the CLI uses too.
 import { Session, download } from "./api.js";
+import { baseLimitInputs, fillLimits, limitInputs, limitsText, readLimits } from "./limits_form.js";
 import { $, confirmAction, fillRows, h, number, say, signInForm, when } from "./ui.js";
 
 const session = new Session("loraplex.admin_token");
-const LIMITS = [
-  ["requests_per_minute", "Requests / minute"],
-  ["tokens_per_minute", "Tokens / minute"],
-  ["max_concurrent_requests", "Concurrent requests"],
-  ["monthly_token_budget", "Monthly token budget"],
-  ["priority", "Priority (0-100)"],
-];
 let tenants = [];
 let editing = null; // the tenant in the edit dialog
 let keysOf = null; // the tenant in the keys dialog
@@ -34,37 +28,15 @@ async function loadModelUsage() {
 }
 
 // -- tenants ------------------------------------------------------------------------------------
-function limitInputs(fieldset, prefix) {
-  for (const [key, label] of LIMITS) {
-    fieldset.append(h("label", {}, label, h("input", {
-      id: `${prefix}-${key}`, type: "number", min: key === "priority" ? 0 : 1, max: key === "priority" ? 100 : null,
-      step: 1, inputmode: "numeric",
-    })));
-  }
-}
+let bases = []; // the base models per-base limits may name (GET /admin/adapters lists them when there are several)
 
-function readLimits(prefix, { clearEmpty }) {
-  const limits = {};
-  for (const [key] of LIMITS) {
-    const raw = $(`#${prefix}-${key}`).value.trim();
-    if (raw !== "") limits[key] = Number(raw);
-    else if (clearEmpty) limits[key] = key === "priority" ? 0 : null; // null clears the limit
+async function loadBases() {
+  try {
+    bases = Object.keys((await session.json("/admin/adapters")).bases || {});
+  } catch (err) {
+    bases = []; // the per-base limits of a tenant that has some are still shown when it is edited
   }
-  return limits;
-}
-
-function limitsText(limits) {
-  const short = { requests_per_minute: "rpm", tokens_per_minute: "tpm", max_concurrent_requests: "concurrent",
-    monthly_token_budget: "budget", priority: "priority" };
-  const parts = Object.entries(limits)
-    .filter(([k, v]) => k !== "models" && v !== null && !(k === "priority" && v === 0))
-    .map(([k, v]) => `${short[k] || k} ${number(v)}`);
-  // Per base model (set through the API): on top of the tenant-wide ones.
-  for (const [base, own] of Object.entries(limits.models || {})) {
-    const text = limitsText(own || {});
-    if (text !== "unlimited") parts.push(`on ${base}: ${text}`);
-  }
-  return parts.length ? parts.join(", ") : "unlimited";
+  baseLimitInputs($("#create-base-limits"), bases);
 }
 
 async function loadTenants() {
@@ -107,7 +79,7 @@ async function createTenant(event) {
   event.preventDefault();
   const message = $("#tenants-message");
   const body = { name: $("#create-name").value.trim(), plan: $("#create-plan").value.trim() || "default",
-    limits: readLimits("create", { clearEmpty: false }) };
+    limits: readLimits("create", $("#create-base-limits"), { clearEmpty: false }) };
   try {
     const tenant = await session.send("POST", "/admin/tenants", body);
     say(message, `Created ${tenant.name} (${tenant.id}).`, "ok");
@@ -135,10 +107,9 @@ function openEdit(tenant) {
   editing = tenant;
   $("#edit-h").textContent = `Edit ${tenant.name}`;
   $("#edit-plan").value = tenant.plan;
-  for (const [key] of LIMITS) {
-    const v = tenant.limits[key];
-    $(`#edit-${key}`).value = v === null || v === undefined || (key === "priority" && v === 0) ? "" : v;
-  }
+  fillLimits("edit", tenant.limits);
+  const own = tenant.limits.models || {};
+  baseLimitInputs($("#edit-base-limits"), [...new Set([...bases, ...Object.keys(own)])], own);
   say($("#edit-message"), "");
   $("#edit").showModal();
   $("#edit-plan").focus();
@@ -148,7 +119,8 @@ async function saveEdit(event) {
   event.preventDefault();
   try {
     await session.send("PATCH", `/admin/tenants/${encodeURIComponent(editing.id)}`, {
-      plan: $("#edit-plan").value.trim(), limits: readLimits("edit", { clearEmpty: true }),
+      plan: $("#edit-plan").value.trim(),
+      limits: readLimits("edit", $("#edit-base-limits"), { clearEmpty: true, had: editing.limits.models || {} }),
     });
     $("#edit").close();
     say($("#tenants-message"), `Saved ${editing.name}.`, "ok");
@@ -427,7 +399,7 @@ function init() {
     verify: () => session.json("/admin/tenants"),
     onSignedIn: async () => {
       const named = loadTenants(); // the replicas' tenants and adapters are shown by name
-      await Promise.all([named, loadModelUsage(), loadLatency(), named.then(loadReplicas), loadDedicated(), loadBilling()]);
+      await Promise.all([named, loadBases(), loadModelUsage(), loadLatency(), named.then(loadReplicas), loadDedicated(), loadBilling()]);
       document.body.dataset.ready = "admin";
     },
     onSignedOut: () => {
