@@ -79,6 +79,12 @@ def side_by_side(phases: list[Phase]) -> str:
         lambda x, y: _x(x.cost.get("avg_tokens_per_s"), y.cost.get("avg_tokens_per_s")))
     row("utilization (average / peak)", lambda p: _s(p.cost.get("utilization"), 100, 1) + " %",
         lambda x, y: _x(x.cost.get("utilization"), y.cost.get("utilization")))
+    # Each window's own peak moves with what ran in it (the batch raises it), so its utilization
+    # does not compare across windows; against the run's busiest 60 s it does.
+    top = max((p.cost.get("peak_tokens_per_s") or 0.0) for p in phases)
+    row("utilization against the run's busiest 60 s", lambda p: _s((p.cost.get("avg_tokens_per_s") or 0) / top
+                                                                  if top else None, 100, 1) + " %",
+        lambda x, y: _x(x.cost.get("avg_tokens_per_s"), y.cost.get("avg_tokens_per_s")))
     row("capacity cost per 1M tokens (at peak)", lambda p: _money(p.cost.get("capacity_cost_per_1m")), None)
     row("real cost per 1M tokens", lambda p: _money(p.cost.get("real_cost_per_1m")),
         lambda x, y: _x(_f(x.cost.get("real_cost_per_1m")), _f(y.cost.get("real_cost_per_1m"))))

@@ -3,7 +3,7 @@
 the online tenant (TTFT / TPOT p50, p95 alone and beside it), whether the batch completes in the
 online load's idle time, and the cost model's utilization and cost per 1M tokens before and after.
 
-    python scripts/bench_batch.py [--phase-s 360] [--valley 0.1] [--peak 1.0] [--seed 0]
+    python scripts/bench_batch.py [--phase-s 480] [--valley 0.1] [--peak 1.3] [--seed 0]
                                   [--max-tokens 64] [--batch-lines 500] [--batch-max-tokens 16]
                                   [--port 8000] [--out FILE]
 
@@ -94,9 +94,9 @@ def commit() -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--phase-s", type=float, default=360, help="the rate profile's length (each phase)")
+    ap.add_argument("--phase-s", type=float, default=480, help="the rate profile's length (each phase)")
     ap.add_argument("--valley", type=float, default=0.1, help="online requests/s in the valleys")
-    ap.add_argument("--peak", type=float, default=1.0, help="online requests/s at the peak")
+    ap.add_argument("--peak", type=float, default=1.3, help="online requests/s at the peak")
     ap.add_argument("--seed", type=int, default=0, help="arrivals and prompts (the same in both phases)")
     ap.add_argument("--max-prompt-tokens", type=int, default=400, help="online questions up to this long")
     ap.add_argument("--max-tokens", type=int, default=64, help="online answers: ShareGPT's length capped at this")

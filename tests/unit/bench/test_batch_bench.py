@@ -59,6 +59,7 @@ def test_side_by_side_gives_each_phase_a_column_and_the_ratios():
     assert rows["batch lines completed / failed in the window"] == ["-", "300 / 1", ""]
     assert rows["real cost per 1M tokens"] == ["$0.4667", "$0.2333", "0.50x"]
     assert rows["utilization (average / peak)"] == ["50.0 %", "80.0 %", "1.60x"]
+    assert rows["utilization against the run's busiest 60 s"] == ["50.0 %", "100.0 %", "2.00x"]
 
 
 def test_by_part_splits_the_profile_in_quarters():
