@@ -136,6 +136,9 @@ def main() -> int:
                                       arrivals, a.peak))
             batch = BatchClient(run.base_url, seeded.keys["batcher"])
             batch.upload(batch_lines(batch_prompts, eng.model_id, "batch"))
+            # The alone phase's cost-model window lasts at least the profile: the second phase must
+            # not start inside it when the last response came before the profile's end.
+            time.sleep(max(0.0, alone.start + a.phase_s - time.time()))
             beside = asyncio.run(phase("online + batch", target, bb.online_workload(online, arrivals, "with"),
                                        arrivals, a.peak, on_start=lambda: (batch.create(), batch.follow())))
             say(f"online load over; the batch: {batch.get()['request_counts']}")
