@@ -1,19 +1,25 @@
 #!/usr/bin/env python
-"""What a running batch costs an online tenant (issue 36): its TTFT / TPOT p50 and p95 alone vs
-with a batch running beside it, side by side in one `serve run`.
+"""A 500-line batch beside an online load that rises and falls (issue 36): what the batch costs
+the online tenant (TTFT / TPOT p50, p95 alone and beside it), whether the batch completes in the
+online load's idle time, and the cost model's utilization and cost per 1M tokens before and after.
 
-    python scripts/bench_batch.py [--concurrency 4] [--requests 32] [--max-tokens 32]
-                                  [--batch-lines 200] [--batch-max-tokens 64] [--port 8000] [--out FILE]
+    python scripts/bench_batch.py [--phase-s 480] [--valley 0.1] [--peak 1.3] [--seed 0]
+                                  [--max-tokens 64] [--batch-lines 500] [--batch-max-tokens 16]
+                                  [--port 8000] [--out FILE]
 
-One run of the shipped config (serve_config.yaml) with its state in a temp dir and two tenants:
-`online` (closed loop of streamed chats at --concurrency, every answer exactly --max-tokens:
-ignore_eos, greedy) and `batcher` (one Batch API batch of --batch-lines lines of
---batch-max-tokens each). Phases: warm-up; online alone; then the batch is created, and once its
-first lines are done the same online load runs again beside it (the batch is cancelled after).
-Prints TTFT and TPOT p50/p95 per phase, the ratio with / alone (the batch's lines wait below
-every online request in the fair queue and take only the prompt budget online prompts leave:
-docs/operations.md#batch-api-filling-the-valleys), and how many batch lines ran meanwhile (the
-valley the batch filled). Run it alone on the shared machine.
+One `serve run` of the shipped config (serve_config.yaml) with its state in a temp dir and two
+tenants, `online` and `batcher`. The online load is open loop: ShareGPT first questions, each
+answer exactly its recorded length capped at --max-tokens (ignore_eos, greedy), sent at Poisson
+arrivals whose rate goes valley -> peak -> valley over --phase-s (bench/loadtest/arrivals.py
+RateProfile.rise_and_fall). Phases, after a warm-up:
+  1. online alone;
+  2. the same profile and seed (other tags on the questions: no prefix-cache hits across phases),
+     with `batcher`'s batch of --batch-lines ShareGPT questions (max_tokens capped at
+     --batch-max-tokens) created at the phase's start. If the batch is not done when the online load
+     ends, the run waits for it (up to --batch-timeout-s) and says when it completed.
+The cost model (GET /admin/cost-model) is asked about each phase's window of the same length;
+when the batch ended after its window, a third column covers the second phase until then.
+Run it alone on the machine (under flock /tmp/loraplex-bench.lock here).
 """
 
 from __future__ import annotations
@@ -21,40 +27,43 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import random
 import secrets
+import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
+from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # bench/ sits at the repository root, next to scripts/
 sys.path.insert(0, str(ROOT / "platform"))
 
-import httpx  # noqa: E402
 import yaml  # noqa: E402
 
-from bench.loadtest.client import Target  # noqa: E402
-from bench.loadtest.runner import run_closed  # noqa: E402
-from bench.loadtest.stats import summarize  # noqa: E402
-from bench.loadtest.workload import RequestSpec, Tenant, Workload  # noqa: E402
+from bench import batch_bench as bb  # noqa: E402
+from bench.batch_api import BatchClient, batch_lines, completed_by, cost_model  # noqa: E402
 from bench.dedicated import seeded_config  # noqa: E402
+from bench.loadtest import targets  # noqa: E402
+from bench.loadtest import workload as wl  # noqa: E402
+from bench.loadtest.arrivals import RateProfile, profile_arrivals  # noqa: E402
+from bench.loadtest.client import Target  # noqa: E402
+from bench.loadtest.runner import run_closed, run_open  # noqa: E402
+from bench.loadtest.stats import summarize  # noqa: E402
 from bench.serve_run import ServeRun  # noqa: E402
 
-MODEL = "SmolLM2-135M-Instruct"
-PROMPTS = ["Tell me about the sea.", "What is the capital of France?", "Describe a ship in a storm.",
-           "How do I cook rice?", "Write a short poem about the wind.", "Why is the sky blue?"]
+FLUSH_S = 5.0  # the replicas' usage spools reach the ledger (flush_interval_s 0.5 in the seeded config)
 
 
-def workload(n: int, max_tokens: int, offset: int) -> Workload:
-    # A different number in each phase's prompts: no phase hits the prefix cache of another.
-    requests = [RequestSpec(index=i, tenant=0, adapter=None, max_tokens=max_tokens, system=False, ignore_eos=True,
-                            user_text=f"{PROMPTS[i % len(PROMPTS)]} ({offset + i})") for i in range(n)]
-    return Workload([Tenant("online", "")], [], requests, "bench_batch", exact_lengths=False)
+def say(msg: str) -> None:
+    print(f"bench_batch {datetime.now(timezone.utc):%H:%M:%S}: {msg}", file=sys.stderr, flush=True)
 
 
 def config(state: Path, port: int):
-    """The shipped config with its state in `state`, the two tenants' keys seeded (bench/dedicated.py)."""
+    """The shipped config with its state in `state`, the two tenants' keys seeded (bench/dedicated.py);
+    an idle runner looks for batches every 0.5 s (2 s shipped), so the batch starts with the phase."""
     seeded = seeded_config(state, uploads={}, dedicated=[], tenants=("online", "batcher"))
     doc = yaml.safe_load(seeded.config.read_text())
     doc["http_options"]["port"] = port
@@ -63,95 +72,145 @@ def config(state: Path, port: int):
     return seeded
 
 
-class Batch:
-    """One batch of the `batcher` tenant over the Batch API."""
-
-    def __init__(self, base_url: str, key: str, lines: int, max_tokens: int):
-        self.http = httpx.Client(base_url=f"{base_url}/v1", headers={"Authorization": f"Bearer {key}"}, timeout=60)
-        body = "\n".join(json.dumps({"custom_id": f"b{i}", "method": "POST", "url": "/v1/chat/completions",
-                                     "body": {"model": MODEL, "max_tokens": max_tokens, "ignore_eos": True,
-                                              "messages": [{"role": "user", "content": f"Count to {i}."}]}})
-                         for i in range(lines))
-        upload = self.http.post("/files", files={"file": ("in.jsonl", body.encode())}, data={"purpose": "batch"})
-        upload.raise_for_status()
-        created = self.http.post("/batches", json={"input_file_id": upload.json()["id"],
-                                                   "endpoint": "/v1/chat/completions", "completion_window": "24h"})
-        created.raise_for_status()
-        self.id = created.json()["id"]
-
-    def get(self) -> dict:
-        got = self.http.get(f"/batches/{self.id}")
-        got.raise_for_status()
-        return got.json()
-
-    def wait_running(self, timeout_s: float = 300) -> dict:
-        deadline = time.time() + timeout_s
-        while time.time() < deadline:
-            now = self.get()
-            if now["status"] != "validating" and now["request_counts"]["completed"] >= 1:
-                return now
-            time.sleep(0.5)
-        raise SystemExit(f"bench_batch: batch {self.id} ran no line in {timeout_s:.0f} s")
-
-    def cancel(self) -> None:
-        self.http.post(f"/batches/{self.id}/cancel")
+async def phase(name: str, target: Target, workload, arrivals: list[float], peak: float, on_start=None) -> bb.Phase:
+    """The profile's t = 0 is now (on_start runs then); the first request goes at its arrival."""
+    start = time.time()
+    if on_start:
+        on_start()
+    say(f"{name}: {len(arrivals)} requests over {arrivals[-1]:.0f} s")
+    await asyncio.sleep(arrivals[0])  # run_open counts from the first arrival
+    results = await run_open(target, workload, None, progress=False, desc=name)
+    for r in results:
+        r["at"] = arrivals[r["index"]]
+    end = max(r["end_epoch"] for r in results)
+    say(f"{name}: done in {end - start:.0f} s")
+    return bb.Phase(name, start, end, results, summarize(results, peak))
 
 
-def table(phases: dict[str, dict]) -> str:
-    alone = phases["online alone"]
-    lines = ["| phase | ok | TTFT p50 (s) | TTFT p95 (s) | TPOT p50 (ms) | TPOT p95 (ms) |",
-             "|---|---:|---:|---:|---:|---:|"]
-    for name, s in phases.items():
-        lines.append(f"| {name} | {s['ok']}/{s['requests']} | {s['ttft_p50']:.3f} | {s['ttft_p95']:.3f} | "
-                     f"{s['tpot_p50'] * 1e3:.1f} | {s['tpot_p95'] * 1e3:.1f} |")
-    w = phases["online + batch"]
-    lines.append(f"| with / alone | | {w['ttft_p50'] / alone['ttft_p50']:.2f}x | {w['ttft_p95'] / alone['ttft_p95']:.2f}x | "
-                 f"{w['tpot_p50'] / alone['tpot_p50']:.2f}x | {w['tpot_p95'] / alone['tpot_p95']:.2f}x |")
-    return "\n".join(lines)
+def commit() -> str:
+    got = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return got.stdout.strip() or "?"
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--concurrency", type=int, default=4)
-    ap.add_argument("--requests", type=int, default=32, help="online requests per phase")
-    ap.add_argument("--max-tokens", type=int, default=32)
-    ap.add_argument("--batch-lines", type=int, default=200)
-    ap.add_argument("--batch-max-tokens", type=int, default=64)
+    ap.add_argument("--phase-s", type=float, default=480, help="the rate profile's length (each phase)")
+    ap.add_argument("--valley", type=float, default=0.1, help="online requests/s in the valleys")
+    ap.add_argument("--peak", type=float, default=1.3, help="online requests/s at the peak")
+    ap.add_argument("--seed", type=int, default=0, help="arrivals and prompts (the same in both phases)")
+    ap.add_argument("--max-prompt-tokens", type=int, default=400, help="online questions up to this long")
+    ap.add_argument("--max-tokens", type=int, default=64, help="online answers: ShareGPT's length capped at this")
+    ap.add_argument("--batch-lines", type=int, default=500)
+    ap.add_argument("--batch-max-tokens", type=int, default=16, help="batch answers: ShareGPT's length capped at this")
+    ap.add_argument("--batch-max-prompt-tokens", type=int, default=256)
+    ap.add_argument("--batch-timeout-s", type=float, default=1200, help="longest wait for the batch after the online load")
     ap.add_argument("--port", type=int, default=8000)
-    ap.add_argument("--out", type=Path, help="also write the table here (markdown)")
+    ap.add_argument("--out", type=Path, help="also write the report here (markdown)")
     a = ap.parse_args()
+
+    args = yaml.safe_load((ROOT / "serve_config.yaml").read_text())["applications"][0]["args"]
+    eng = targets.engine_config(args, ROOT)
+    lengths = wl.Lengths.load(eng.model)
+    profile = RateProfile.rise_and_fall(a.valley, a.peak, a.phase_s)
+    arrivals = profile_arrivals(profile, random.Random(a.seed))
+    reserve = max(lengths.chat_overhead(), 32) + 16  # the template, and the tag before each question
+    online = wl.sharegpt_prompts(lengths, len(arrivals), max_prompt_tokens=a.max_prompt_tokens,
+                                 max_output_tokens=a.max_tokens, max_model_len=eng.max_model_len or 2048,
+                                 reserve_tokens=reserve, rng=random.Random(a.seed))
+    batch_prompts = wl.sharegpt_prompts(lengths, a.batch_lines, max_prompt_tokens=a.batch_max_prompt_tokens,
+                                        max_output_tokens=a.batch_max_tokens, max_model_len=eng.max_model_len or 2048,
+                                        reserve_tokens=reserve, rng=random.Random(a.seed + 1))
     admin = secrets.token_urlsafe(16)
+    began = datetime.now(timezone.utc)
+    out_dir = ROOT / "var" / "bench_batch" / began.strftime("%Y%m%dT%H%M%SZ")
+    out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="bench-batch-") as tmp:
         state = Path(tmp)
         seeded = config(state, a.port)
-        with ServeRun(seeded.config, port=a.port, log_path=state / "serve_run.log", admin_token=admin) as run:
+        with ServeRun(seeded.config, port=a.port, log_path=out_dir / "serve_run.log", admin_token=admin) as run:
             run.wait_ready()
-            target = Target("loraplex", run.base_url, MODEL, keys=[seeded.keys["online"]])
-            batcher = seeded.keys["batcher"]
-            asyncio.run(run_closed(target, workload(a.concurrency * 2, 8, 90_000), a.concurrency, progress=False))
-            phases = {"online alone": summarize(asyncio.run(run_closed(
-                target, workload(a.requests, a.max_tokens, 0), a.concurrency, desc="online alone")), a.concurrency)}
-            batch = Batch(run.base_url, batcher, a.batch_lines, a.batch_max_tokens)
-            before = batch.wait_running()["request_counts"]["completed"]
-            results = asyncio.run(run_closed(target, workload(a.requests, a.max_tokens, 10_000), a.concurrency,
-                                             desc="online + batch"))
-            after = batch.get()
-            batch.cancel()
-            phases["online + batch"] = summarize(results, a.concurrency)
-    ran = after["request_counts"]["completed"] - before
-    report = [f"bench_batch: online concurrency {a.concurrency}, {a.requests} requests per phase, {a.max_tokens} "
-              f"output tokens each; a batch of {a.batch_lines} lines x {a.batch_max_tokens} tokens beside the "
-              "second phase (ignore_eos, greedy), one serve run", "", table(phases), "",
-              f"batch lines completed during the online + batch phase: {ran} "
-              f"({ran * a.batch_max_tokens / phases['online + batch']['duration_s']:.1f} batch tok/s beside the online "
-              f"tenant's {phases['online + batch']['output_tokens_per_s']:.1f}); batch status then: {after['status']}"]
-    if ran == 0 or after["status"] != "in_progress":
-        report.append("WARNING: the batch did not run beside the whole online phase; raise --batch-lines")
-    text = "\n".join(report)
+            target = Target("loraplex", run.base_url, eng.model_id, keys=[seeded.keys["online"]])
+            warm = bb.online_workload(online[:8], [0.0] * 8, "warm")
+            asyncio.run(run_closed(target, warm, 4, progress=False))
+            alone = asyncio.run(phase("online alone", target, bb.online_workload(online, arrivals, "alone"),
+                                      arrivals, a.peak))
+            batch = BatchClient(run.base_url, seeded.keys["batcher"])
+            batch.upload(batch_lines(batch_prompts, eng.model_id, "batch"))
+            # The alone phase's cost-model window lasts at least the profile: the second phase must
+            # not start inside it when the last response came before the profile's end.
+            time.sleep(max(0.0, alone.start + a.phase_s - time.time()))
+            beside = asyncio.run(phase("online + batch", target, bb.online_workload(online, arrivals, "with"),
+                                       arrivals, a.peak, on_start=lambda: (batch.create(), batch.follow())))
+            say(f"online load over; the batch: {batch.get()['request_counts']}")
+            final = batch.wait_ended(a.batch_timeout_s)
+            batch.stop()
+            time.sleep(FLUSH_S)
+            phases = windows(alone, beside, final, batch, a.phase_s)
+            for p in phases:
+                p.cost = cost_model(run.base_url, admin, *p.window)
+    ended = datetime.now(timezone.utc)
+    text = report(a, phases, final, batch, profile, arrivals, batch_prompts, began, ended)
+    (out_dir / "results.json").write_text(json.dumps(
+        {"phases": [{"name": p.name, "start": p.start, "end": p.end, "window": p.window, "cost": p.cost,
+                     "summary": p.summary, "results": p.results} for p in phases[:2]],
+         "batch": final, "batch_progress": batch.progress}, default=str))
+    (out_dir / "report.md").write_text(text + "\n")
     print(text)
     if a.out:
         a.out.write_text(text + "\n")
+    say(f"results in {out_dir}")
     return 0
+
+
+def windows(alone: bb.Phase, beside: bb.Phase, final: dict, batch: BatchClient, phase_s: float) -> list[bb.Phase]:
+    """Each phase's cost-model window: the same length, from its start to the later of the profile's
+    end and the alone phase's last response; a third (the second phase until the batch completed)
+    when the batch ended after its window."""
+    length = max(alone.end - alone.start, phase_s)
+    alone.window = (alone.start, alone.start + length)
+    beside.window = (beside.start, beside.start + length)
+    beside.batch_lines = (completed_by(batch.progress, beside.window[1]), failed_by(batch.progress, beside.window[1]))
+    out = [alone, beside]
+    done_at = final.get("completed_at")
+    if done_at and done_at > beside.window[1]:
+        rc = final["request_counts"]
+        out.append(replace(beside, name="online + batch, until the batch completed", window=(beside.start, done_at + 1),
+                           batch_lines=(rc["completed"], rc["failed"])))
+    return out
+
+
+def failed_by(progress, epoch: float) -> int:
+    done = [f for t, _, f in progress if t <= epoch]
+    return done[-1] if done else 0
+
+
+def report(a, phases, final, batch: BatchClient, profile, arrivals, batch_prompts, began, ended) -> str:
+    alone, beside = phases[0], phases[1]
+    rc = final["request_counts"]
+    prompt_tokens = sum(p.prompt_tokens or 0 for p in batch_prompts)
+    out_tokens = sum(p.max_tokens for p in batch_prompts)
+    lines = [f"bench_batch: commit {commit()}, {began:%Y-%m-%d %H:%M}-{ended:%H:%M} UTC, one serve run of "
+             "serve_config.yaml; online: ShareGPT first questions (<= "
+             f"{a.max_prompt_tokens} tokens), answers of their recorded length capped at {a.max_tokens} (ignore_eos, "
+             f"greedy), Poisson arrivals at {a.valley} -> {a.peak} -> {a.valley} req/s over {a.phase_s:.0f} s (seed "
+             f"{a.seed}): {len(arrivals)} requests a phase; batch: {a.batch_lines} ShareGPT questions (<= "
+             f"{a.batch_max_prompt_tokens} tokens, {prompt_tokens:,} in all) x answers capped at {a.batch_max_tokens} "
+             f"({out_tokens:,} tokens in all), created at the second phase's start", "",
+             bb.side_by_side(phases), ""]
+    done = lambda t: completed_by(batch.progress, beside.start + t)  # noqa: E731
+    lines += [bb.by_part(alone, beside, a.phase_s, profile.rate, done), ""]
+    online_end = beside.end - beside.start
+    if final.get("completed_at"):
+        at = final["completed_at"] - beside.start
+        when = f"{at - online_end:.0f} s after" if at > online_end else f"{online_end - at:.0f} s before"
+        lines.append(f"The batch {final['status']}: {rc['completed']} lines completed, {rc['failed']} failed of "
+                     f"{rc['total']}, at {at:.0f} s from the phase's start, {when} the online load's last response "
+                     f"(at {online_end:.0f} s).")
+    else:
+        lines.append(f"The batch did not complete: {final['status']}, {rc['completed']} completed, {rc['failed']} "
+                     f"failed of {rc['total']} when the run stopped waiting ({a.batch_timeout_s:.0f} s after the "
+                     f"online load's last response at {online_end:.0f} s).")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -66,6 +66,9 @@ def batch_object(row: Any) -> dict[str, Any]:
         "created_at": _epoch(get("created_at")), "expires_at": _epoch(get("expires_at")),
         "request_counts": {"total": get("total"), "completed": get("completed"), "failed": get("failed")},
         "metadata": get("metadata") or None,
+        # LoRAPlex's extension: when a batch parked by batch_tokens_per_day goes on (it stays
+        # in_progress meanwhile, and nothing else would say why it makes no progress).
+        "not_before": _epoch(get("not_before")),
     }
     for column in STAMP.values():
         obj[column] = _epoch(get(column))

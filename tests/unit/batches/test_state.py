@@ -74,3 +74,23 @@ def test_a_lease_is_one_runners_until_it_runs_out(repo):
     assert not repo.move(b["id"], "in_progress", owner="r1")  # nor may r1 move it any more
     assert repo.move(b["id"], "in_progress", owner="r2")
     assert repo.in_flight("t1") == 1 and repo.in_flight("t2") == 0
+
+
+def test_a_parked_batch_says_until_when(repo):
+    """batch_tokens_per_day parks a batch in_progress; the object is the only place a client sees why."""
+    b = repo.create_batch("t1", "k1", "/v1/chat/completions", "file-x", None, 3600)
+    assert state.batch_object(b)["not_before"] is None
+    assert repo.claim("runner", 30)["id"] == b["id"]
+    until = datetime(2030, 1, 2, tzinfo=timezone.utc)
+    assert repo.park(b["id"], "runner", until)
+    obj = state.batch_object(repo.get_batch("t1", b["id"]))
+    assert obj["not_before"] == int(until.timestamp())
+
+
+def test_the_openai_sdk_keeps_the_extension_field(repo):
+    openai_types = pytest.importorskip("openai.types")
+    b = repo.create_batch("t1", "k1", "/v1/chat/completions", "file-x", None, 3600)
+    repo.claim("runner", 30)
+    repo.park(b["id"], "runner", datetime(2030, 1, 2, tzinfo=timezone.utc))
+    parsed = openai_types.Batch.model_validate(state.batch_object(repo.get_batch("t1", b["id"])))
+    assert parsed.status == "validating" and parsed.not_before == int(datetime(2030, 1, 2, tzinfo=timezone.utc).timestamp())
