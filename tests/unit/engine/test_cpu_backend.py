@@ -77,3 +77,40 @@ def test_a_pool_may_take_cpus_outside_the_front_doors_affinity():
     p.start()
     assert q.get(timeout=30) is True
     p.join(30)
+
+
+def test_a_pool_at_a_niceness_runs_every_thread_there_and_a_refused_one_names_the_field(monkeypatch):
+    import multiprocessing as mp
+    import os
+    import threading
+
+    import pytest
+
+    from loraplex.engine import cpu_backend
+
+    def child(q):  # in a child: a niceness, once raised, cannot be lowered again without privilege
+        started, stop, seen = threading.Event(), threading.Event(), {}
+
+        def other_thread():
+            started.set()
+            stop.wait()
+            seen["other"] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+        t = threading.Thread(target=other_thread)
+        t.start()
+        started.wait()
+        set_to = cpu_backend.set_niceness(19)
+        stop.set()
+        t.join()
+        q.put((set_to, os.getpriority(os.PRIO_PROCESS, 0), seen["other"]))
+    q = mp.get_context("fork").Queue()
+    p = mp.get_context("fork").Process(target=child, args=(q,))
+    p.start()
+    assert q.get(timeout=30) == (19, 19, 19)
+    p.join(30)
+    assert cpu_backend.set_niceness(None) is None
+
+    def refused(*args):
+        raise PermissionError("not permitted")
+    monkeypatch.setattr(cpu_backend.os, "setpriority", refused)
+    with pytest.raises(ValueError, match="engine_deployment.cpu_niceness -5 .* CAP_SYS_NICE"):
+        cpu_backend.set_niceness(-5)
