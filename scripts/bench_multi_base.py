@@ -5,11 +5,12 @@ For each variant, one `serve run` of serve_config.multi.yaml (state in a temp di
 sends --requests chats one after another to the second base (the 4-bit build) alone, then again
 while a heavy tenant keeps --flood requests in flight on the first base. Prints each phase's
 latency and the ratio beside / alone (the issue's target: p95 within 1.2x), the flood's answers
-and the light tenant's refusals. Variants: `pinned` (the shipped config: each pool on its own core,
-engine_deployment.cpu_affinity), `unpinned` (the same without cpu_affinity: both pools' vLLM
-share both cores) and `front-door` (pinned, and `serve run` started on the flooded pool's core, as
-`taskset -c 0 serve run`: Ray, Serve's proxy and controller, the Ingress and this load generator
-stay there, so the light pool's core is its own).
+and the light tenant's refusals. Variants:
+- `front-door`: as the config says to start it, `taskset -c 0 serve run`: each pool on its own core
+  (engine_deployment.cpu_affinity) below the front door (cpu_niceness 19), and Ray, Serve's proxy
+  and controller, the Ingress and this load generator on the flooded pool's core;
+- `pinned`: the same config started without taskset (the front door floats over both cores);
+- `unpinned`: that without cpu_affinity (both pools' vLLM share both cores).
 
     flock /tmp/loraplex-bench.lock python scripts/bench_multi_base.py --variants pinned,front-door,unpinned
 """
