@@ -490,14 +490,6 @@ class EngineDeploymentConfig(BaseModel):
         "node with several base models, give each pool its own cores so one base's load cannot slow the other's "
         "tenants (docs/operations.md, \"Several base models\"). An id the node lacks stops the replica at start.",
     )
-    cpu_niceness: Optional[int] = Field(
-        None, ge=-20, le=19,
-        description="Unix niceness this pool's replicas and their vLLM processes run at (null: Ray's, 15). 19 puts "
-        "the engines below the front door (Serve's proxy and controller, the Ingress, Ray's daemons: 15 or less) "
-        "on a CPU they share: on a node with no core to spare for the front door, start `serve run` on one pool's "
-        "cores (`taskset -c 0 serve run ...`) and the engines' steps yield to it there (docs/operations.md, "
-        "\"Several base models\"). Below 15 needs CAP_SYS_NICE, else the replica stops at start naming this field.",
-    )
     shedding: SheddingConfig = Field(
         default_factory=SheddingConfig,
         description="When a replica refuses new work (503 + Retry-After), lowest priority first.",

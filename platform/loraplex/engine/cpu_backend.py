@@ -72,22 +72,3 @@ def pin_to_cpus(cpus: list[int] | None) -> set[int] | None:
             except (ProcessLookupError, FileNotFoundError):
                 pass  # the thread ended meanwhile
     return set(cpus)
-
-
-def set_niceness(nice: int | None) -> int | None:
-    """Run every thread of this process, and the vLLM processes it starts afterwards, at `nice`
-    (EngineDeploymentConfig.cpu_niceness); None: left as it is. Per thread, as pin_to_cpus: on Linux
-    setpriority(PRIO_PROCESS, tid) sets one thread's."""
-    if nice is None:
-        return None
-    for _ in range(2):
-        for task in os.listdir("/proc/self/task"):
-            try:
-                os.setpriority(os.PRIO_PROCESS, int(task), nice)
-            except ProcessLookupError:
-                pass
-            except PermissionError:
-                raise ValueError(f"engine_deployment.cpu_niceness {nice} is below this replica's niceness "
-                                 f"{os.getpriority(os.PRIO_PROCESS, 0)} (Ray starts workers at 15) and raising a "
-                                 "priority needs CAP_SYS_NICE: use 15..19, or run Ray with that capability") from None
-    return nice

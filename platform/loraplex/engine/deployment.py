@@ -12,7 +12,7 @@ from ray import serve
 from vllm.utils.gc_utils import freeze_gc_heap
 
 from loraplex.dedicated.replica import merged_engine_config, path_refusal
-from loraplex.engine.cpu_backend import pin_to_cpus, set_niceness
+from loraplex.engine.cpu_backend import pin_to_cpus
 from loraplex.engine.dispatch_limit import AdaptiveLimit, FixedLimit
 from loraplex.engine.engine_counters import EngineStatsReader
 from loraplex.engine.fair_queue import Entry, FairQueue
@@ -87,8 +87,6 @@ class Engine:
         # Before vLLM starts its processes: they inherit the pool's cores (several bases on one node).
         if (pinned := pin_to_cpus(deployment.cpu_affinity)) is not None:
             logger.info("Engine replica %s of %s pinned to CPUs %s", replica_id, self.base_model, sorted(pinned))
-        if (nice := set_niceness(deployment.cpu_niceness)) is not None:
-            logger.info("Engine replica %s of %s runs at niceness %d", replica_id, self.base_model, nice)
         self.engine = engine_cls(self.engine_config(config), replica_id=replica_id, adapter_store=store,
                                  metrics=self.metrics.replica)
         await self.engine.start()

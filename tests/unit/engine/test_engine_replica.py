@@ -965,16 +965,3 @@ async def test_a_lora_replica_refuses_a_call_sent_down_the_merged_path(replica):
     [refusal] = await drain(replica.generate(dataclasses.replace(make_call(adapter=ADAPTER), path="merged"), chat()))
     assert isinstance(refusal, EngineError) and refusal.reason == "wrong_path"
     assert llm(replica).generate_calls == [] and ledger_rows(replica) == []
-
-
-async def test_the_pools_cpu_affinity_and_niceness_reach_the_replica(tmp_path, monkeypatch):
-    import loraplex.engine.deployment as deployment
-
-    applied = {}
-    monkeypatch.setattr(deployment, "pin_to_cpus", lambda cpus: applied.setdefault("cpus", cpus) and set(cpus))
-    monkeypatch.setattr(deployment, "set_niceness", lambda nice: applied.setdefault("nice", nice))
-    engine = await start_replica(tmp_path, cpu_affinity=[0], cpu_niceness=19)
-    try:
-        assert applied == {"cpus": [0], "nice": 19}
-    finally:
-        await engine.__del__()
