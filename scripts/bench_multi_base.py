@@ -6,10 +6,10 @@ sends --requests chats one after another to the second base (the 4-bit build) al
 while a heavy tenant keeps --flood requests in flight on the first base. Prints each phase's
 latency and the ratio beside / alone (the issue's target: p95 within 1.2x), the flood's answers
 and the light tenant's refusals. Variants:
-- `front-door`: as the config says to start it, `taskset -c 0 serve run`: each pool on its own core
-  (engine_deployment.cpu_affinity) below the front door (cpu_niceness 19), and Ray, Serve's proxy
-  and controller, the Ingress and this load generator on the flooded pool's core;
-- `pinned`: the same config started without taskset (the front door floats over both cores);
+- `pinned`: the shipped config, each pool on its own core (engine_deployment.cpu_affinity); the
+  front door (Ray, Serve's proxy and controller, the Ingress) floats over both cores;
+- `front-door`: the same started as `taskset -c 0 serve run`: the front door and this load
+  generator on the flooded pool's core, the light pool's core left to it alone;
 - `unpinned`: that without cpu_affinity (both pools' vLLM share both cores).
 
     flock /tmp/loraplex-bench.lock python scripts/bench_multi_base.py --variants pinned,front-door,unpinned
