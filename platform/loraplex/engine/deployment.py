@@ -194,7 +194,8 @@ class Engine:
             usage.status, usage.finish_time = "timeout", time.time()
             self._meter(call, usage)
             metered = True
-            message = ("The request ran past its deadline and was stopped; ask for fewer tokens, "
+            fewer = "fewer tokens" if call.sequences == 1 else f"fewer tokens or fewer sequences (n x prompts: {call.sequences})"
+            message = (f"The request ran past its deadline and was stopped; ask for {fewer}, "
                        "or a longer X-LoRAPlex-Timeout (up to the server's limit).")
             if call.stream and usage.engine_request_ids:
                 yield usage.chunk(sse_error(504, message, "timeout_error") + SSE_DONE.encode(), final=True)

@@ -613,6 +613,15 @@ async def test_a_non_stream_request_past_its_deadline_is_a_billed_504(replica):
     assert fake.aborted == [["cmpl-req-slow-ns-0"]]
     [row] = ledger_rows(replica)
     assert row["status"] == "timeout"
+    assert "ask for fewer tokens," in items[0].message
+
+
+async def test_a_wide_request_past_its_deadline_is_told_its_sequences_too(replica):
+    # n choices: "fewer tokens" alone would never mention what made it long (issue 46).
+    llm(replica).script = Script(prompt_len=6, cached=0, tokens=50, stall_after=2)
+    call = make_call("req-wide-ns", stream=False, deadline=time.time() + 0.3, sequences=4)
+    [item] = await asyncio.wait_for(drain(replica.generate(call, chat(stream=False))), DEADLINE_S)
+    assert item.status == 504 and "fewer tokens or fewer sequences (n x prompts: 4)" in item.message
 
 
 # --------------------------------------------------------------------------------------------
