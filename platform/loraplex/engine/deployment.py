@@ -165,7 +165,7 @@ class Engine:
             if entry.state == "refused":
                 yield self._queue_refusal(entry)
                 return
-        self.in_flight.add(tenant, call.weight, call.sequences)  # what the shedder bounds: sequences in vLLM
+        self.in_flight.add(tenant, call.weight, call.sequences, call.priority)  # what the shedder bounds: sequences in vLLM
         usage = RequestUsage(replica_id=self.replica_id)
         if entry is not None:  # its tenant's next request may start now (prefill pacing)
             usage.on_first_token = lambda: self.fair_queue.first_token(entry)

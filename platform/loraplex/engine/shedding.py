@@ -9,10 +9,11 @@ p / 100`, or its KV-cache usage reaches `shed_kv_usage + (max_kv_usage - shed_kv
 (`requests_by_priority` replaces the straight line by points). A full replica still admits a
 tenant whose sequences there, this request's included, stay within its share: the sequences that
 fill it (the count at which p is refused, or what is in flight when the KV cache is what is full)
-split by weight over the tenants holding sequences there and this one (at least 1, so a tenant
-with nothing there always gets one in). So one tenant's flood is refused while its neighbours are
-served; lower priorities are refused first among tenants over their share. Past the bounds that
-hold for all (the top priority's count, max_kv_usage) every request is refused.
+less those of higher-priority tenants, split by weight over the tenants of its own priority holding
+sequences there and this one (at least 1 while any room is left, so a tenant with nothing there
+gets one in). So one tenant's flood is refused while its neighbours are served, and a priority
+ladder still refuses a low priority once higher ones fill its count. Past the bounds that hold for
+all (the top priority's count, max_kv_usage) every request is refused.
 
 The check runs on the replica the router picked (its least-loaded choice for the request), on
 that replica's live count of its own sequences: no stale view from another process.
@@ -30,16 +31,18 @@ from loraplex.config import SheddingConfig  # noqa: F401, E402  (config models l
 @dataclass
 class InFlight:
     """The sequences a replica serves (in vLLM or about to be; not queued), in all and per tenant
-    with the tenant's weight."""
+    with the tenant's weight and priority (its latest request's)."""
 
     total: int = 0
     sequences: dict[str, int] = field(default_factory=dict)
     weights: dict[str, float] = field(default_factory=dict)
+    priorities: dict[str, int] = field(default_factory=dict)
 
-    def add(self, tenant: str, weight: float, n: int) -> None:
+    def add(self, tenant: str, weight: float, n: int, priority: int = 0) -> None:
         self.total += n
         self.sequences[tenant] = self.sequences.get(tenant, 0) + n
         self.weights[tenant] = weight
+        self.priorities[tenant] = priority
 
     def remove(self, tenant: str, n: int) -> None:
         self.total -= n
@@ -49,12 +52,17 @@ class InFlight:
         else:
             self.sequences.pop(tenant, None)
             self.weights.pop(tenant, None)
+            self.priorities.pop(tenant, None)
 
-    def share(self, tenant: str, weight: float, of: float) -> int:
-        """The tenant's share of `of` sequences: split by weight over the tenants holding some and
-        this one (at least 1)."""
-        others = sum(w for t, w in self.weights.items() if t != tenant)
-        return max(1, int(of * weight / max(others + weight, 1e-9)))
+    def share(self, tenant: str, weight: float, priority: int, of: float) -> int:
+        """The tenant's share of `of` sequences: what higher priorities hold leaves it, the rest
+        is split by weight over the tenants of this priority holding some and this one (at least
+        1 while any is left)."""
+        room = of - sum(n for t, n in self.sequences.items() if t != tenant and self.priorities[t] > priority)
+        if room <= 0:
+            return 0
+        peers = sum(w for t, w in self.weights.items() if t != tenant and self.priorities[t] == priority)
+        return max(1, int(room * weight / max(peers + weight, 1e-9)))
 
 
 class LoadShedder:
@@ -87,7 +95,7 @@ class LoadShedder:
         else:
             return None
         held = self.in_flight.sequences.get(tenant, 0)
-        share = self.in_flight.share(tenant, weight, full_at)
+        share = self.in_flight.share(tenant, weight, priority, full_at)
         if held + sequences <= share and total + sequences <= c.requests_limit(100) and kv < c.max_kv_usage:
             return None  # under its share: the tenants over theirs are the ones refused
         self.shed += 1

@@ -134,3 +134,22 @@ def test_in_flight_forgets_a_tenant_with_nothing_left():
     load.add("B", 2.0, 1)
     load.remove("A", 3)
     assert load.total == 1 and load.sequences == {"B": 1} and load.weights == {"B": 2.0}
+
+
+def test_a_priority_ladder_still_refuses_a_low_priority_once_higher_ones_fill_its_count():
+    # {0: 1, ...}: priority 0 is refused once the replica holds one sequence. A gold tenant's
+    # sequence leaves a bronze newcomer no room (its share is what higher priorities leave).
+    load = InFlight()
+    load.add("gold", 1.0, 1, priority=100)
+    s = LoadShedder(SheddingConfig(requests_by_priority={0: 1, 50: 2, 100: 8}), load, lambda: 0.1)
+    assert "over its share of 0" in s.refusal("bronze", 0)
+    assert s.refusal("silver", 50) is None  # its own count (2) is not reached
+    # Among equals the newcomer gets its share: a second bronze beside the first one's sequence.
+    load = loaded(bronze=1)
+    s = LoadShedder(SheddingConfig(requests_by_priority={0: 2, 100: 8}), load, lambda: 0.1)
+    load.add("bronze", 1.0, 1)  # 2: full for priority 0
+    assert s.refusal("bronze2", 0) is None and s.refusal("bronze", 0) is not None
+    # A lower priority's sequences do not shrink a higher one's room.
+    load = loaded(bronze=8)
+    s = LoadShedder(SheddingConfig(requests_by_priority={0: 1, 50: 4, 100: 16}), load, lambda: 0.1)
+    assert s.refusal("silver", 50, sequences=4) is None and s.refusal("silver", 50, sequences=5) is not None
