@@ -21,6 +21,7 @@ import json
 import os
 import sys
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional, Sequence
 from urllib.parse import quote
@@ -96,6 +97,9 @@ class Session:
 TENANT_COLUMNS = ("id", "name", "plan", "status", "limits", "created_at")
 KEY_COLUMNS = ("id", "prefix", "created_at", "revoked_at")
 ADAPTER_COLUMNS = ("name", "version", "sha256", "rank", "base_model", "size_bytes", "created_at")
+# The cost model's table rows, named for any hardware (the API's fields say gpu; on the CPU profile
+# the priced unit is a VM, named by the `hardware` row).
+COST_MODEL_LABELS = {"gpus": "units", "gpu_hour_price": "unit_hour_price", "gpu_cost": "hardware_cost"}
 USAGE_COLUMNS = ("prompt_tokens", "cached_prompt_tokens", "completion_tokens", "requests", "cost")
 # Response headers of GET /admin/billing/export (loraplex.ingress.usage_routes).
 EXPORT_COMPLETE, EXPORT_THROUGH, EXPORT_EVENTS = (
@@ -262,7 +266,7 @@ def billing_cost_model(s: Session) -> None:
     params = {k: v for k, v in {"start": s.args.start, "end": s.args.end, "model": s.args.model}.items()
               if v is not None}
     body = s.admin("GET", "/admin/cost-model", params=params).json()
-    s.show(body, [{"metric": k, "value": v} for k, v in body.items()], ("metric", "value"))
+    s.show(body, [{"metric": COST_MODEL_LABELS.get(k, k), "value": v} for k, v in body.items()], ("metric", "value"))
     if not s.args.json and body.get("hardware"):
         # The figures are only as right as this price: say which hardware it is for.
         print(f"\npriced as {body['gpus']} x {body['hardware']} at {body['gpu_hour_price']} {body.get('currency', '')}"
@@ -271,7 +275,7 @@ def billing_cost_model(s: Session) -> None:
 
 def latency(s: Session) -> None:
     body = s.admin("GET", "/admin/latency", params={"window_s": s.args.window_s}).json()
-    rows = [{"metric": m.upper(), "p95_s": body[f"{m}_p95_s"], "slo_p95_s": body["slo"][f"{m}_p95_s"],
+    rows = [{"metric": m.upper(), "p95_s": _ms(body[f"{m}_p95_s"]), "slo_p95_s": body["slo"][f"{m}_p95_s"],
              "within_slo": body["within_slo"][m]} for m in ("ttft", "tpot")]
     s.show(body, rows, ("metric", "p95_s", "slo_p95_s", "within_slo"))
     if not s.args.json:
@@ -302,18 +306,19 @@ def batches_create(s: Session) -> None:
     if s.args.quiet:
         print(batch["id"])
     elif not s.args.wait:
-        s.show(batch, [batch], BATCH_COLUMNS)
+        s.show(batch, [_batch_row(batch)], BATCH_COLUMNS)
     if s.args.wait:
         _watch(s, batch["id"])
 
 
 def batches_list(s: Session) -> None:
-    s.show(s.tenant("GET", "/v1/batches", params={"limit": s.args.limit}).json(), None, BATCH_COLUMNS)
+    body = s.tenant("GET", "/v1/batches", params={"limit": s.args.limit}).json()
+    s.show(body, [_batch_row(b) for b in body.get("data", [])], BATCH_COLUMNS)
 
 
 def batches_get(s: Session) -> None:
     batch = s.tenant("GET", f"/v1/batches/{_seg(s.args.batch_id)}").json()
-    s.show(batch, [batch], BATCH_COLUMNS)
+    s.show(batch, [_batch_row(batch)], BATCH_COLUMNS)
 
 
 def batches_watch(s: Session) -> None:
@@ -322,7 +327,7 @@ def batches_watch(s: Session) -> None:
 
 def batches_cancel(s: Session) -> None:
     batch = s.tenant("POST", f"/v1/batches/{_seg(s.args.batch_id)}/cancel").json()
-    s.show(batch, [batch], BATCH_COLUMNS)
+    s.show(batch, [_batch_row(batch)], BATCH_COLUMNS)
 
 
 def batches_results(s: Session) -> None:
@@ -343,11 +348,18 @@ def _watch(s: Session, batch_id: str) -> None:
         print("\r" + progress_bar(batch), end="", file=sys.stderr, flush=True)
         if batch.get("status") in BATCH_ENDED:
             print(file=sys.stderr)
-            s.show(batch, [batch], BATCH_COLUMNS)
+            s.show(batch, [_batch_row(batch)], BATCH_COLUMNS)
             if batch["status"] != "completed":
                 raise CLIError(f"batch {batch_id} ended {batch['status']}")
             return
         time.sleep(s.args.poll_s)
+
+
+def _batch_row(batch: dict) -> dict:
+    """A Batch object for the table: its times (epoch seconds, as OpenAI's) in ISO UTC like every
+    other table's."""
+    return {k: datetime.fromtimestamp(v, timezone.utc).isoformat() if k.endswith("_at") and isinstance(v, (int, float))
+            else v for k, v in batch.items()}
 
 
 def progress_bar(batch: dict, width: int = 30) -> str:
@@ -506,6 +518,11 @@ def _cell(value: Any) -> str:
     if isinstance(value, list):
         return ",".join(map(str, value))
     return str(value)
+
+
+def _ms(seconds: Optional[float]) -> Optional[float]:
+    """Seconds to the millisecond (a percentile's float arithmetic prints as 0.8506772499999999)."""
+    return None if seconds is None else round(seconds, 3)
 
 
 def _first_key(rows: list[dict]) -> str:

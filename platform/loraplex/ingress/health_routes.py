@@ -7,6 +7,8 @@ generates, or the database is down and no key is cached here). It is unauthentic
 - its body is the status alone: the probe's replica id, replica counts, database state and any
   error text (a repr of a Ray or database error names hosts and ports) are for operators, at
   GET /admin/readyz behind the admin token;
+- while no engine replica is running yet (the engine is starting), it answers 503 + Retry-After at
+  once from the controller's replica counts, without waiting out a generation no replica can run;
 - the generation and the controller call behind it run at most once per `cache_s`
   (ingress.ready_cache_s) however often it is asked, one at a time (callers arriving during a
   probe wait for that probe's answer): hammering /readyz costs a dict lookup, not a generation.
@@ -46,6 +48,7 @@ class _Probe:
     probe: Any = None  # engine.ready()'s answer
     error: Optional[BaseException] = None  # why it failed (admin route only)
     replicas: Optional[tuple[int, int, str]] = None
+    starting: bool = False  # no engine replica running: no generation was tried
 
 
 class HealthRoutes:
@@ -89,6 +92,12 @@ class HealthRoutes:
     async def report(self) -> tuple[int, dict, Optional[dict]]:
         """(status code, the detailed body, headers) of the readiness verdict now."""
         last = await self._probe()
+        if last.starting:
+            healthy, total, status = last.replicas  # nothing running: the generation was not tried
+            return 503, {"status": "unready", "healthy_replicas": healthy, "replicas": total,
+                         "deployment_status": status, "reasons": [
+                             f"no engine replica is running yet (0 of {total}, {status}): "
+                             "the engine is starting"]}, UNREADY
         if last.error is not None:
             return 503, {"status": "unready", "reasons": [
                 f"no engine replica could generate a token: {last.error!r}"]}, UNREADY
@@ -118,18 +127,20 @@ class HealthRoutes:
             last = self._last
             if last is not None and self.clock() - last.at < self.cache_s:
                 return last
-            self.probes += 1
             fresh = _Probe(at=self.clock())
-            try:
-                fresh.probe = await asyncio.wait_for(self.engine.ready(), self.timeout_s)
-            except Exception as exc:  # any failure to generate means not ready
-                logger.warning("readiness probe failed: %r", exc)
-                fresh.error = exc
-            if fresh.error is None and self.replica_health is not None:
+            if self.replica_health is not None:  # first: a starting engine answers at once
                 try:
                     fresh.replicas = await self.replica_health()
                 except Exception as exc:
                     logger.warning("readiness: the Engine deployment's status could not be read: %r", exc)
+                    fresh.error = exc
+            fresh.starting = fresh.replicas is not None and fresh.replicas[0] == 0
+            if fresh.error is None and not fresh.starting:
+                self.probes += 1
+                try:
+                    fresh.probe = await asyncio.wait_for(self.engine.ready(), self.timeout_s)
+                except Exception as exc:  # any failure to generate means not ready
+                    logger.warning("readiness probe failed: %r", exc)
                     fresh.error = exc
             self._last = fresh
             return fresh

@@ -38,7 +38,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--scrape-interval", type=int, default=15, metavar="SECONDS")
     p.add_argument("--retention", default="15d", help="how long to keep samples")
     p.add_argument("--alertmanager", action="append", default=[], metavar="HOST:PORT",
-                   help="send firing alerts there (repeatable); without one, see them at /alerts")
+                   help="send firing alerts there (repeatable); without one, see them on the alerts page it prints")
     return p.parse_args(argv)
 
 
@@ -74,11 +74,21 @@ def prepare(args: argparse.Namespace) -> list[str]:
             f"--web.listen-address={address}", f"--storage.tsdb.retention.time={args.retention}"]
 
 
+def alerts_path(version_text: str) -> str:
+    """Where this build shows its alerts, from `prometheus --version`: Debian's build (version
+    `...+ds`, branch `debian/...`) ships only the classic UI, where /alerts is a 404; current
+    upstream builds only the new UI, without /classic/."""
+    debian = "+ds" in version_text or "branch: debian" in version_text
+    return "/classic/alerts" if debian else "/alerts"
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     command = prepare(args)
-    print(f"prometheus: http://{args.host}:{args.port} (alerts at /alerts), config {command[1].split('=', 1)[1]}",
-          file=sys.stderr, flush=True)
+    version = subprocess.run([command[0], "--version"], capture_output=True, text=True)
+    alerts = alerts_path(version.stdout + version.stderr)
+    print(f"prometheus: http://{args.host}:{args.port} (alerts at http://{args.host}:{args.port}{alerts}), "
+          f"config {command[1].split('=', 1)[1]}", file=sys.stderr, flush=True)
     os.execv(command[0], command)
 
 

@@ -8,11 +8,13 @@ replica and keeps verified keys working through a database outage.
 
 from __future__ import annotations
 
+import difflib
+import types
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, Union, get_args, get_origin
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from sqlalchemy import Engine, Row, select
 from sqlalchemy.exc import IntegrityError
 
@@ -158,7 +160,7 @@ class TenantService:
                 try:
                     changes["limits"] = current.limits.merged(body.limits).model_dump()
                 except ValidationError as e:
-                    raise InvalidTenantField(_first_error(e, "limits")) from e
+                    raise InvalidTenantField(_first_error(e, TenantLimits, "limits")) from e
             if body.status is not None:
                 changes["status"] = body.status
             if not changes:
@@ -298,13 +300,35 @@ def _validated(model, data: dict[str, Any]):
     try:
         return model.model_validate({k: v for k, v in data.items() if v is not None})
     except ValidationError as e:
-        raise InvalidTenantField(_first_error(e)) from e
+        raise InvalidTenantField(_first_error(e, model)) from e
 
 
-def _first_error(e: ValidationError, root: str | None = None) -> str:
+def _first_error(e: ValidationError, model: type[BaseModel], root: str | None = None) -> str:
+    """The first error of validating `model` (reached at `root` of the request body), as
+    "where: what"; an unknown field also gets the closest valid name and the valid ones."""
     first = e.errors()[0]
     loc = ".".join(str(p) for p in ((root,) if root else ()) + tuple(first.get("loc", ())))
-    return f"{loc}: {first.get('msg')}" if loc else first.get("msg", str(e))
+    msg = first.get("msg", str(e))
+    if first.get("type") == "extra_forbidden" and first.get("loc"):
+        *path, name = first["loc"]
+        valid = _fields_at(model, path)
+        close = difflib.get_close_matches(str(name), valid, n=1)
+        msg += (f"; did you mean `{close[0]}`?" if close else ";") + f" valid fields: {', '.join(valid)}"
+    return f"{loc}: {msg}" if loc else msg
+
+
+def _fields_at(annotation: Any, path: list) -> list[str]:
+    """The field names of the model found at `path` (field names, a dict's keys) inside `annotation`."""
+    if get_origin(annotation) in (Union, types.UnionType):  # Optional[X]: X
+        annotation = next((a for a in get_args(annotation) if a is not type(None)), None)
+    if get_origin(annotation) is dict:
+        return _fields_at(get_args(annotation)[1], path[1:]) if path else []
+    if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+        return []
+    if not path:
+        return list(annotation.model_fields)
+    field_info = annotation.model_fields.get(path[0])
+    return _fields_at(field_info.annotation, path[1:]) if field_info is not None else []
 
 
 def _duplicate(name: str) -> DuplicateTenantName:

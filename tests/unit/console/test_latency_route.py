@@ -144,6 +144,8 @@ def test_loraplex_latency_prints_the_same_figures(tmp_path, capsys, monkeypatch)
     lines = [ln.split() for ln in out.splitlines()]
     assert lines[0] == ["METRIC", "P95_S", "SLO_P95_S", "WITHIN_SLO"]
     assert lines[1][0] == "TTFT" and float(lines[1][1]) == pytest.approx(1.9, abs=1e-3) and lines[1][3] == "False"
+    # Seconds to the millisecond, never a float's 17 digits (issue 46)
+    assert all(len(row[1].partition(".")[2]) <= 3 for row in lines[1:3]), out
     assert "from the usage ledger (21 requests)" in out
     assert body["window_s"] == 600 and body["source"] == "ledger"
     acc.close()

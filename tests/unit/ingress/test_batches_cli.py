@@ -3,6 +3,7 @@ watch with a progress bar, print the results; the bar itself as plain logic."""
 
 import asyncio
 import json
+from datetime import datetime
 
 from live_server import serving
 from platform_app import build_platform_app
@@ -31,7 +32,11 @@ def test_create_watch_results_and_list(tmp_path, capsys, monkeypatch):
             assert main(["--url", url, "batches", "results", batch_id, "--errors"]) == 1  # none failed
             assert "no error file" in capsys.readouterr().err
             assert main(["--url", url, "batches", "list"]) == 0
-            assert batch_id in capsys.readouterr().out
+            listed = capsys.readouterr().out
+            assert batch_id in listed
+            # created_at in ISO UTC like every other table, not epoch seconds (issue 46)
+            created = listed.splitlines()[1].split()[4]
+            assert datetime.fromisoformat(created).tzinfo is not None, listed
             assert main(["--url", url, "batches", "create", str(tmp_path / "missing.jsonl")]) == 2
     finally:
         platform.close()

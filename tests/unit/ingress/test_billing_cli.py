@@ -164,6 +164,9 @@ def test_billing_statement_and_cost_model(server, capsys):
     assert values["requests"] == "3" and Decimal(values["revenue"]) == ACME_OCTOBER + Decimal("1.1375")
     # It says plainly what hardware the figures price (a CPU install is not priced as a GPU).
     assert values["hardware"] == "2-vCPU VM"
+    # Its rows are named for any hardware, not GPUs (issue 46); the API's JSON keeps its fields.
+    assert values["units"] == "1" and "hardware_cost" in values and "unit_hour_price" in values
+    assert not any(name.startswith("gpu") for name in values), values
     assert note.strip() == ("priced as 1 x 2-vCPU VM at 0.1008 USD/h each (accounting.cost_model in the serve "
                             "config)")
     code, out, _ = run(capsys, *admin, "--json", "billing", "cost-model")  # defaults: this month so far

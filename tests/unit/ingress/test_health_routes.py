@@ -26,13 +26,13 @@ class CountingEngine:
         return {"replica_id": "engine-7", "probe_seconds": 0.01}
 
 
-def build(engine, cache_s=3.0, clock=None, admin=True):
+def build(engine, cache_s=3.0, clock=None, admin=True, replicas=(1, 1, "HEALTHY")):
     def check_admin(request):
         if request.headers.get("authorization") != "Bearer adm":
             raise StatusError("admin only", status=401)
 
     async def healthy():
-        return 1, 1, "HEALTHY"
+        return replicas
 
     kwargs = {"clock": clock} if clock else {}
     routes = HealthRoutes(engine, healthy, cache_s=cache_s, check_admin=check_admin if admin else None, **kwargs)
@@ -94,3 +94,16 @@ def test_ready_details_for_the_admin():
 def test_no_admin_api_no_details_route():
     _, client = build(CountingEngine(), admin=False)
     assert client.get("/admin/readyz").status_code == 404
+
+
+def test_while_the_engine_starts_readyz_answers_503_at_once_without_a_generation():
+    # Issue 46: no engine replica running yet, so a generation could only wait out its timeout
+    # (30 s); the controller's counts answer at once.
+    engine = CountingEngine()
+    _, client = build(engine, replicas=(0, 1, "UPDATING"))
+    public = client.get("/readyz")
+    assert public.status_code == 503 and public.headers["retry-after"]
+    assert public.json() == {"status": "unready"}
+    assert engine.calls == 0
+    details = client.get("/admin/readyz", headers={"Authorization": "Bearer adm"}).json()
+    assert details["replicas"] == 1 and "starting" in details["reasons"][0]

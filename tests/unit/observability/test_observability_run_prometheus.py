@@ -21,7 +21,7 @@ from waiting import wait_until  # noqa: E402
 
 from loraplex.observability.names import KV_USAGE, RAY_JOB, STATIC_JOB, TTFT  # noqa: E402
 from loraplex.observability.panel_data import instant_query  # noqa: E402
-from loraplex.observability.run_prometheus import parse_args, prepare  # noqa: E402
+from loraplex.observability.run_prometheus import alerts_path, parse_args, prepare  # noqa: E402
 from loraplex.observability.scrape_config import SD_FILE  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -117,3 +117,11 @@ def test_options_shape_the_generated_config(tmp_path, monkeypatch):
     prepare(parse_args(["--data-dir", str(tmp_path / "q"), "--no-ray"]))
     jobs = [j["job_name"] for j in yaml.safe_load((tmp_path / "q" / "prometheus.yml").read_text())["scrape_configs"]]
     assert jobs == ["prometheus"]
+
+
+def test_it_points_at_the_alerts_page_this_build_serves():
+    # Issue 46: Debian's build has only the classic UI (/alerts is a 404 there); upstream's only the new one.
+    debian = "prometheus, version 2.42.0+ds (branch: debian/sid, revision: 2.42.0+ds-5+b5)"
+    upstream = "prometheus, version 3.5.0 (branch: HEAD, revision: 8be3a9560fbdd18a94dedec4b747c35178177202)"
+    assert alerts_path(debian) == "/classic/alerts"
+    assert alerts_path(upstream) == "/alerts"

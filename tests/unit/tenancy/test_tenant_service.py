@@ -92,6 +92,22 @@ def test_update_refuses_bad_values_and_unknown_tenant(service):
     assert service.get_tenant(tenant.id) == tenant
 
 
+def test_an_unknown_limit_gets_the_closest_valid_name_and_the_valid_ones(service):
+    # Issue 46: a typo names the field it refused and what to write instead.
+    tenant = service.create_tenant("acme")
+    with pytest.raises(InvalidTenantField) as e:
+        service.update_tenant(tenant.id, limits={"request_per_minute": 60})
+    assert e.value.status == 400 and "did you mean `requests_per_minute`?" in e.value.message
+    assert "valid fields: requests_per_minute, tokens_per_minute," in e.value.message
+    with pytest.raises(InvalidTenantField) as e:  # on create, and per base model (BaseLimits' fields)
+        service.create_tenant("globex", limits={"models": {"tiny": {"tokens_per_minut": 5}}})
+    assert e.value.message.startswith("limits.models.tiny.tokens_per_minut")
+    assert "did you mean `tokens_per_minute`?" in e.value.message and "max_n" not in e.value.message
+    with pytest.raises(InvalidTenantField) as e:  # nothing close: the valid names alone
+        service.update_tenant(tenant.id, limits={"zzz": 1})
+    assert "did you mean" not in e.value.message and "max_sequences_per_request" in e.value.message
+
+
 def test_key_is_shown_once_and_stored_only_as_sha256(service, db_url):
     tenant = service.create_tenant("acme")
     record, key = service.issue_key(tenant.id)
