@@ -178,4 +178,22 @@ class AttackContext:
         return stats
 
 
+async def send_loops(ctx: AttackContext, key: str, bodies: list[tuple[str, dict]], loops: int, got: Counter,
+                     headers: dict | None = None, pause_s: float = 0.2) -> None:
+    """`loops` closed loops, each sending `bodies` in turn until cancelled; every outcome counted."""
+    async def loop(offset: int):
+        i = offset
+        while True:
+            path, body = bodies[i % len(bodies)]
+            i += 1
+            try:
+                r = await ctx.client.post(f"{ctx.url}{path}", json=body,
+                                          headers={**ctx.headers(key), **(headers or {})})
+                got[await reply_outcome(r)] += 1
+            except httpx.HTTPError as exc:
+                got[f"error {type(exc).__name__}"] += 1
+            await asyncio.sleep(pause_s)
+    await asyncio.gather(*(loop(k) for k in range(loops)))
+
+
 Attack = Callable[[AttackContext], Awaitable[AttackResult]]

@@ -18,12 +18,9 @@ bystander's requests were within the `slo:` targets.
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter
 
-import httpx
-
-from bench.hostile.attack import AttackContext, AttackResult, reply_outcome
+from bench.hostile.attack import AttackContext, AttackResult, send_loops
 
 LONG = 256  # completion tokens of each attacking sequence (ignore_eos): it holds its slot for a while
 # The attacker's own limits in n_at_server_bound: none of the plan's caps, the server's bound only.
@@ -33,24 +30,6 @@ LIFTED = {"max_n": 100_000, "max_prompts_per_request": 100_000, "max_sequences_p
 
 async def effective_limits(ctx: AttackContext, tenant: str) -> dict:
     return (await ctx.admin("GET", f"/admin/tenants/{tenant}")).json()["effective_limits"]
-
-
-async def send_loops(ctx: AttackContext, key: str, bodies: list[tuple[str, dict]], loops: int, got: Counter,
-                     headers: dict | None = None, pause_s: float = 0.2) -> None:
-    """`loops` closed loops, each sending `bodies` in turn until cancelled; every outcome counted."""
-    async def loop(offset: int):
-        i = offset
-        while True:
-            path, body = bodies[i % len(bodies)]
-            i += 1
-            try:
-                r = await ctx.client.post(f"{ctx.url}{path}", json=body,
-                                          headers={**ctx.headers(key), **(headers or {})})
-                got[await reply_outcome(r)] += 1
-            except httpx.HTTPError as exc:
-                got[f"error {type(exc).__name__}"] += 1
-            await asyncio.sleep(pause_s)
-    await asyncio.gather(*(loop(k) for k in range(loops)))
 
 
 def chat(ctx: AttackContext, n: int, max_tokens: int = LONG) -> dict:
