@@ -22,20 +22,32 @@ import sys
 from pathlib import Path
 
 import httpx
+import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 from bench.hostile.attack import AttackContext  # noqa: E402
 from bench.hostile.report import render  # noqa: E402
 
 
 def attacks() -> list:
     found = list(importlib.import_module("bench.hostile.capacity").ATTACKS)
+    found += importlib.import_module("bench.hostile.one_request").ATTACKS
     try:
         found += importlib.import_module("bench.hostile.edges").ATTACKS
     except ModuleNotFoundError as exc:
         if exc.name != "bench.hostile.edges":
             raise
     return found
+
+
+def served(config: str) -> dict:
+    """The AttackContext fields a serve config sets: the `slo:` targets and the server's bound."""
+    from loraplex.config import PlatformConfig
+    from loraplex.ingress.request_size import server_bound
+    platform = PlatformConfig.from_args(yaml.safe_load(Path(config).read_text())["applications"][0]["args"])
+    return {"slo_ttft_s": platform.slo.ttft_p95_s, "slo_tpot_s": platform.slo.tpot_p95_s,
+            "server_bound": server_bound(platform.engine.max_num_seqs)}
 
 
 async def main(args) -> int:
@@ -53,7 +65,7 @@ async def main(args) -> int:
                             bystander_tenant="", client=client, admin_token=token,
                             bystander_requests=args.bystander_requests,
                             bystander_concurrency=args.bystander_concurrency,
-                            run_id=f"hostile-{secrets.token_hex(3)}")
+                            run_id=f"hostile-{secrets.token_hex(3)}", **served(args.config))
         ctx.bystander_tenant, ctx.bystander_key = await ctx.new_tenant("bystander")
         ctx.attacker_tenant, ctx.attacker_key = await ctx.new_tenant("attacker")
         if not ctx.model:
@@ -83,6 +95,8 @@ def parse(argv=None):
     p.add_argument("--bystander-concurrency", type=int, default=1, help="bystander requests at a time")
     p.add_argument("--timeout-s", type=float, default=120.0, help="HTTP timeout of one request")
     p.add_argument("--out", help="also write the tables (markdown) here")
+    p.add_argument("--config", default=str(ROOT / "serve_config.yaml"),
+                   help="the platform's serve config: its slo: targets and its first base's max_num_seqs")
     return p.parse_args(argv)
 
 

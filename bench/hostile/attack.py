@@ -12,6 +12,7 @@ under the attack against alone.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ class BystanderStats:
     requests: int = 0
     refusals: Counter = field(default_factory=Counter)  # "status message" -> count
     latencies_s: list = field(default_factory=list)
+    within_slo: int = 0  # answered requests within both `slo:` targets (TTFT and TPOT)
 
     @property
     def refused(self) -> int:
@@ -85,6 +87,10 @@ class AttackContext:
     bystander_requests: int = 40
     alone: Optional[BystanderStats] = None  # measured by the script before the attacks
     run_id: str = "hostile"  # prefixes the names of tenants an attack creates (unique per run)
+    # The platform's `slo:` targets: a bystander request within both counts in within_slo.
+    slo_ttft_s: float = float("inf")
+    slo_tpot_s: float = float("inf")
+    server_bound: int = 32  # sequences one request may carry at most (the pool's engine.max_num_seqs)
 
     def headers(self, key: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {key}"}
@@ -106,21 +112,43 @@ class AttackContext:
         return tenant["id"], key
 
     async def bystander_request(self, stats: BystanderStats) -> None:
-        """One short chat request of the bystander's, counted in `stats`."""
-        body = {"model": self.model, "max_tokens": self.bystander_max_tokens, "temperature": 0,
+        """One short streamed chat request of the bystander's, counted in `stats` (its TTFT and
+        TPOT against the `slo:` targets)."""
+        body = {"model": self.model, "max_tokens": self.bystander_max_tokens, "temperature": 0, "stream": True,
+                "stream_options": {"include_usage": True},
                 "messages": [{"role": "user", "content": "Say hello."}]}
         start = time.monotonic()
+        first = end = None
+        tokens = 0
         try:
-            r = await self.client.post(f"{self.url}/v1/chat/completions", json=body,
-                                       headers=self.headers(self.bystander_key))
-            result = None if r.status_code == 200 else await reply_outcome(r)
+            async with self.client.stream("POST", f"{self.url}/v1/chat/completions", json=body,
+                                          headers=self.headers(self.bystander_key)) as r:
+                if r.status_code != 200:
+                    await r.aread()
+                    result = await reply_outcome(r)
+                else:
+                    result = None
+                    async for line in r.aiter_lines():
+                        if not line.startswith("data: ") or line == "data: [DONE]":
+                            continue
+                        event = json.loads(line[len("data: "):])
+                        if "error" in event:
+                            result = outcome(500, event)
+                        elif event.get("usage"):
+                            tokens = event["usage"]["completion_tokens"]
+                        elif first is None and any(c.get("delta", {}).get("content") for c in event.get("choices", [])):
+                            first = time.monotonic()
+                    end = time.monotonic()
         except httpx.HTTPError as exc:
             result = f"error {type(exc).__name__}"
         stats.requests += 1
-        if result is None:
-            stats.latencies_s.append(time.monotonic() - start)
-        else:
+        if result is not None:
             stats.refusals[result] += 1
+            return
+        stats.latencies_s.append(end - start)
+        ttft = (first or end) - start
+        tpot = (end - first) / (tokens - 1) if first is not None and tokens > 1 else 0.0
+        stats.within_slo += ttft <= self.slo_ttft_s and tpot <= self.slo_tpot_s
 
     async def bystander(self, requests: Optional[int] = None) -> BystanderStats:
         """`requests` (default bystander_requests) short requests over the closed loops."""
@@ -148,6 +176,24 @@ class AttackContext:
             except asyncio.CancelledError:
                 pass
         return stats
+
+
+async def send_loops(ctx: AttackContext, key: str, bodies: list[tuple[str, dict]], loops: int, got: Counter,
+                     headers: dict | None = None, pause_s: float = 0.2) -> None:
+    """`loops` closed loops, each sending `bodies` in turn until cancelled; every outcome counted."""
+    async def loop(offset: int):
+        i = offset
+        while True:
+            path, body = bodies[i % len(bodies)]
+            i += 1
+            try:
+                r = await ctx.client.post(f"{ctx.url}{path}", json=body,
+                                          headers={**ctx.headers(key), **(headers or {})})
+                got[await reply_outcome(r)] += 1
+            except httpx.HTTPError as exc:
+                got[f"error {type(exc).__name__}"] += 1
+            await asyncio.sleep(pause_s)
+    await asyncio.gather(*(loop(k) for k in range(loops)))
 
 
 Attack = Callable[[AttackContext], Awaitable[AttackResult]]

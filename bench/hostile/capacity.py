@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from bench.hostile.attack import AttackContext, AttackResult, outcome, reply_outcome
+from bench.hostile.attack import AttackContext, AttackResult, outcome, send_loops
 
 # The attacker's limits for wide_requests: what a plan would cap.
 WIDE_LIMITS = {"max_n": 4, "max_prompts_per_request": 8, "max_tokens_per_request": 256,
@@ -46,22 +46,7 @@ async def wide_requests(ctx: AttackContext, loops: int = 2, pause_s: float = 0.2
     _, key = await ctx.new_tenant("wide", **WIDE_LIMITS)
     got: Counter = Counter()
     bodies = wide_bodies(ctx.model)
-
-    async def harm():
-        async def loop(offset: int):
-            i = offset
-            while True:
-                path, body = bodies[i % len(bodies)]
-                i += 1
-                try:
-                    r = await ctx.client.post(f"{ctx.url}{path}", json=body, headers=ctx.headers(key))
-                    got[await reply_outcome(r)] += 1
-                except httpx.HTTPError as exc:
-                    got[f"error {type(exc).__name__}"] += 1
-                await asyncio.sleep(pause_s)
-        await asyncio.gather(*(loop(k) for k in range(loops)))
-
-    bystander = await ctx.bystander_during(harm)
+    bystander = await ctx.bystander_during(lambda: send_loops(ctx, key, bodies, loops, got, pause_s=pause_s))
     return AttackResult("wide_requests", "chat n=24, 200 prompts, max_tokens 1500, 3 prompts x n=3, 5 prompts "
                         f"(limits {json.dumps(WIDE_LIMITS)})", got, bystander, ctx.alone)
 

@@ -15,9 +15,10 @@ def _cell(text: str) -> str:
 
 def bystander_row(label: str, stats: BystanderStats | None) -> str:
     if stats is None:
-        return f"| {label} | - | - | - | - |"
+        return f"| {label} | - | - | - | - | - |"
     refusals = "; ".join(f"{n} x {_cell(k)}" for k, n in stats.refusals.most_common(3)) or "0"
-    return f"| {label} | {stats.requests} | {refusals} | {_ms(stats.p(50))} | {_ms(stats.p(95))} |"
+    within = f"{stats.within_slo / stats.requests:.0%}" if stats.requests else "-"
+    return f"| {label} | {stats.requests} | {refusals} | {within} | {_ms(stats.p(50))} | {_ms(stats.p(95))} |"
 
 
 def render(result: AttackResult) -> str:
@@ -27,7 +28,7 @@ def render(result: AttackResult) -> str:
         lines.append(f"| {_cell(what)} | {n} |")
     if not result.attacker:
         lines.append("| (nothing) | 0 |")
-    lines += ["", "| bystander | requests | refusals | p50 ms | p95 ms |", "|---|---|---|---|---|",
+    lines += ["", "| bystander | requests | refusals | within SLO | p50 ms | p95 ms |", "|---|---|---|---|---|---|",
               bystander_row("alone", result.alone), bystander_row("under attack", result.bystander)]
     alone95 = result.alone.p(95) if result.alone else None
     under95 = result.bystander.p(95)

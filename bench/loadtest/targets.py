@@ -95,6 +95,9 @@ def slo_from_config(args: dict) -> dict:
 
 
 # -- LoRAPlex ----------------------------------------------------------------------------------
+LOADTEST_LIMITS = {"max_concurrent_requests": 100_000}
+
+
 def platform_target(base_url: str, model: str, workload, *, admin_token: Optional[str] = None,
                     api_keys: Optional[list[str]] = None, adapter_archives: Optional[list[Path]] = None,
                     run_id: Optional[str] = None, adapter_names: Optional[list[str]] = None) -> Target:
@@ -107,7 +110,9 @@ def platform_target(base_url: str, model: str, workload, *, admin_token: Optiona
         admin = {"Authorization": f"Bearer {admin_token}"}
         with httpx.Client(base_url=base_url, timeout=120) as c:
             for t in workload.tenants:
-                r = c.post("/admin/tenants", json={"name": f"loadtest-{run_id}-{t.name}"}, headers=admin)
+                # Its own concurrency limit: a load test measures the replicas, not a plan's per-tenant bound.
+                r = c.post("/admin/tenants", json={"name": f"loadtest-{run_id}-{t.name}",
+                                                   "limits": LOADTEST_LIMITS}, headers=admin)
                 _ok(r, "create tenant")
                 k = c.post(f"/admin/tenants/{r.json()['id']}/keys", headers=admin)
                 _ok(k, "create key")

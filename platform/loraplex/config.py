@@ -62,15 +62,16 @@ class AdaptiveLimitConfig(BaseModel):
 
 
 class SheddingConfig(BaseModel):
-    """When an Engine replica refuses new requests, by the tenant's priority."""
+    """When an Engine replica refuses new requests: by the tenant's priority, and only a tenant over
+    its share of the replica (engine/shedding.py)."""
 
     model_config = ConfigDict(extra="forbid")
 
     enabled: bool = Field(True, description="Refuse new work when the replica is overloaded.")
     shed_requests: int = Field(
         48, ge=0,
-        description="Requests in vLLM on a replica (running + waiting there) at which priority-0 "
-        "requests are refused. With the fair queue on, vLLM holds only what the queue dispatched (at "
+        description="Sequences in vLLM on a replica (running + waiting there) at which priority-0 "
+        "requests of tenants over their share are refused. With the fair queue on, vLLM holds only what the queue dispatched (at "
         "most max_num_seqs) and the queue bounds the rest (fair_queue.max_queued, refused by share): "
         "the default 48 is then never reached on the CPU profile; set it below max_num_seqs to refuse "
         "low priorities before the batch is full (a value at or above it is refused as unreachable).",

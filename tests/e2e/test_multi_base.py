@@ -137,7 +137,9 @@ def test_load_on_one_base_stays_on_its_pool_and_refuses_none_of_the_others_tenan
     """Each pool has its own router, fair queue and cores (cpu_affinity): a flood on the full base
     is served there alone, and the 4-bit base's tenant beside it is answered every time. (How much
     slower it gets is a benchmark's, not a timed assertion's: scripts/bench_multi_base.py.)"""
-    light, heavy = new_tenant_key(BASE_URL, ADMIN_TOKEN, "light"), new_tenant_key(BASE_URL, ADMIN_TOKEN, "heavy")
+    light = new_tenant_key(BASE_URL, ADMIN_TOKEN, "light")
+    # A flood past the default plan's 16 concurrent sequences: its own limit lets it fill the pool.
+    heavy = new_tenant_key(BASE_URL, ADMIN_TOKEN, "heavy", {"max_concurrent_requests": 64})
     alone = [timed_chat(light, W4) for _ in range(5)]
     stop, flood_done = threading.Event(), []
 

@@ -15,6 +15,7 @@ import pytest
 
 from bench.hostile.attack import AttackContext
 from bench.hostile.capacity import WIDE_LIMITS, slow_bodies, wide_requests
+from bench.hostile.one_request import n_at_server_bound
 from tenant_keys import ADMIN_TOKEN
 
 pytestmark = pytest.mark.integration
@@ -81,3 +82,23 @@ def test_slow_bodies_hold_only_their_tenants_slots_and_the_bystander_keeps_its_l
     assert statuses <= {"408", "429", "503"} and "408" in statuses and "429" in statuses, got
     assert all("ingress_busy" in k or "ingress replica" in k for k in got if k.startswith("503")), got
     assert_bystander_unharmed(result)
+
+
+def test_requests_at_the_servers_bound_leave_the_bystander_served_and_past_it_are_refused(base_url, model_name,
+                                                                                      bystander):
+    """Issue 46: one chat request of n: 16000 held the whole replica and every other tenant got 503
+    for as long as it ran. A tenant whose own limits lift every plan cap now gets 400 naming the
+    server's bound past the pool's batch (max_num_seqs 16 here), runs n=16 requests at it, and the
+    bystander is never refused. (Under the old rule the 16000 sequences were admitted: it fails.)"""
+    def attack(ctx):
+        ctx.server_bound = 16  # conftest's engine.max_num_seqs
+        return n_at_server_bound(ctx, max_tokens=48)
+    result = run(attack, base_url, model_name, bystander)
+    got = result.attacker
+    refused = [k for k in got if k.startswith("400 ")]
+    assert refused and all("bound of 16 sequences per request" in k and "VLLM_" not in k for k in refused), got
+    assert any(k.startswith("400 ") and "n = 16000" in k for k in got), got
+    assert got.get("200", 0) >= 1, got  # the requests at the bound ran
+    print(f"{result.name}: bystander p95 {result.bystander.p(95):.3f} s under attack, {result.alone.p(95):.3f} s "
+          f"alone; attacker got {dict(got)}")
+    assert result.alone.refused == 0 and result.bystander.refused == 0, result.bystander.refusals

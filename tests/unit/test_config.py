@@ -219,3 +219,20 @@ def test_a_plans_per_base_limit_on_an_unknown_base_is_refused_naming_the_field()
         config("lage")
     with pytest.raises(ValidationError, match="cost_model.models names larg"):
         two_bases(accounting={"cost_model": {"models": {"larg": {"gpus": 1}}}})
+
+
+@pytest.mark.parametrize("profile", ["serve_config.yaml", "serve_config.gpu.yaml", "serve_config.cluster.yaml",
+                                     "serve_config.multi.yaml"])
+def test_every_shipped_profile_caps_a_request_and_a_tenants_share_of_a_replica(profile):
+    """Issue 46: without caps one tenant's `n: 16000` or 1,000 prompts held the whole replica and
+    every other tenant was refused. The default plan caps n, prompts and sequences per request
+    (never past a pool's max_num_seqs, the server's bound) and holds a tenant to half a batch."""
+    import yaml
+
+    args = yaml.safe_load((ROOT / profile).read_text())["applications"][0]["args"]
+    config = PlatformConfig.from_args(args)
+    limits = config.tenancy.plans["default"].limits
+    batch = min(base.engine.max_num_seqs for base in config.bases())
+    assert None not in (limits.max_n, limits.max_prompts_per_request, limits.max_sequences_per_request)
+    assert limits.max_sequences_per_request <= batch and limits.max_n <= limits.max_sequences_per_request
+    assert limits.max_concurrent_requests is not None and limits.max_concurrent_requests <= batch // 2

@@ -18,7 +18,7 @@ from loraplex.engine.engine_counters import EngineStatsReader
 from loraplex.engine.fair_queue import Entry, FairQueue
 from loraplex.engine.metering import Meter
 from loraplex.contract import SSE_DONE, AdapterTarget, EngineCall, EngineChunk, EngineError, RequestUsage, sse_error
-from loraplex.engine.shedding import LoadShedder
+from loraplex.engine.shedding import InFlight, LoadShedder
 from loraplex.engine.stream_batcher import DeadlineExceeded, StreamBatcher
 from loraplex.engine.vllm_engine import VLLMEngine
 from loraplex.metrics.recorder import Metrics
@@ -71,7 +71,7 @@ class Engine:
         self.adapter_demand = KeyDemand(capacity=deployment.routing.served_keys)  # requests per adapter lately
         self.max_loras = config.engine.max_loras
         self._residency = None  # vLLM's LoRA tiers at the last routing-stats sample
-        self.in_flight = 0  # sequences (EngineCall.sequences) this replica is serving (in vLLM or about to be; not queued)
+        self.in_flight = InFlight()  # sequences (EngineCall.sequences) this replica serves, per tenant
         self.metrics = Metrics.for_replica(config.metrics, "engine", metrics_sink, base_model=self.base_model)
         # vLLM's own numbers, read from its registry by one reader: the shedder, the routing
         # stats and the metrics publisher share its readings.
@@ -80,7 +80,7 @@ class Engine:
         self.fair_queue = self._fair_queue(config)
         # in_flight counts only what the queue dispatched: the shedder bounds vLLM's share, the
         # queue refuses by share when it is full.
-        self.shedder = LoadShedder(deployment.shedding, lambda: self.in_flight,
+        self.shedder = LoadShedder(deployment.shedding, self.in_flight,
                                    lambda: self.stats.read()["kv_cache_usage"])
         self.batcher = StreamBatcher(deployment.stream_window_s, deployment.stream_max_chunks,
                                      deployment.stream_items_per_s, deployment.stream_max_window_s)
@@ -153,7 +153,8 @@ class Engine:
         self.served_keys.touch(call.routing_key)
         if call.adapter is not None:
             self.adapter_demand.touch(call.routing_key)
-        if (overloaded := self.shedder.refusal(call.priority)) is not None:
+        tenant = call.tenant_id or "-"
+        if (overloaded := self.shedder.refusal(tenant, call.priority, call.weight, call.sequences)) is not None:
             yield EngineError(status=503, message=f"The server is overloaded ({overloaded}); retry in a moment.",
                               type="service_unavailable", retry_after=self.shedder.config.retry_after_s,
                               reason="shed")
@@ -164,7 +165,7 @@ class Engine:
             if entry.state == "refused":
                 yield self._queue_refusal(entry)
                 return
-        self.in_flight += call.sequences  # what the shedder bounds: sequences in vLLM, not requests
+        self.in_flight.add(tenant, call.weight, call.sequences, call.priority)  # what the shedder bounds: sequences in vLLM
         usage = RequestUsage(replica_id=self.replica_id)
         if entry is not None:  # its tenant's next request may start now (prefill pacing)
             usage.on_first_token = lambda: self.fair_queue.first_token(entry)
@@ -193,7 +194,8 @@ class Engine:
             usage.status, usage.finish_time = "timeout", time.time()
             self._meter(call, usage)
             metered = True
-            message = ("The request ran past its deadline and was stopped; ask for fewer tokens, "
+            fewer = "fewer tokens" if call.sequences == 1 else f"fewer tokens or fewer sequences (n x prompts: {call.sequences})"
+            message = (f"The request ran past its deadline and was stopped; ask for {fewer}, "
                        "or a longer X-LoRAPlex-Timeout (up to the server's limit).")
             if call.stream and usage.engine_request_ids:
                 yield usage.chunk(sse_error(504, message, "timeout_error") + SSE_DONE.encode(), final=True)
@@ -212,7 +214,7 @@ class Engine:
                 yield EngineError(status=503, message=message, type="ServiceUnavailableError",
                                   billed=bool(usage.engine_request_ids))
         finally:
-            self.in_flight -= call.sequences
+            self.in_flight.remove(tenant, call.sequences)
             await batches.aclose()  # on a disconnect: cancels the engine request first
             if not metered and not refused:
                 self._meter(call, usage)
@@ -307,9 +309,9 @@ class Engine:
         adapters = getattr(self.engine, "adapters", None)
         return {
             "base_model": self.base_model,  # with several bases, which pool this replica is of
-            "in_flight": self.in_flight,
+            "in_flight": self.in_flight.total,
             "dispatch_limit": queue["dispatch_limit"] if queue else None,  # None: no fair queue
-            "dispatched": queue["dispatched"] if queue else self.in_flight,
+            "dispatched": queue["dispatched"] if queue else self.in_flight.total,
             "queued": queue["queued"] if queue else 0,
             "tenants": queue["tenants"] if queue else {},
             "loaded_adapters": sorted(adapters.targets)[:64] if adapters is not None else [],

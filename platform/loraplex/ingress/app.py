@@ -30,6 +30,7 @@ from loraplex.ingress.health_routes import HealthRoutes, ReplicaHealth
 from loraplex.ingress.latency_routes import LatencyRoutes
 from loraplex.ingress.openai_routes import OpenAIRoutes
 from loraplex.ingress.overload import GenerationBound
+from loraplex.ingress.request_size import server_bound
 from loraplex.ingress.tenant_context import TenantContext
 from loraplex.ingress.upload_pool import UploadPool
 from loraplex.ingress.usage_routes import UsageRoutes
@@ -89,7 +90,8 @@ def build_ingress_app(
                           limits=limiter or Limiter(LocalBackend(), config.tenancy.limiter),
                           metrics=metrics.requests if metrics is not None else None,
                           body_timeout_s=config.ingress.body_timeout_s, max_model_len=config.engine.max_model_len,
-                          max_body_reads_per_tenant=config.ingress.max_body_reads_per_tenant)
+                          max_body_reads_per_tenant=config.ingress.max_body_reads_per_tenant,
+                          max_sequences={b.model_id: server_bound(b.engine.max_num_seqs) for b in config.bases()})
     routes = [
         *openai.routes(),
         *HealthRoutes(engine, replica_health, store_health=health if tenancy is not None else None,

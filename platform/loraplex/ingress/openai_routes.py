@@ -29,7 +29,8 @@ from loraplex.contract import (SSE_DONE, EngineCall, EngineChunk, EngineError, E
 from loraplex.errors import StatusError
 from loraplex.ingress.body_reads import BodyReads
 from loraplex.ingress.errors import APIError
-from loraplex.ingress.request_size import apply_max_tokens_cap, check_caps, effective_max_tokens, request_size
+from loraplex.ingress.request_size import (RequestSize, apply_max_tokens_cap, check_bound, check_caps,
+                                          effective_max_tokens, request_size)
 from loraplex.ingress.tenant_context import TenantContext
 from loraplex.metrics.request_metrics import NoRequestMetrics
 
@@ -117,8 +118,11 @@ class OpenAIRoutes:
     def __init__(self, engine, max_body_bytes: int, tenants: TenantContext | None = None, ledger=None,
                  base_model: str = "", request_timeout_s: float = 300.0, limits: Limiter | None = None,
                  metrics=None, body_timeout_s: float | None = 10.0, max_model_len: int | None = None,
-                 max_body_reads_per_tenant: int | None = None):
+                 max_body_reads_per_tenant: int | None = None, max_sequences: dict[str, int] | None = None):
         self.engine = engine
+        # The server's bound per base model (request_size.server_bound): no request carries more
+        # sequences than its pool batches, whatever its plan says.
+        self.max_sequences = max_sequences or {}
         self.body_reads = BodyReads(max_body_reads_per_tenant)
         self.body_timeout_s = body_timeout_s  # None: no deadline on reading a body
         self.max_model_len = max_model_len  # vLLM's default max_tokens of a chat request is the rest of it
@@ -174,6 +178,8 @@ class OpenAIRoutes:
             try:
                 with self.body_reads.reading_for(principal.tenant_id if principal else "-"):  # 429 past the bound
                     data = await read_json(request, self.max_body_bytes, self.body_timeout_s)
+                # Before vLLM's parser: its refusal of a long prompt list gives server-side advice.
+                self._check_size(principal, request_size(data))
                 oai_request = parse(model, data)
                 call = await self._call(principal, oai_request, arrival, deadline)
                 admission = await self.limits.admit(principal, call, held)  # LimitExceeded: 429
@@ -222,8 +228,8 @@ class OpenAIRoutes:
         request_id = request_id or uuid.uuid4().hex
         oai_request.request_id = request_id
         size = request_size(oai_request)
-        if principal is not None:  # the per-request caps: 400 naming the cap
-            check_caps(size, principal.limits)
+        self._check_size(principal, size)
+        if principal is not None:
             apply_max_tokens_cap(oai_request, size, principal.limits)
         prompt_tokens = prompt_tokens_estimate(oai_request)
         max_tokens = effective_max_tokens(oai_request, prompt_tokens // size.prompts, self.max_model_len,
@@ -233,12 +239,22 @@ class OpenAIRoutes:
         if principal is None:
             return EngineCall(**common)
         base_model, adapter = await self.tenants.resolve_model(principal, oai_request.model)
+        if base_model in self.max_sequences:  # its own pool's bound, now that the base is known
+            check_bound(size, self.max_sequences[base_model])
         return EngineCall(base_model=base_model,
             **common, tenant_id=principal.tenant_id, api_key_id=principal.key_id, adapter=adapter,
             cache_salt=self.tenants.cache_salt(principal), priority=0 if batch else principal.limits.priority,
             weight=self.tenants.weight(principal),
             routing_key=affinity_key(principal.tenant_id, adapter.name if adapter else None), batch=batch,
         )
+
+    def _check_size(self, principal, size: RequestSize) -> None:
+        """400 over the principal's per-request caps or the server's bound (before the request's
+        base is known, the largest pool's)."""
+        if principal is not None:
+            check_caps(size, principal.limits)
+        if self.max_sequences:
+            check_bound(size, max(self.max_sequences.values()))
 
     async def generate(self, call: EngineCall, oai_request, track=None) -> Response:
         items = self.engine.generate(call, oai_request)

@@ -13,14 +13,22 @@ max_sequences_per_request; per plan, a tenant's own wins) refuse a request over 
 naming the cap and its value; a chat request without max_tokens under a max_tokens cap runs with
 the cap as its max_tokens. A request needing more sequences than its tenant's
 max_concurrent_requests could never be admitted: 400 too, never a wait.
+
+Above every plan, the server's bound (`server_bound`): one request never carries more sequences
+than its pool's replica runs in one batch (engine.max_num_seqs), nor more prompts than vLLM's
+parser takes (VLLM_MAX_COMPLETION_PROMPTS). It is checked on the JSON body before vLLM parses it,
+so a client never reads vLLM's server-side advice ("set the VLLM_... environment variable").
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 from loraplex.errors import StatusError
+
+# vLLM's parser refuses a longer prompt list with server-side advice (envs.VLLM_MAX_COMPLETION_PROMPTS's default).
+VLLM_MAX_PROMPTS = 1024
 
 REASON = "400:request_cap"  # the ledger's and the metrics' word for a refusal here
 
@@ -36,18 +44,23 @@ class RequestSize:
         return self.choices * self.prompts
 
 
-def prompt_count(oai_request) -> int:
+def _field(request, name: str) -> Any:
+    """A field of a parsed OpenAI request, or of its JSON body (a dict) before vLLM parses it."""
+    return request.get(name) if isinstance(request, dict) else getattr(request, name, None)
+
+
+def prompt_count(request) -> int:
     """Prompts in the request: a chat request has one; a completion's `prompt` may be a list of
     strings or of token-id lists (a flat list of ints is one prompt), `prompt_embeds` a list."""
-    if getattr(oai_request, "messages", None) is not None:
+    if _field(request, "messages") is not None:
         return 1
     count = 0
-    prompt = getattr(oai_request, "prompt", None)
+    prompt = _field(request, "prompt")
     if isinstance(prompt, list) and prompt:
         count += 1 if isinstance(prompt[0], int) else len(prompt)
     elif prompt:  # one string
         count += 1
-    embeds = getattr(oai_request, "prompt_embeds", None)
+    embeds = _field(request, "prompt_embeds")
     if isinstance(embeds, list):
         count += len(embeds)
     elif embeds:
@@ -55,19 +68,41 @@ def prompt_count(oai_request) -> int:
     return max(count, 1)
 
 
-def asked_max_tokens(oai_request) -> Optional[int]:
-    return getattr(oai_request, "max_completion_tokens", None) or oai_request.max_tokens
+def asked_max_tokens(request) -> Optional[int]:
+    asked = _field(request, "max_completion_tokens") or _field(request, "max_tokens")
+    return asked if isinstance(asked, int) else None  # a body's wrong type is the parser's to refuse
 
 
-def request_size(oai_request) -> RequestSize:
-    n = getattr(oai_request, "n", None) or 1
-    return RequestSize(choices=max(int(n), 1), prompts=prompt_count(oai_request), max_tokens=asked_max_tokens(oai_request))
+def request_size(request) -> RequestSize:
+    """The size of a parsed OpenAI request, or of its JSON body (a field of the wrong type counts
+    as unset: vLLM's parser refuses it next)."""
+    n = _field(request, "n")
+    n = n if isinstance(n, int) and not isinstance(n, bool) else 1
+    return RequestSize(choices=max(n, 1), prompts=prompt_count(request), max_tokens=asked_max_tokens(request))
+
+
+def server_bound(max_num_seqs: int) -> int:
+    """Most sequences one request may carry on a pool whose replicas batch `max_num_seqs`."""
+    return min(max_num_seqs, VLLM_MAX_PROMPTS)
 
 
 def _over(cap_name: str, cap: int, what: str, value: int, param: str, fix: str) -> StatusError:
     """400 whose message names the cap and its value; `code` is the cap's name."""
     return StatusError(f"This request asks for {what} {value}, over your tenant's {cap_name} ({cap}); {fix}.",
                        status=400, param=param, code=cap_name, reject_reason=REASON)
+
+
+def check_bound(size: RequestSize, bound: int) -> None:
+    """400 when the request carries more sequences than the server's bound (server_bound), which
+    no plan lifts."""
+    if size.sequences > bound:
+        what = "n =" if size.prompts == 1 else "sequences (n x prompts):"
+        raise StatusError(
+            f"This request asks for {what} {size.sequences}, over this server's bound of {bound} sequences per "
+            f"request (what one engine replica runs in one batch; no plan lifts it); keep n x prompts at or "
+            f"under {bound}, or split the request.",
+            status=400, param="n" if size.prompts == 1 else "prompt", code="max_sequences_per_request",
+            reject_reason=REASON)
 
 
 def check_caps(size: RequestSize, limits) -> None:

@@ -44,7 +44,7 @@ from loraplex.routing.snapshot import ReplicaSnapshot, RouteRequest
 
 logger = logging.getLogger("ray.serve")
 
-# (RouteRequest, pending tokens), or False: no key; cached on the PendingRequest across rounds.
+# (RouteRequest, pending tokens, sequences), or False: no key; cached on the PendingRequest across rounds.
 _ROUTE_ATTR = "_loraplex_route"
 # The key's holders when the policy last ranked the request (see routing.decision); absent: the
 # request went by power of two.
@@ -62,7 +62,10 @@ class TenantAffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
         super().__init__(*args, **kwargs)
         self._policy: RoutingPolicy | None = None
         self._pending_tokens: dict[str, int] = {}  # replica unique id -> tokens in flight
-        self._in_flight: dict[str, tuple[str, int]] = {}  # internal request id -> (replica, tokens)
+        self._in_flight: dict[str, tuple[str, int, int]] = {}  # internal request id -> (replica, tokens, sequences)
+        # Sequences past one of the requests in flight per replica: Serve's queue length counts a
+        # request of n x prompts sequences as one, the engine runs all of them.
+        self._extra_sequences: dict[str, int] = {}
         self._recent: dict[str, OrderedDict[str, float]] = {}  # replica -> key -> routed at
         self._reported: dict[str, tuple] = {}  # replica -> the held_keys last applied
         self._reports: dict[str, EngineReport] = {}  # replica -> its engine's last stats
@@ -129,8 +132,8 @@ class TenantAffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
             return None
         ranked = self._policy.rank(routed[0], snapshots)
         setattr(pending_request, _HOLDERS_ATTR, self._policy.holders(routed[0], snapshots))
-        full = {s.replica_id for s in snapshots
-                if s.in_flight >= by_id[s.replica_id].max_ongoing_requests}
+        full = {s.replica_id for s in snapshots  # Serve's bound counts requests, not sequences
+                if s.in_flight - self._extra_sequences.get(s.replica_id, 0) >= by_id[s.replica_id].max_ongoing_requests}
         head, seen = [], set()
         for replica_id in ranked:
             replica = by_id.get(replica_id)
@@ -152,20 +155,20 @@ class TenantAffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
                  if r.replica_id.unique_id not in seen or r.replica_id.unique_id in full]
         return [[r] for r in head] + ([tail] if tail else [])
 
-    def _route_of(self, pending_request: PendingRequest) -> tuple[RouteRequest, int] | None:
+    def _route_of(self, pending_request: PendingRequest) -> tuple[RouteRequest, int, int] | None:
         routed = getattr(pending_request, _ROUTE_ATTR, None)
         if routed is None:
             routed = self._route(pending_request.args, pending_request.kwargs) or False
             setattr(pending_request, _ROUTE_ATTR, routed)
         return routed or None
 
-    def _route(self, args: list, kwargs: dict) -> tuple[RouteRequest, int] | None:
-        """The policy's RouteRequest and the call's pending tokens, for an EngineCall with a key."""
+    def _route(self, args: list, kwargs: dict) -> tuple[RouteRequest, int, int] | None:
+        """The policy's RouteRequest, the call's pending tokens and its sequences, for an EngineCall with a key."""
         call, request = generate_args(args, kwargs)
         if call is None or call.routing_key is None:
             return None
         tokens = call.prompt_tokens + call.sequences * (call.max_tokens or self.output_tokens)
-        return self._policy.route(call, request), tokens
+        return self._policy.route(call, request), tokens, call.sequences
 
     async def _snapshots(self, candidates: list[RunningReplica]
                          ) -> tuple[list[ReplicaSnapshot], dict[str, RunningReplica]]:
@@ -202,14 +205,18 @@ class TenantAffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
             report = self._reports.get(uid, EngineReport())
             adapters = report.adapters
             snapshots.append(ReplicaSnapshot(
-                uid, in_flight=q + chosen.get(uid, 0), waiting=report.waiting + report.queued,
+                uid, in_flight=q + chosen.get(uid, 0) + self._extra_sequences.get(uid, 0),
+                waiting=report.waiting + report.queued,
                 kv_usage=report.kv_usage, pending_tokens=self._pending_tokens.get(uid, 0),
                 slot_adapters=adapters.slots if adapters else None, cpu_adapters=adapters.cpu if adapters else None,
                 max_loras=adapters.max_loras if adapters else 0, adapter_demand=adapters.demand if adapters else {}))
         return snapshots, by_id
 
     def _in_flight_counts(self) -> Counter[str]:
-        return Counter(uid for uid, _ in self._in_flight.values())
+        counts: Counter[str] = Counter()
+        for uid, _, sequences in self._in_flight.values():
+            counts[uid] += sequences
+        return counts
 
     def _chosen_counts(self) -> Counter[str]:
         horizon = time.monotonic() - _CHOSEN_TTL_S
@@ -234,7 +241,7 @@ class TenantAffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
         routed = getattr(pending_request, _ROUTE_ATTR, None)
         if not routed or self._policy is None:
             return
-        route, tokens = routed
+        route, tokens, sequences = routed
         uid = replica_id.unique_id
         try:
             self._policy.on_routed(route, uid)
@@ -246,8 +253,10 @@ class TenantAffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
         recent[route.key] = now
         _drop_older(recent, now - self.stats_window_s)
         internal_id = pending_request.metadata.internal_request_id
-        self._in_flight[internal_id] = (uid, tokens)
+        self._in_flight[internal_id] = (uid, tokens, sequences)
         self._pending_tokens[uid] = self._pending_tokens.get(uid, 0) + tokens
+        if sequences > 1:
+            self._extra_sequences[uid] = self._extra_sequences.get(uid, 0) + sequences - 1
 
     @staticmethod
     def _count_decision(pending_request: PendingRequest, replica_id: ReplicaID) -> None:
@@ -267,12 +276,9 @@ class TenantAffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
         super().on_request_completed(replica_id, internal_request_id)
         entry = self._in_flight.pop(internal_request_id, None)
         if entry is not None:
-            uid, tokens = entry
-            left = self._pending_tokens.get(uid, 0) - tokens
-            if left > 0:
-                self._pending_tokens[uid] = left
-            else:
-                self._pending_tokens.pop(uid, None)
+            uid, tokens, sequences = entry
+            _take(self._pending_tokens, uid, tokens)
+            _take(self._extra_sequences, uid, sequences - 1)
 
     def update_replicas(self, replicas: list[RunningReplica]) -> None:
         before = set(self._replica_id_set)
@@ -288,7 +294,7 @@ class TenantAffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
 
     def _forget_replica(self, replica_id: ReplicaID) -> None:
         uid = replica_id.unique_id
-        for d in (self._pending_tokens, self._recent, self._reported, self._reports):
+        for d in (self._pending_tokens, self._extra_sequences, self._recent, self._reported, self._reports):
             d.pop(uid, None)
         served_keys.forget_status(uid)
         self._chosen = {k: v for k, v in self._chosen.items() if v[0] != uid}
@@ -339,3 +345,12 @@ class TenantAffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
 def _drop_older(recent: OrderedDict, horizon: float) -> None:
     while recent and next(iter(recent.values())) < horizon:
         recent.popitem(last=False)
+
+
+def _take(counts: dict[str, int], key: str, n: int) -> None:
+    """Subtract n from counts[key], dropping the key at 0."""
+    left = counts.get(key, 0) - n
+    if left > 0:
+        counts[key] = left
+    else:
+        counts.pop(key, None)

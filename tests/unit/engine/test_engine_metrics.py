@@ -69,7 +69,7 @@ async def test_per_tenant_counters_are_the_ledgers_rows(replica):
 
 async def test_a_refusal_is_never_a_request_and_a_shed_one_says_so(replica):
     replica, sink = replica
-    replica.in_flight = 10_000
+    replica.in_flight.add("ten_a", 1.0, 10_000)  # all the caller's own: over any share
     [refused] = await drain(replica.generate(make_call("r-shed"), chat()))
     replica.metrics.flush()
     assert refused.status == 503 and refused.reason == "shed"

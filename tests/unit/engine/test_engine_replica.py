@@ -613,6 +613,15 @@ async def test_a_non_stream_request_past_its_deadline_is_a_billed_504(replica):
     assert fake.aborted == [["cmpl-req-slow-ns-0"]]
     [row] = ledger_rows(replica)
     assert row["status"] == "timeout"
+    assert "ask for fewer tokens," in items[0].message
+
+
+async def test_a_wide_request_past_its_deadline_is_told_its_sequences_too(replica):
+    # n choices: "fewer tokens" alone would never mention what made it long (issue 46).
+    llm(replica).script = Script(prompt_len=6, cached=0, tokens=50, stall_after=2)
+    call = make_call("req-wide-ns", stream=False, deadline=time.time() + 0.3, sequences=4)
+    [item] = await asyncio.wait_for(drain(replica.generate(call, chat(stream=False))), DEADLINE_S)
+    assert item.status == 504 and "fewer tokens or fewer sequences (n x prompts: 4)" in item.message
 
 
 # --------------------------------------------------------------------------------------------
@@ -660,14 +669,14 @@ async def test_a_stream_vllm_rejects_after_generate_was_called_is_not_billed(rep
 
 
 async def test_an_overloaded_replica_sheds_low_priority_first_and_bills_nothing(replica):
-    replica.in_flight = 40  # as if 40 requests ran here: p0 is shed at 48... so lower the bar
+    replica.in_flight.add("ten_a", 1.0, 40)  # as if 40 of ten_a's ran here: p0 is shed at 48... so lower the bar
     replica.shedder.config = replica.shedder.config.model_copy(update={"shed_requests": 16, "max_requests": 64})
     low = await drain(replica.generate(make_call("req-low", priority=0), chat()))
     assert len(low) == 1 and isinstance(low[0], EngineError) and low[0].status == 503
     assert low[0].retry_after == replica.shedder.config.retry_after_s and not low[0].billed
     high = await drain(replica.generate(make_call("req-high", priority=90), chat()))
     assert high[-1].data.endswith(SSE_DONE.encode())
-    assert replica.in_flight == 40  # the served request was counted and released
+    assert replica.in_flight.total == 40  # the served request was counted and released
     assert [r["request_id"] for r in ledger_rows(replica)] == ["req-high"]
 
 

@@ -20,12 +20,18 @@ async def test_the_shedder_counts_a_requests_sequences(tmp_path):
     try:
         held = asyncio.create_task(drain(replica.generate(make_call("wide", sequences=4), chat())))
         await settle()
-        assert replica.in_flight == 4
+        assert replica.in_flight.total == 4
         [refused] = await drain(replica.generate(make_call("next"), chat()))
         assert refused.status == 503 and refused.reason == "shed"  # 4 sequences in flight: priority 0 is shed
+        # ... for the tenant holding them; a neighbour under its share (2 of 4) is served beside them.
+        neighbour = asyncio.create_task(drain(replica.generate(make_call("neighbour", tenant="ten_b", sequences=2),
+                                                               chat())))
+        await settle()
+        assert replica.in_flight.total == 6 and replica.in_flight.sequences == {"ten_a": 4, "ten_b": 2}
         llm(replica).gate.set()
         await held
-        assert replica.in_flight == 0
+        assert (await neighbour)[-1].data.endswith(b"data: [DONE]\n\n")
+        assert replica.in_flight.total == 0
     finally:
         llm(replica).gate.set()
         await replica.__del__()

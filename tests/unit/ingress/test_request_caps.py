@@ -114,6 +114,38 @@ def test_a_request_over_a_cap_is_400_naming_the_cap_and_its_value(platform, limi
     assert platform.engine.calls == []  # refused before the engine
 
 
+@pytest.mark.parametrize("path, body, param, asked", [
+    ("/v1/chat/completions", chat_body(n=16000), "n", "n = 16000"),
+    ("/v1/chat/completions", chat_body(n=100000), "n", "n = 100000"),  # vLLM's own check is at 16384
+    ("/v1/completions", completion_body(["p"] * 1000), "prompt", "n x prompts): 1000"),
+    ("/v1/completions", completion_body(["p"] * 2000), "prompt", "n x prompts): 2000"),  # vLLM's parser: 1024
+    ("/v1/completions", completion_body(["a", "b", "c"], n=11), "prompt", "n x prompts): 33"),
+])
+def test_a_request_over_the_servers_bound_is_400_whatever_the_plan(platform, path, body, param, asked):
+    # engine.max_num_seqs is 32 (the default): no request carries more sequences than one batch,
+    # for a tenant with no caps of its own or its plan's, and never with vLLM's server-side advice.
+    key = platform.tenant("acme")
+    r = platform.post(path, headers=key, json=body)
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["code"] == "max_sequences_per_request" and err["param"] == param, err
+    assert asked in err["message"] and "bound of 32 sequences per request" in err["message"], err
+    assert "VLLM_" not in err["message"] and "environment variable" not in err["message"]
+    assert platform.engine.calls == []
+    assert platform.post("/v1/chat/completions", headers=key, json=chat_body(n=32)).status_code == 200  # the bound runs
+
+
+def test_the_bound_is_each_base_models_own(tmp_path):
+    # Two pools: a request on the base whose replicas batch 8 is bounded at 8, the other's at 32.
+    from loraplex.ingress.openai_routes import OpenAIRoutes
+    from loraplex.ingress.request_size import RequestSize, server_bound
+    assert server_bound(32) == 32 and server_bound(4096) == 1024  # vLLM's parser takes 1024 prompts
+    routes = OpenAIRoutes(RecordingEngine(), 1 << 20, max_sequences={"big": 32, "small": 8})
+    routes._check_size(None, RequestSize(choices=32, prompts=1, max_tokens=None))  # the largest pool's
+    with pytest.raises(Exception, match="bound of 32"):
+        routes._check_size(None, RequestSize(choices=33, prompts=1, max_tokens=None))
+
+
 def test_a_chat_request_without_max_tokens_runs_with_the_cap(platform):
     key = platform.tenant("acme", max_tokens_per_request=64)
     body = chat_body()

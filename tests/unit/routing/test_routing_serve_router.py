@@ -345,10 +345,22 @@ async def test_pending_tokens_count_what_is_in_flight():
     second = await route(router, *tenant_call("ten_b", prompt_tokens=10), complete=False)
     assert second != first
     assert router._pending_tokens[second] == 10 + RoutingConfig().output_tokens
-    for internal_id, (uid, _) in list(router._in_flight.items()):
+    for internal_id, (uid, _, _) in list(router._in_flight.items()):
         router.on_request_completed(ReplicaID(unique_id=uid, deployment_id=DEPLOYMENT),
                                     internal_id)
     assert router._pending_tokens == {}
+
+
+async def test_a_request_counts_as_its_sequences_on_its_replica():
+    # Serve's queue length counts one request of n x prompts as one; the router adds the rest, so a
+    # replica running one 8-sequence request is as loaded as one running 8 requests.
+    home, other = rendezvous_order("ten_a", ["r0", "r1"])
+    router = make_router(fleet(2), load_factor=1.25, min_bound=0)
+    assert await route(router, *tenant_call("ten_a", sequences=8), complete=False) == home
+    assert await route(router, *tenant_call("ten_a"), complete=False) == other  # 8 + 1 over the bound of 6
+    for internal_id, (uid, _, _) in list(router._in_flight.items()):
+        router.on_request_completed(ReplicaID(unique_id=uid, deployment_id=DEPLOYMENT), internal_id)
+    assert router._extra_sequences == {}
 
 
 async def test_an_engines_waiting_queue_adds_to_its_load():
