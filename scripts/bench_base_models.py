@@ -40,6 +40,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "platform"))  # this checkout's package, for the worker extension
+
+from loraplex.engine.lora_residency import EXTENSION  # noqa: E402
 
 DEFAULT_BASES = [
     "full=models/SmolLM2-135M-Instruct:float32",
@@ -124,8 +127,10 @@ def child(args) -> None:
     base = json.loads(args.child)
     rec: dict = {"name": base["name"], "path": base["path"], "dtype": base["dtype"]}
     t0 = time.perf_counter()
+    # With LoRA, the Engine's worker extension: it installs the platform's CPU LoRA ops (cpu_lora_ops).
+    extension = {"worker_extension_cls": EXTENSION} if base["lora"] else {}
     llm = LLM(model=base["path"], dtype=base["dtype"], enable_lora=base["lora"], seed=0,
-              **ENGINE_ARGS)
+              **ENGINE_ARGS, **extension)
     rec["startup_s"] = time.perf_counter() - t0
     quant = llm.llm_engine.vllm_config.model_config.quantization
     rec["quantization"] = quant or "none"
