@@ -167,7 +167,7 @@ def child(args) -> None:
 
             lora = LoRARequest("bench-adapter", 1, args.adapter_dir)
             try:
-                outs = llm.generate(agree, greedy, lora_request=lora, use_tqdm=False)
+                outs = llm.generate(agree[:args.lora_prompts or None], greedy, lora_request=lora, use_tqdm=False)
                 rec["lora_answers"] = [list(o.outputs[0].token_ids) for o in outs]
                 rec["lora_sample"] = tok.decode(rec["lora_answers"][0])
                 rec["lora"] = "yes"
@@ -184,7 +184,8 @@ def run_child(base: dict, args, adapter_dir: str | None, log) -> dict:
     argv = [sys.executable, __file__, "--child", json.dumps(base), "--batch", str(args.batch),
             "--tokens", str(args.tokens), "--repeats", str(args.repeats),
             "--agree-prompts", str(args.agree_prompts), "--agree-tokens", str(args.agree_tokens),
-            "--prefill-prompts", str(args.prefill_prompts), "--prefill-len", str(args.prefill_len)]
+            "--prefill-prompts", str(args.prefill_prompts), "--prefill-len", str(args.prefill_len),
+            "--lora-prompts", str(args.lora_prompts)]
     if adapter_dir:
         argv += ["--adapter-dir", adapter_dir]
     proc = subprocess.run(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=log, text=True)
@@ -232,7 +233,7 @@ def report(recs: list[dict], args) -> str:
     lines = [
         f"{args.batch} prompts x {args.tokens} tokens greedy (ignore_eos), median of "
         f"{args.repeats}; prefill: {args.prefill_prompts} x {args.prefill_len} tokens; agreement: {args.agree_prompts} prompts x {args.agree_tokens} greedy "
-        f"tokens vs `{ref['name']}`" + (f"; LoRA: demo adapter `{args.adapter}`" if args.adapter else ""),
+        f"tokens vs `{ref['name']}`" + (f"; LoRA: demo adapter `{args.adapter}` on the first {args.lora_prompts or args.agree_prompts} prompts" if args.adapter else ""),
         "",
         "| base | quantization | dtype | RSS GiB | peak RSS GiB | RSS less KV cache GiB | "
         "output tok/s | prefill tok/s | exact match | mean prefix (tokens) | LoRA | LoRA exact match | LoRA mean prefix |",
@@ -281,6 +282,8 @@ def main() -> None:
     parser.add_argument("--agree-prompts", type=int, default=32)
     parser.add_argument("--agree-tokens", type=int, default=32)
     parser.add_argument("--adapter", default=None, help="a demo adapter recipe (adapters/recipes)")
+    parser.add_argument("--lora-prompts", type=int, default=0,
+                        help="the LoRA agreement on the first N agreement prompts (0: all of them)")
     parser.add_argument("--log", type=Path, default=Path(tempfile.gettempdir()) / "bench_base_models.log")
     parser.add_argument("--json", type=Path, default=None, help="also write the records here")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
