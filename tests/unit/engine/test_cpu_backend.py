@@ -96,7 +96,7 @@ def test_a_pool_pinned_to_cpus_runs_there_every_thread_too_and_a_missing_cpu_sto
         pinned = pin_to_cpus([first])
         stop.set()
         t.join()
-        q.put((pinned, os.sched_getaffinity(0), seen["other"]))
+        q.put((pinned, os.sched_getaffinity(0), seen["other"], engine_threads()))
         try:
             pin_to_cpus([10_000])
         except ValueError as exc:
@@ -104,8 +104,9 @@ def test_a_pool_pinned_to_cpus_runs_there_every_thread_too_and_a_missing_cpu_sto
     q = mp.get_context("fork").Queue()
     p = mp.get_context("fork").Process(target=child, args=(q,))
     p.start()
-    pinned, now, other = q.get(timeout=30)
+    pinned, now, other, threads = q.get(timeout=30)
     assert now == pinned and len(pinned) == 1
+    assert threads == 1  # vLLM's threads: the pool's cores, not the node's
     assert other == pinned  # not only the calling thread
     assert "cpu_affinity names CPUs [10000]" in q.get(timeout=30)
     p.join(30)
