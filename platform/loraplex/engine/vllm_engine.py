@@ -40,6 +40,9 @@ if TYPE_CHECKING:  # annotations only: at run time engine/ does not import the c
     from loraplex.config import EngineConfig
 
 logger = logging.getLogger(__name__)
+# What the replica chose for vLLM at start (threads, dtype): in the replica's Serve log, which
+# only Serve's logger reaches (as routing/serve_router.py's).
+start_log = logging.getLogger("ray.serve")
 
 EngineItem = Union[str, dict, EngineError]
 # vLLM finish reasons -> the ledger's statuses; any other ending reason is "finished".
@@ -85,12 +88,12 @@ class VLLMEngine:
         self._orphan_guard = start_guard()
         added = set_cpu_backend_env()
         if added:  # docs/operations.md: set either in the replica's runtime_env to choose yourself
-            logger.info("vLLM CPU backend: %s", " ".join(f"{k}={v}" for k, v in added.items()))
+            start_log.info("vLLM CPU backend: %s", " ".join(f"{k}={v}" for k, v in added.items()))
         args = self.config.engine_args()
         if _on_cpu():  # vLLM's auto takes the model's dtype (bfloat16), emulated and slow on most CPUs
             args["dtype"], why = resolve_cpu_dtype(args.get("dtype", "auto"))
             if why:
-                logger.info("vLLM CPU backend: dtype auto -> %s: %s", args["dtype"], why)
+                start_log.info("vLLM CPU backend: dtype auto -> %s: %s", args["dtype"], why)
         if self.config.enable_lora:  # lists vLLM's GPU slots (lora_residency), unless the operator has one
             args.setdefault("worker_extension_cls", EXTENSION)
         self._residency_rpc = args.get("worker_extension_cls") == EXTENSION
