@@ -7,11 +7,11 @@ Each is a default: a variable the operator set (in the replica's runtime_env, or
 - OMP_NUM_THREADS = the cores the replica's pool may use (engine_deployment.cpu_affinity, else the
   node's cpuset): Ray sets it to the replica's num_cpus (1 in the CPU profile) and EngineCore
   inherits it, so vLLM computed on one thread of two. The front door (Ingress, proxy, Ray) is not
-  given cores of its own here: it time-slices with the Engine's threads (measured on 2 cores, two
-  threads beat one also with the Ingress under load: docs/operations.md, "Threads and dtype").
+  given cores of its own here: it time-slices with the Engine's threads (on 2 cores, with the
+  Ingress carrying the requests, two threads gave 1.10-1.30x bare vLLM's output tok/s where one
+  gave 0.73-0.85x: docs/operations.md, "Threads and dtype").
   An operator's OMP_NUM_THREADS counts only if it was in the process's environment when it
   started (runtime_env env_vars, or the shell of `serve run`): Ray's own is set inside the worker.
-
 - VLLM_CPU_OMP_THREADS_BIND=nobind: vLLM's "auto" binds the model's threads to the same cores in
   every engine of a node (all but the last), so two Engine replicas on one node time-slice one
   core while the other idles (measured on 2 cores: 1.9x the throughput with nobind,
