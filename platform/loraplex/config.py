@@ -620,6 +620,12 @@ class IngressDeploymentConfig(BaseModel):
         "ask for less with the header X-LoRAPlex-Timeout, never more. Keep it under the proxy's "
         "http_options.request_timeout_s, or the proxy cuts the stream first, without an error event.",
     )
+    max_migrations: int = Field(
+        2, ge=0,
+        description="Times a generation request may move to another Engine replica when its replica is lost "
+        "mid-request (docs/operations.md, fault table): resent whole if nothing was delivered yet, else a "
+        "stream continued from the text its client has, billed once. 0: off (the client gets the error event).",
+    )
 
 
 class RegistryConfig(BaseModel):

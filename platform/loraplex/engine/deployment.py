@@ -71,6 +71,7 @@ class Engine:
         self.adapter_demand = KeyDemand(capacity=deployment.routing.served_keys)  # requests per adapter lately
         self.max_loras = config.engine.max_loras
         self._residency = None  # vLLM's LoRA tiers at the last routing-stats sample
+        self.migrated_in = 0  # requests this replica took over from a lost one (EngineCall.resumed)
         self.in_flight = 0  # sequences (EngineCall.sequences) this replica is serving (in vLLM or about to be; not queued)
         self.metrics = Metrics.for_replica(config.metrics, "engine", metrics_sink, base_model=self.base_model)
         # vLLM's own numbers, read from its registry by one reader: the shedder, the routing
@@ -164,6 +165,8 @@ class Engine:
             if entry.state == "refused":
                 yield self._queue_refusal(entry)
                 return
+        if call.resumed is not None:
+            self.migrated_in += 1
         self.in_flight += call.sequences  # what the shedder bounds: sequences in vLLM, not requests
         usage = RequestUsage(replica_id=self.replica_id)
         if entry is not None:  # its tenant's next request may start now (prefill pacing)
@@ -308,6 +311,7 @@ class Engine:
         return {
             "base_model": self.base_model,  # with several bases, which pool this replica is of
             "in_flight": self.in_flight,
+            "migrated_in": self.migrated_in,  # requests taken over from a lost replica (ingress/migration.py)
             "dispatch_limit": queue["dispatch_limit"] if queue else None,  # None: no fair queue
             "dispatched": queue["dispatched"] if queue else self.in_flight,
             "queued": queue["queued"] if queue else 0,

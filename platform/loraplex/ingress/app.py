@@ -89,7 +89,9 @@ def build_ingress_app(
                           limits=limiter or Limiter(LocalBackend(), config.tenancy.limiter),
                           metrics=metrics.requests if metrics is not None else None,
                           body_timeout_s=config.ingress.body_timeout_s, max_model_len=config.engine.max_model_len,
-                          max_body_reads_per_tenant=config.ingress.max_body_reads_per_tenant)
+                          max_body_reads_per_tenant=config.ingress.max_body_reads_per_tenant,
+                          max_migrations=config.ingress.max_migrations,
+                          replica_metrics=metrics.replica if metrics is not None else None)
     routes = [
         *openai.routes(),
         *HealthRoutes(engine, replica_health, store_health=health if tenancy is not None else None,

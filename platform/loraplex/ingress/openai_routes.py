@@ -29,6 +29,7 @@ from loraplex.contract import (SSE_DONE, EngineCall, EngineChunk, EngineError, E
 from loraplex.errors import StatusError
 from loraplex.ingress.body_reads import BodyReads
 from loraplex.ingress.errors import APIError
+from loraplex.ingress.migration import MigratingEngine
 from loraplex.ingress.request_size import apply_max_tokens_cap, check_caps, effective_max_tokens, request_size
 from loraplex.ingress.tenant_context import TenantContext
 from loraplex.metrics.request_metrics import NoRequestMetrics
@@ -117,8 +118,10 @@ class OpenAIRoutes:
     def __init__(self, engine, max_body_bytes: int, tenants: TenantContext | None = None, ledger=None,
                  base_model: str = "", request_timeout_s: float = 300.0, limits: Limiter | None = None,
                  metrics=None, body_timeout_s: float | None = 10.0, max_model_len: int | None = None,
-                 max_body_reads_per_tenant: int | None = None):
+                 max_body_reads_per_tenant: int | None = None, max_migrations: int = 0, replica_metrics=None):
         self.engine = engine
+        # Generation calls go through it: a request whose replica is lost moves to another one.
+        self.migrating = MigratingEngine(engine, max_migrations, replica_metrics)
         self.body_reads = BodyReads(max_body_reads_per_tenant)
         self.body_timeout_s = body_timeout_s  # None: no deadline on reading a body
         self.max_model_len = max_model_len  # vLLM's default max_tokens of a chat request is the rest of it
@@ -241,7 +244,7 @@ class OpenAIRoutes:
         )
 
     async def generate(self, call: EngineCall, oai_request, track=None) -> Response:
-        items = self.engine.generate(call, oai_request)
+        items = self.migrating.generate(call, oai_request)
         if track is not None:  # the admission sees the stream end and its token counts
             items = track(items)
         try:
@@ -299,11 +302,12 @@ class OpenAIRoutes:
         """The replica that would have metered this request is gone: bill what the client got.
         Idempotent on the request id, so if the replica's own record also lands, one wins."""
         logger.warning("engine lost on request %s: %r", call.request_id, exc)
-        if isinstance(exc, EngineLost):  # the client sent another call than ours (its path)
-            call = exc.call
+        migrated = 0
+        if isinstance(exc, EngineLost):  # the client sent another call than ours (its path), or it moved
+            call, migrated = exc.call, exc.migrated_prompt_tokens
         if call.tenant_id is None:
             return
-        usage = RequestUsage(status="engine_error", finish_time=time.time())
+        usage = RequestUsage(status="engine_error", finish_time=time.time(), migrated_prompt_tokens=migrated)
         if received is not None:
             usage.prompt_tokens, usage.cached_prompt_tokens = received.prompt_tokens, received.cached_prompt_tokens
             usage.completion_tokens, usage.first_token_time = received.completion_tokens, received.first_token_time

@@ -230,8 +230,11 @@ def test_engine_lost_mid_stream_bills_what_the_client_received(setup):
     reply = client.post("/v1/chat/completions", headers=keys["acme"], json=body)
     assert reply.status_code == 200 and '"error"' in reply.text and reply.text.endswith("data: [DONE]\n\n")
     rows, refusals = _rows_and_refusals(client)
-    assert [(r["request_id"], r["status"], r["prompt_tokens"], r["completion_tokens"]) for r in rows] == [
-        (reply.headers["x-loraplex-request-id"], "engine_error", 3, 3)]
+    # ingress.max_migrations (2) moves: each replica (this fake) sends 3 tokens, then dies; the client
+    # received 9, billed once with the prompt once, the two take-overs' prefill apart.
+    assert reply.text.count('"a"') == 9
+    assert [(r["request_id"], r["status"], r["prompt_tokens"], r["completion_tokens"], r["migrated_prompt_tokens"])
+            for r in rows] == [(reply.headers["x-loraplex-request-id"], "engine_error", 3, 9, 6)]
     assert refusals == {}  # billed, so not also a refusal
 
 
