@@ -455,6 +455,12 @@ class EngineDeploymentConfig(BaseModel):
         "generated, or a probe) for half this long; a busy engine is not probed, since a probe waits "
         "behind its queued prefills. GET /readyz always runs a probe."
     )
+    caller_check_s: float = Field(
+        0.5, gt=0,
+        description="While a replica runs requests of an Ingress replica, it checks this often that the Ingress "
+        "replica still exists; a dead one's requests are aborted (billed as client_disconnect), since Ray does "
+        "not cancel a call whose caller died.",
+    )
     stream_window_s: float = Field(
         0.05, ge=0,
         description="Longest a streamed chunk waits to be sent with later ones in one Ray stream "

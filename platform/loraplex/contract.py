@@ -82,6 +82,12 @@ class EngineLost(Exception):
         self.migrated_prompt_tokens = migrated_prompt_tokens
 
 
+class ReplicaStopping(Exception):
+    """Raised by an Engine replica that Serve stops (scale-down, redeploy, failed health check) to a
+    call still running when its graceful period ends: the replica did not meter it; the ingress moves
+    it to another replica (ingress/migration.py) or bills what its client received."""
+
+
 @dataclass(frozen=True)
 class AdapterTarget:
     """The one adapter version a request runs with, as resolved by the ingress for its tenant."""
@@ -160,6 +166,9 @@ class EngineCall:
     resumed: Optional[Resumed] = None
     # The replica a moved request was lost on: the router places it elsewhere while others remain.
     avoid_replica: Optional[str] = None
+    # The Ingress replica (its Serve actor name) that consumes the reply: the Engine replica aborts
+    # the call if it dies (engine/caller_watch.py). Set by ingress/engine_client.py.
+    caller: Optional[str] = None
 
     @property
     def adapter_label(self) -> Optional[str]:
