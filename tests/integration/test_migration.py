@@ -196,6 +196,9 @@ def test_streams_on_a_killed_engine_replica_finish_on_the_other_billed_once(two_
         assert (row.status, row.prompt_tokens, row.completion_tokens) == (
             "length", s.usage["prompt_tokens"], s.usage["completion_tokens"]), (s.i, row)
     moved = [r for r in rows.values() if r.migrated_prompt_tokens > 0]
+    print(f"\nengine kill: {len(moved)}/{STREAMS} streams moved, {sum(same)}/{STREAMS} texts equal to the unkilled "
+          f"run, finish reasons {sorted({s.finish for s in streams})}, error events {sum(len(s.errors) for s in streams)}, "
+          f"migrated_prompt_tokens {[r.migrated_prompt_tokens for r in moved]}")
     assert moved, "the kill should have moved at least one stream"
     assert all(r.migrated_prompt_tokens > r.prompt_tokens for r in moved)  # the prompt and the text so far
 
@@ -221,6 +224,9 @@ def test_an_ingress_replica_killed_mid_stream_leaves_no_engine_request_running(t
         stopped = row.finish_time.timestamp() - killed_at["t"]
         assert row.status == "client_disconnect" and stopped < 2.0, (s.i, row.status, stopped)
         assert s.tokens <= row.completion_tokens < 400
+    print(f"\ningress kill: {len(cut)}/{STREAMS} streams cut; their engine requests stopped "
+          f"{[round(rows[s.request_id].finish_time.timestamp() - killed_at['t'], 2) for s in cut]} s after the kill, "
+          f"billed {[rows[s.request_id].completion_tokens for s in cut]} tokens for {[s.tokens for s in cut]} received")
     # New requests flow through the other Ingress replica 5 s after the kill.
     time.sleep(max(killed_at["t"] + 5 - time.time(), 0))
     with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {keys[0]}"}, timeout=120) as client:
