@@ -626,6 +626,13 @@ class IngressDeploymentConfig(BaseModel):
         "ask for less with the header X-LoRAPlex-Timeout, never more. Keep it under the proxy's "
         "http_options.request_timeout_s, or the proxy cuts the stream first, without an error event.",
     )
+    idempotency_window_s: float = Field(
+        600.0, ge=0,
+        description="A generation request with an Idempotency-Key header keeps its reply this long after it ends: "
+        "the same tenant sending the same key and body again gets that reply (billed once; one still running "
+        "is waited for), the same key with another body is a 422; such a request runs to its end even if "
+        "its client goes away. 0: the header is ignored.",
+    )
     max_migrations: int = Field(
         2, ge=0,
         description="Times a generation request may move to another Engine replica when its replica is lost "
