@@ -172,7 +172,12 @@ def test_streams_on_a_killed_engine_replica_finish_on_the_other_billed_once(two_
     killed = {}
 
     def kill_one_replica():
-        replica = next(r for r in engine_replicas() if r["state"] == "RUNNING")
+        # The replica holding the most streams (the router may have put them all on one): its
+        # in_flight as /admin/replicas reports it (asked now, or from its last routing stats).
+        with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=60) as admin:
+            load = {r["replica_id"]: r.get("in_flight", 0) for r in admin.get("/admin/replicas").json()["data"]}
+        running = [r for r in engine_replicas() if r["state"] == "RUNNING"]
+        replica = max(running, key=lambda r: load.get(r["replica_id"], -1))
         pid = replica["pid"]
         killed["pid"], killed["core"] = pid, [c for c in descendants(pid) if "orphan_guard" not in
                                               Path(f"/proc/{c}/cmdline").read_bytes().decode(errors="replace")]
