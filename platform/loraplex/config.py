@@ -457,6 +457,12 @@ class EngineDeploymentConfig(BaseModel):
         "generated, or a probe) for half this long; a busy engine is not probed, since a probe waits "
         "behind its queued prefills. GET /readyz always runs a probe."
     )
+    caller_check_s: float = Field(
+        0.5, gt=0,
+        description="While a replica runs requests of an Ingress replica, it checks this often that the Ingress "
+        "replica still exists; a dead one's requests are aborted (billed as client_disconnect), since Ray does "
+        "not cancel a call whose caller died.",
+    )
     stream_window_s: float = Field(
         0.05, ge=0,
         description="Longest a streamed chunk waits to be sent with later ones in one Ray stream "
@@ -621,6 +627,19 @@ class IngressDeploymentConfig(BaseModel):
         "aborted then (504, or an error event in a stream; billed as `timeout`). A client may "
         "ask for less with the header X-LoRAPlex-Timeout, never more. Keep it under the proxy's "
         "http_options.request_timeout_s, or the proxy cuts the stream first, without an error event.",
+    )
+    idempotency_window_s: float = Field(
+        600.0, ge=0,
+        description="A generation request with an Idempotency-Key header keeps its reply this long after it ends: "
+        "the same tenant sending the same key and body again gets that reply (billed once; one still running "
+        "is waited for), the same key with another body is a 422; such a request runs to its end even if "
+        "its client goes away. 0: the header is ignored.",
+    )
+    max_migrations: int = Field(
+        2, ge=0,
+        description="Times a generation request may move to another Engine replica when its replica is lost "
+        "mid-request (docs/operations.md, fault table): resent whole if nothing was delivered yet, else a "
+        "stream continued from the text its client has, billed once. 0: off (the client gets the error event).",
     )
 
 

@@ -73,10 +73,19 @@ class EngineLost(Exception):
     sent a different call than the ingress built (the dedicated path's `path="merged"`), so the
     ingress bills the lost request from the call that actually ran."""
 
-    def __init__(self, call: "EngineCall", cause: BaseException):
+    def __init__(self, call: "EngineCall", cause: BaseException, migrated_prompt_tokens: int = 0):
         super().__init__(f"{type(cause).__name__}: {cause}")
         self.call = call
         self.cause = cause
+        # Raised by the ingress's migration after the request moved (ingress/migration.py): the
+        # prompt tokens the replicas it moved to prefilled, for the ingress's record of the loss.
+        self.migrated_prompt_tokens = migrated_prompt_tokens
+
+
+class ReplicaStopping(Exception):
+    """Raised by an Engine replica that Serve stops (scale-down, redeploy, failed health check) to a
+    call still running when its graceful period ends: the replica did not meter it; the ingress moves
+    it to another replica (ingress/migration.py) or bills what its client received."""
 
 
 @dataclass(frozen=True)
@@ -101,6 +110,19 @@ def affinity_key(tenant_id: str, adapter_name: str | None = None) -> str:
     """"tenant" for base-model requests, "tenant/adapter" when an adapter is used: versions of
     one adapter share a key, since a tenant's traffic on it shares its prompts."""
     return f"{tenant_id}/{adapter_name}" if adapter_name else tenant_id
+
+
+@dataclass(frozen=True, slots=True)
+class Resumed:
+    """What earlier replicas did for a request that moved to another replica (ingress/migration.py):
+    the replica that takes it over meters the request as one, from these and its own counts."""
+
+    migrations: int  # moves so far, this one included
+    prompt_tokens: int = 0  # the client's prompt as the first replica counted it; 0: none reported
+    cached_prompt_tokens: int = 0
+    completion_tokens: int = 0  # tokens the client already received from earlier replicas
+    first_token_time: Optional[float] = None
+    migrated_prompt_tokens: int = 0  # prompt tokens earlier take-overs prefilled (the platform's cost)
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +162,13 @@ class EngineCall:
     batch: bool = False
     # The base model (its engine pool) that runs the call; None: the config's first (or only) base.
     base_model: Optional[str] = None
+    # A request moved here from a lost replica: what the earlier replicas did (metered as one request).
+    resumed: Optional[Resumed] = None
+    # The replica a moved request was lost on: the router places it elsewhere while others remain.
+    avoid_replica: Optional[str] = None
+    # The Ingress replica (its Serve actor name) that consumes the reply: the Engine replica aborts
+    # the call if it dies (engine/caller_watch.py). Set by ingress/engine_client.py.
+    caller: Optional[str] = None
 
     @property
     def adapter_label(self) -> Optional[str]:
@@ -159,6 +188,8 @@ class EngineChunk(NamedTuple):
     # The request's last chunk: it is metered, so the ingress may free its admission (a
     # concurrency slot) before the client sees the reply end and sends its next request.
     final: bool = False
+    # The replica that sent it: where a request lost mid-stream must not be sent again.
+    replica_id: Optional[str] = None
 
 
 @dataclass
@@ -179,6 +210,9 @@ class RequestUsage:
     scheduled_time: Optional[float] = None  # epoch seconds when vLLM first scheduled it (its queue time ends)
     # How it ended, in the ledger's terms (accounting.record.STATUSES); set when it ends.
     status: Optional[str] = None
+    # Prompt tokens prefilled again by the replicas the request moved to (the ingress's record of a
+    # request lost after moving; an Engine replica's record counts its own from EngineCall.resumed).
+    migrated_prompt_tokens: int = 0
     # The vLLM request ids serving this client request (one per prompt of a batched completion).
     engine_request_ids: list = field(default_factory=list, repr=False)
     _completion_by_output: dict = field(default_factory=dict, repr=False)
@@ -205,7 +239,7 @@ class RequestUsage:
 
     def chunk(self, data: bytes, final: bool = False) -> EngineChunk:
         return EngineChunk(data, self.prompt_tokens, self.cached_prompt_tokens, self.completion_tokens,
-                           self.first_token_time, final)
+                           self.first_token_time, final, self.replica_id or None)
 
 
 def generate_args(args: tuple, kwargs: dict) -> tuple[Optional[EngineCall], Any]:

@@ -1,5 +1,6 @@
 """UsageLedger: the request path appends to a local spool; a background thread copies sealed
-spool segments into the database with INSERT ... ON CONFLICT (request_id) DO NOTHING and deletes
+spool segments into the database with INSERT ... ON CONFLICT (request_id) DO NOTHING (but for a
+moved request's record: _supersedes) and deletes
 a segment only after its transaction committed. A crash at any point leaves either the segment
 (replayed at start; duplicates are no-ops) or the committed rows: never a loss, never a double.
 """
@@ -36,6 +37,23 @@ class FlushResult:
     inserted: int = 0     # of which new in the database
     duplicates: int = 0   # already present: a replay or a retried write
     rejection_rows: int = 0
+
+
+def _supersedes(new: dict, old: dict) -> bool:
+    """A request that moved off a lost replica (ingress/migration.py) is recorded by the replica that
+    finished it, with more `migrated_prompt_tokens` than any record of an earlier replica (a replica
+    that lost its caller but lived on records what it had): that record is the request's."""
+    return new["migrated_prompt_tokens"] > old["migrated_prompt_tokens"]
+
+
+def _upsert(insert):
+    """ON CONFLICT (request_id): keep the row, unless the new one supersedes it (_supersedes). A
+    replayed or retried write is the same row: a no-op."""
+    excluded = insert.excluded
+    return insert.on_conflict_do_update(
+        index_elements=["request_id"],
+        set_={c.name: excluded[c.name] for c in usage_records.c if c.name != "request_id"},
+        where=usage_records.c.migrated_prompt_tokens < excluded.migrated_prompt_tokens)
 
 
 class UsageLedger:
@@ -237,7 +255,10 @@ class UsageLedger:
             else:
                 rec = UsageRecord.from_dict(e)
                 result.records += 1
-                records.setdefault(rec.request_id, rec.row())  # first write wins
+                row = rec.row()
+                # First write wins, unless a later one is of a replica the request moved to (see _upsert).
+                if (known := records.get(rec.request_id)) is None or _supersedes(row, known):
+                    records[rec.request_id] = row
         rows = list(records.values())
         with self.engine.begin() as conn:
             if rows:
@@ -250,7 +271,8 @@ class UsageLedger:
 
     @staticmethod
     def _insert_usage(conn, rows: list[dict]) -> int:
-        """INSERT ... ON CONFLICT (request_id) DO NOTHING; returns how many rows were new."""
+        """INSERT ... ON CONFLICT (request_id) DO NOTHING, unless the new row supersedes (_upsert);
+        returns how many rows were new or superseded."""
         if conn.dialect.name == "postgresql":
             # One array per column + unnest: psycopg would spend most of the flush parsing a
             # multi-row VALUES statement with thousands of placeholders (8x slower measured).
@@ -259,12 +281,11 @@ class UsageLedger:
                 chunk = rows[i:i + _PG_CHUNK]
                 src = select(*[func.unnest(bindparam(f"a_{c.name}", [r[c.name] for r in chunk], type_=ARRAY(c.type)))
                                .label(c.name) for c in usage_records.c])
-                stmt = (pg_insert(usage_records).from_select([c.name for c in usage_records.c], src)
-                        .on_conflict_do_nothing(index_elements=["request_id"]).returning(usage_records.c.request_id))
+                stmt = _upsert(pg_insert(usage_records).from_select([c.name for c in usage_records.c], src)
+                               ).returning(usage_records.c.request_id)
                 inserted += len(conn.execute(stmt).all())
             return inserted
         # SQLite: executemany, which SQLAlchemy batches into multi-row INSERTs ("insertmanyvalues")
         # with one cached compilation; RETURNING yields only the rows actually inserted.
-        stmt = (sqlite_insert(usage_records).on_conflict_do_nothing(index_elements=["request_id"])
-                .returning(usage_records.c.request_id))
+        stmt = _upsert(sqlite_insert(usage_records)).returning(usage_records.c.request_id)
         return len(conn.execute(stmt, rows).all())

@@ -41,6 +41,9 @@ class UsageRecord:
     replica_id: str | None = None
     path: str | None = None  # which path served an adapter request: "lora" or "merged"; None: base model
     batch: bool = False  # a Batch API line: priced at the plan's batch price, reported apart
+    # Prompt tokens replicas prefilled again because the request moved off a lost replica
+    # (ingress/migration.py): the platform's cost, never billed.
+    migrated_prompt_tokens: int = 0
 
     def __post_init__(self):
         for name in _TIME_FIELDS:
@@ -49,7 +52,7 @@ class UsageRecord:
             raise ValueError("request_id and tenant_id are required")
         if self.status not in STATUSES:
             raise ValueError(f"status {self.status!r} not in {sorted(STATUSES)}")
-        if min(self.prompt_tokens, self.cached_prompt_tokens, self.completion_tokens) < 0:
+        if min(self.prompt_tokens, self.cached_prompt_tokens, self.completion_tokens, self.migrated_prompt_tokens) < 0:
             raise ValueError("token counts must be >= 0")
         if self.cached_prompt_tokens > self.prompt_tokens:
             raise ValueError("cached_prompt_tokens > prompt_tokens")

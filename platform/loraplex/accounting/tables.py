@@ -24,6 +24,8 @@ usage_records = Table(
     Column("replica_id", String(128)),
     Column("path", String(16)),  # "lora" / "merged" (an adapter's request), NULL: the base model
     Column("batch", Boolean, nullable=False, server_default=false()),  # a Batch API line (issue 36)
+    # Prompt tokens prefilled again on the replicas a request moved to (issue 48): not billed.
+    Column("migrated_prompt_tokens", Integer, nullable=False, server_default=text("0")),
     Index("ix_usage_records_tenant_finish", "tenant_id", "finish_time"),
     Index("ix_usage_records_finish", "finish_time"),
 )
@@ -59,8 +61,16 @@ def _batch_column(conn):
         conn.execute(text("ALTER TABLE usage_records ADD COLUMN batch BOOLEAN NOT NULL DEFAULT FALSE"))
 
 
+def _migrated_prompt_tokens_column(conn):
+    columns = {c["name"] for c in inspect(conn).get_columns("usage_records")}
+    if "migrated_prompt_tokens" not in columns:
+        conn.execute(text("ALTER TABLE usage_records ADD COLUMN migrated_prompt_tokens INTEGER NOT NULL DEFAULT 0"))
+
+
 # The batch column is its own component's (not accounting 3): another branch's accounting
 # migrations are numbered without coordinating with this one.
 MIGRATIONS = [Migration("accounting", 1, "usage_records and usage_rejections", _v1),
               Migration("accounting", 2, "usage_records.path (lora / merged)", _v2_path),
-              Migration("accounting_batch", 1, "usage_records.batch (Batch API lines)", _batch_column)]
+              Migration("accounting_batch", 1, "usage_records.batch (Batch API lines)", _batch_column),
+              Migration("accounting_migration", 1, "usage_records.migrated_prompt_tokens (moved requests)",
+                        _migrated_prompt_tokens_column)]

@@ -12,12 +12,14 @@ from ray import serve
 from vllm.utils.gc_utils import freeze_gc_heap
 
 from loraplex.dedicated.replica import merged_engine_config, path_refusal
+from loraplex.engine.caller_watch import CallerWatch
 from loraplex.engine.cpu_backend import pin_to_cpus
 from loraplex.engine.dispatch_limit import AdaptiveLimit, FixedLimit
 from loraplex.engine.engine_counters import EngineStatsReader
 from loraplex.engine.fair_queue import Entry, FairQueue
 from loraplex.engine.metering import Meter
-from loraplex.contract import SSE_DONE, AdapterTarget, EngineCall, EngineChunk, EngineError, RequestUsage, sse_error
+from loraplex.contract import (SSE_DONE, AdapterTarget, EngineCall, EngineChunk, EngineError, ReplicaStopping,
+                               RequestUsage, sse_error)
 from loraplex.engine.shedding import InFlight, LoadShedder
 from loraplex.engine.stream_batcher import DeadlineExceeded, StreamBatcher
 from loraplex.engine.vllm_engine import VLLMEngine
@@ -71,6 +73,11 @@ class Engine:
         self.adapter_demand = KeyDemand(capacity=deployment.routing.served_keys)  # requests per adapter lately
         self.max_loras = config.engine.max_loras
         self._residency = None  # vLLM's LoRA tiers at the last routing-stats sample
+        self.migrated_in = 0  # requests this replica took over from a lost one (EngineCall.resumed)
+        # Calls running here, and whether Serve is stopping the replica: once its graceful period is
+        # over, the calls still running are handed back to their ingress to move (ReplicaStopping).
+        self.running: set[asyncio.Task] = set()
+        self.stopping = False
         self.in_flight = InFlight()  # sequences (EngineCall.sequences) this replica serves, per tenant
         self.metrics = Metrics.for_replica(config.metrics, "engine", metrics_sink, base_model=self.base_model)
         # vLLM's own numbers, read from its registry by one reader: the shedder, the routing
@@ -82,6 +89,8 @@ class Engine:
         # queue refuses by share when it is full.
         self.shedder = LoadShedder(deployment.shedding, self.in_flight,
                                    lambda: self.stats.read()["kv_cache_usage"])
+        # The Ingress replicas of running calls, checked alive: a dead one's calls are aborted.
+        self.callers = CallerWatch(deployment.caller_check_s)
         self.batcher = StreamBatcher(deployment.stream_window_s, deployment.stream_max_chunks,
                                      deployment.stream_items_per_s, deployment.stream_max_window_s)
         # Before vLLM starts its processes: they inherit the pool's cores (several bases on one node).
@@ -165,13 +174,18 @@ class Engine:
             if entry.state == "refused":
                 yield self._queue_refusal(entry)
                 return
+        if call.resumed is not None:
+            self.migrated_in += 1
+        watched = self.callers.watch(call.caller)  # aborted if its Ingress replica dies
+        task = asyncio.current_task()
+        self.running.add(task)
         self.in_flight.add(tenant, call.weight, call.sequences, call.priority)  # what the shedder bounds: sequences in vLLM
         usage = RequestUsage(replica_id=self.replica_id)
         if entry is not None:  # its tenant's next request may start now (prefill pacing)
             usage.on_first_token = lambda: self.fair_queue.first_token(entry)
         source = self.engine.generate(call, request, usage)
         batches = self.batcher.batches(source, call.deadline)
-        metered = refused = False
+        metered = refused = handed_back = False
         charged = [0, 0]  # prompt, completion tokens added to the tenant's virtual counter
         try:
             async for items in batches:
@@ -189,6 +203,14 @@ class Engine:
                     yield usage.chunk(json.dumps(last, separators=(",", ":")).encode(), final=metered)
                 else:
                     yield usage.chunk("".join(items).encode(), final=metered)
+        except asyncio.CancelledError:
+            if not self.stopping:
+                raise  # the client went away (or its Ingress replica died): billed below
+            # The graceful period is over with this call still running: its ingress moves it to
+            # another replica, which meters it whole (or bills what its client got, if it cannot).
+            handed_back = True
+            raise ReplicaStopping(f"Engine replica {self.replica_id} stopped with request {call.request_id} "
+                                  "running") from None
         except DeadlineExceeded:
             # The batcher cancelled the engine request; bill what it produced, as a timeout.
             usage.status, usage.finish_time = "timeout", time.time()
@@ -214,9 +236,11 @@ class Engine:
                 yield EngineError(status=503, message=message, type="ServiceUnavailableError",
                                   billed=bool(usage.engine_request_ids))
         finally:
+            self.callers.unwatch(watched)
+            self.running.discard(task)
             self.in_flight.remove(tenant, call.sequences)
             await batches.aclose()  # on a disconnect: cancels the engine request first
-            if not metered and not refused:
+            if not metered and not refused and not handed_back:
                 self._meter(call, usage)
             if entry is not None:
                 self._charge(entry, usage, charged)
@@ -310,6 +334,8 @@ class Engine:
         return {
             "base_model": self.base_model,  # with several bases, which pool this replica is of
             "in_flight": self.in_flight.total,
+            "migrated_in": self.migrated_in,  # requests taken over from a lost replica (ingress/migration.py)
+            "caller_aborts": self.callers.aborted,  # requests aborted because their Ingress replica died
             "dispatch_limit": queue["dispatch_limit"] if queue else None,  # None: no fair queue
             "dispatched": queue["dispatched"] if queue else self.in_flight.total,
             "queued": queue["queued"] if queue else 0,
@@ -436,6 +462,14 @@ class Engine:
                                    "retrying every %g s", exc, period_s)
 
     async def __del__(self):
+        # Serve calls this once the graceful period is over: hand the calls still running back to
+        # their ingresses (they move them), before vLLM goes down under them.
+        self.stopping = True
+        for task in list(self.running):
+            task.cancel()
+        deadline = time.monotonic() + 5.0
+        while self.running and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
         if self.publisher is not None:
             await asyncio.to_thread(self.publisher.stop)  # it may be waiting for this loop
             self.metrics.flush()  # what the last period added up

@@ -13,18 +13,30 @@ logger = logging.getLogger(__name__)
 
 
 def usage_record(call: EngineCall, usage: RequestUsage, base_model: str) -> UsageRecord:
+    prompt, cached, completion = usage.prompt_tokens, usage.cached_prompt_tokens, usage.completion_tokens
+    first_token_time, migrated = usage.first_token_time, usage.migrated_prompt_tokens
+    if (resumed := call.resumed) is not None:
+        # A request moved off a lost replica: one record for all its replicas. The client's prompt
+        # once (as the first replica counted it, if it did), every token the client received; what
+        # this replica prefilled is the move's cost, kept apart.
+        migrated += resumed.migrated_prompt_tokens + prompt
+        if resumed.prompt_tokens:
+            prompt, cached = resumed.prompt_tokens, resumed.cached_prompt_tokens
+        completion += resumed.completion_tokens
+        first_token_time = resumed.first_token_time or first_token_time
     return UsageRecord(
         request_id=call.request_id,
         tenant_id=call.tenant_id,
         api_key_id=call.api_key_id,
         base_model=call.base_model or base_model,
         adapter=call.adapter_label,
-        prompt_tokens=usage.prompt_tokens,
-        cached_prompt_tokens=usage.cached_prompt_tokens,
-        completion_tokens=usage.completion_tokens,
+        prompt_tokens=prompt,
+        cached_prompt_tokens=cached,
+        completion_tokens=completion,
+        migrated_prompt_tokens=migrated,
         status=usage.status or "error",
         arrival_time=call.arrival_time or usage.finish_time,
-        first_token_time=usage.first_token_time,
+        first_token_time=first_token_time,
         finish_time=usage.finish_time,
         replica_id=usage.replica_id or None,
         path=call.path if call.adapter is not None else None,

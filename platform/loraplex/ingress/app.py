@@ -28,6 +28,7 @@ from loraplex.errors import StatusError
 from loraplex.ingress.errors import error_response
 from loraplex.ingress.health_routes import HealthRoutes, ReplicaHealth
 from loraplex.ingress.latency_routes import LatencyRoutes
+from loraplex.ingress.idempotency import LocalIdempotency
 from loraplex.ingress.openai_routes import OpenAIRoutes
 from loraplex.ingress.overload import GenerationBound
 from loraplex.ingress.request_size import server_bound
@@ -61,6 +62,8 @@ def build_ingress_app(
     metrics=None,
     dedicated=None,
     run_batches: bool = False,
+    idempotency=None,
+    owner: str = "local",
 ) -> Starlette:
     """`tenancy`: tenants, keys and the admin token; with it every /v1 route needs a tenant key.
     `registry`: tenants' adapters (needs tenancy). None for both: an open base-model-only server.
@@ -91,7 +94,11 @@ def build_ingress_app(
                           metrics=metrics.requests if metrics is not None else None,
                           body_timeout_s=config.ingress.body_timeout_s, max_model_len=config.engine.max_model_len,
                           max_body_reads_per_tenant=config.ingress.max_body_reads_per_tenant,
-                          max_sequences={b.model_id: server_bound(b.engine.max_num_seqs) for b in config.bases()})
+                          max_sequences={b.model_id: server_bound(b.engine.max_num_seqs) for b in config.bases()},
+                          max_migrations=config.ingress.max_migrations,
+                          replica_metrics=metrics.replica if metrics is not None else None,
+                          idempotency=idempotency if idempotency is not None or not config.ingress.idempotency_window_s
+                          else LocalIdempotency(config.ingress.idempotency_window_s), owner=owner)
     routes = [
         *openai.routes(),
         *HealthRoutes(engine, replica_health, store_health=health if tenancy is not None else None,

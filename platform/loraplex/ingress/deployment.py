@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+import ray
 from ray import serve
 from vllm.utils.gc_utils import freeze_gc_heap
 
@@ -60,6 +61,13 @@ class Ingress:
             config.accounting, db, f"ingress-{context.replica_id.unique_id}", plan_of=self.tenancy.service.plan_of
         )
         self.limiter = shared_limiter(config, self.app_name, f"ingress-{context.replica_id.unique_id}")
+        # Idempotency-Key records shared by every Ingress replica of the app (ingress/idempotency.py).
+        self.idempotency = None
+        if config.ingress.idempotency_window_s:
+            from loraplex.ingress.idempotency import RayIdempotency
+
+            self.idempotency = RayIdempotency(self.app_name, config.ingress.idempotency_window_s)
+        self.owner = ray.get_runtime_context().get_actor_name() or f"ingress-{context.replica_id.unique_id}"
         self.metrics = Metrics.for_replica(config.metrics, "ingress", base_model=config.engine.model_id)
         process_metrics.install(self.metrics)  # for the router Serve runs in this process
         self.publisher = None
@@ -76,6 +84,7 @@ class Ingress:
             self.engine, self.config, self.engine_replica_health, tenancy=self.tenancy, registry=self.registry,
             accounting=self.accounting, limiter=self.limiter, metrics=self.metrics, dedicated=self.dedicated,
             run_batches=True,  # every replica runs batches, each claimed by one at a time (a lease)
+            idempotency=self.idempotency, owner=self.owner,
         )
         # What this process holds from now on (~680k objects: vLLM's protocol imports torch) is
         # never garbage: kept out of the collector, a full collection scans the requests' objects

@@ -7,6 +7,7 @@ names the Engine deployment's method it calls: no method names as strings.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, AsyncIterator
 
 from loraplex.contract import EngineCall, EngineChunk, EngineError
@@ -16,10 +17,14 @@ class ServeEngineClient:
     def __init__(self, handle):
         self.handle = handle
         self._streaming = handle.options(stream=True)  # options() builds a new handle: once, not per request
+        # This Ingress replica's actor name: an Engine replica aborts our calls if it dies.
+        self.caller = _actor_name()
 
     async def generate(self, call: EngineCall, request: Any) -> AsyncIterator[EngineChunk | EngineError]:
         """Engine.generate(call, request) on the replica the router picks (from `call`, the first
         argument: contract.call_of), streamed."""
+        if self.caller is not None and call.caller is None:
+            call = dataclasses.replace(call, caller=self.caller)
         response = self._streaming.generate.remote(call, request)
         finished = False
         try:
@@ -42,3 +47,15 @@ class ServeEngineClient:
     async def ready(self) -> dict[str, Any]:
         """A real 1-token generation on one replica (Engine.ready), for /readyz."""
         return await self.handle.ready.remote()
+
+
+def _actor_name() -> str | None:
+    """The Ray actor name of this process's actor (a Serve replica's), None outside one."""
+    try:
+        import ray
+
+        if not ray.is_initialized():
+            return None
+        return ray.get_runtime_context().get_actor_name() or None
+    except Exception:
+        return None

@@ -7,10 +7,12 @@ vLLM's serving layer and streams back SSE strings exactly as vLLM's server would
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
 from pydantic import BaseModel, ValidationError
@@ -24,11 +26,13 @@ from vllm.exceptions import VLLMValidationError
 
 from loraplex.admission.limiter import Limiter, LocalBackend
 from loraplex.engine.metering import Meter
-from loraplex.contract import (SSE_DONE, EngineCall, EngineChunk, EngineError, EngineLost, RequestUsage,
+from loraplex.contract import (SSE_DONE, EngineCall, EngineChunk, EngineError, EngineLost, RequestUsage, Resumed,
                                       affinity_key, sse_error)
 from loraplex.errors import StatusError
 from loraplex.ingress.body_reads import BodyReads
 from loraplex.ingress.errors import APIError
+from loraplex.ingress.idempotency import HEADER as IDEMPOTENCY_HEADER, MAX_KEY_CHARS, body_hash, check_key
+from loraplex.ingress.migration import MigratingEngine
 from loraplex.ingress.request_size import (RequestSize, apply_max_tokens_cap, check_bound, check_caps,
                                           effective_max_tokens, request_size)
 from loraplex.ingress.tenant_context import TenantContext
@@ -90,6 +94,16 @@ async def read_json(request: Request, max_bytes: int, timeout_s: float | None = 
     return data
 
 
+@dataclass(frozen=True)
+class Kept:
+    """A request run under an Idempotency-Key: its reply is kept for retries (ingress/idempotency.py)."""
+
+    tenant: str
+    key: str
+    request_id: str
+    again: bool  # a re-run of one whose Ingress replica died
+
+
 class EngineFailed(APIError):
     """The engine failed after taking the request: it is billed (`engine_error`), not a refusal."""
 
@@ -118,11 +132,18 @@ class OpenAIRoutes:
     def __init__(self, engine, max_body_bytes: int, tenants: TenantContext | None = None, ledger=None,
                  base_model: str = "", request_timeout_s: float = 300.0, limits: Limiter | None = None,
                  metrics=None, body_timeout_s: float | None = 10.0, max_model_len: int | None = None,
-                 max_body_reads_per_tenant: int | None = None, max_sequences: dict[str, int] | None = None):
+                 max_body_reads_per_tenant: int | None = None, max_sequences: dict[str, int] | None = None,
+                 max_migrations: int = 0, replica_metrics=None, idempotency=None, owner: str = "local"):
         self.engine = engine
         # The server's bound per base model (request_size.server_bound): no request carries more
         # sequences than its pool batches, whatever its plan says.
         self.max_sequences = max_sequences or {}
+        # Idempotency-Key records (ingress/idempotency.py); None: the header is ignored.
+        self.idempotency = idempotency
+        self.owner = owner  # this Ingress replica's name in those records
+        self._kept: set[asyncio.Task] = set()  # replies of idempotent streams running on without a client
+        # Generation calls go through it: a request whose replica is lost moves to another one.
+        self.migrating = MigratingEngine(engine, max_migrations, replica_metrics)
         self.body_reads = BodyReads(max_body_reads_per_tenant)
         self.body_timeout_s = body_timeout_s  # None: no deadline on reading a body
         self.max_model_len = max_model_len  # vLLM's default max_tokens of a chat request is the rest of it
@@ -181,15 +202,26 @@ class OpenAIRoutes:
                 # Before vLLM's parser: its refusal of a long prompt list gives server-side advice.
                 self._check_size(principal, request_size(data))
                 oai_request = parse(model, data)
-                call = await self._call(principal, oai_request, arrival, deadline)
+                kept = None
+                if self.idempotency is not None and principal is not None and IDEMPOTENCY_HEADER in request.headers:
+                    kept = await self._claim(principal.tenant_id, request.headers[IDEMPOTENCY_HEADER], data, deadline)
+                    if isinstance(kept, Response):  # replayed: nothing runs, nothing is billed again
+                        held.release()
+                        return kept
+                call = await self._call(principal, oai_request, arrival, deadline,
+                                        request_id=kept.request_id if kept is not None else None)
+                if kept is not None and kept.again:  # its record supersedes the aborted run's (ledger)
+                    call = dataclasses.replace(call, resumed=Resumed(migrations=1))
                 admission = await self.limits.admit(principal, call, held)  # LimitExceeded: 429
             except BaseException:
                 held.release()  # idempotent; admit took it over if it got that far
                 raise
             try:
-                response = await self.generate(call, oai_request, admission.track)
+                response = await self.generate(call, oai_request, admission.track, kept)
             except BaseException:
                 admission.release()  # idempotent; otherwise the engine stream's end releases it
+                if kept is not None:
+                    await self.idempotency.finish(kept.tenant, kept.key, call.request_id, None)
                 raise
         except StatusError as exc:  # auth, adapter and request errors alike: a refusal
             if not isinstance(exc, EngineFailed):
@@ -199,6 +231,27 @@ class OpenAIRoutes:
             raise
         response.headers[REQUEST_ID_HEADER] = call.request_id
         return response
+
+    async def _claim(self, tenant: str, key: str, data: dict, deadline: float):
+        """A request with an Idempotency-Key: a Kept to run it under, or the reply to send now."""
+        if check_key(key) is None:
+            raise APIError(400, f"{IDEMPOTENCY_HEADER} must be 1 to {MAX_KEY_CHARS} printable characters.",
+                           param=IDEMPOTENCY_HEADER)
+        claim = await self.idempotency.claim(tenant, key, body_hash(data), self.owner, uuid.uuid4().hex)
+        if claim.outcome == "conflict":
+            raise APIError(422, f"This {IDEMPOTENCY_HEADER} was used with another request body; use a new key "
+                                "for a new request.", param=IDEMPOTENCY_HEADER)
+        reply = claim.reply
+        if claim.outcome == "wait":
+            reply = await self.idempotency.wait(tenant, key, deadline - time.time())
+            if reply is None:
+                raise APIError(409, f"The request with this {IDEMPOTENCY_HEADER} is still running; retry later.",
+                               param=IDEMPOTENCY_HEADER, headers=RETRY_AFTER)
+        if reply is not None:
+            status, media_type, body = reply
+            return Response(body, status_code=status, media_type=media_type,
+                            headers={REQUEST_ID_HEADER: claim.request_id, "Idempotent-Replayed": "true"})
+        return Kept(tenant, key, claim.request_id, claim.again)
 
     def refused(self, tenant_id: str | None, reason: str, call: EngineCall | None = None) -> None:
         """Count a request refused before the engine: the ledger's refusals and the metrics'."""
@@ -256,8 +309,8 @@ class OpenAIRoutes:
         if self.max_sequences:
             check_bound(size, max(self.max_sequences.values()))
 
-    async def generate(self, call: EngineCall, oai_request, track=None) -> Response:
-        items = self.engine.generate(call, oai_request)
+    async def generate(self, call: EngineCall, oai_request, track=None, kept: "Kept | None" = None) -> Response:
+        items = self.migrating.generate(call, oai_request)
         if track is not None:  # the admission sees the stream end and its token counts
             items = track(items)
         try:
@@ -281,8 +334,11 @@ class OpenAIRoutes:
             reason = f"{first.status}:{first.reason}" if first.reason is not None else None
             raise error(first.status, first.message, param=first.param, headers=retry, reject_reason=reason)
         if call.stream:
+            stream = self._sse(call, first, items)
+            if kept is not None:
+                stream = self._kept_stream(kept, call, stream)
             return StreamingResponse(
-                self._sse(call, first, items),
+                stream,
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
             )
@@ -292,7 +348,34 @@ class OpenAIRoutes:
                 pass
         except Exception as exc:  # the replica died after the whole reply: the client gets it
             self._bill_engine_lost(call, first, exc)
+        if kept is not None:
+            await self.idempotency.finish(kept.tenant, kept.key, call.request_id, (200, "application/json", first.data))
         return Response(first.data, media_type="application/json")
+
+    def _kept_stream(self, kept: "Kept", call: EngineCall, stream: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        """An idempotent stream runs to its end whether or not its client stays (a retry collects
+        the reply): a task reads it into the records, the client is sent what it reads."""
+        queue: asyncio.Queue = asyncio.Queue()
+
+        async def keep() -> None:
+            sent: list[bytes] = []
+            try:
+                async for data in stream:
+                    sent.append(data)
+                    queue.put_nowait(data)
+            finally:
+                queue.put_nowait(None)
+                await self.idempotency.finish(kept.tenant, kept.key, call.request_id,
+                                              (200, "text/event-stream", b"".join(sent)))
+
+        task = asyncio.get_running_loop().create_task(keep())
+        self._kept.add(task)
+        task.add_done_callback(self._kept.discard)
+
+        async def to_client() -> AsyncIterator[bytes]:
+            while (data := await queue.get()) is not None:
+                yield data
+        return to_client()
 
     async def _sse(self, call: EngineCall, first: EngineChunk, items: AsyncIterator) -> AsyncIterator[bytes]:
         """Pass the Engine's coalesced SSE bytes through, one body message per chunk."""
@@ -315,11 +398,12 @@ class OpenAIRoutes:
         """The replica that would have metered this request is gone: bill what the client got.
         Idempotent on the request id, so if the replica's own record also lands, one wins."""
         logger.warning("engine lost on request %s: %r", call.request_id, exc)
-        if isinstance(exc, EngineLost):  # the client sent another call than ours (its path)
-            call = exc.call
+        migrated = 0
+        if isinstance(exc, EngineLost):  # the client sent another call than ours (its path), or it moved
+            call, migrated = exc.call, exc.migrated_prompt_tokens
         if call.tenant_id is None:
             return
-        usage = RequestUsage(status="engine_error", finish_time=time.time())
+        usage = RequestUsage(status="engine_error", finish_time=time.time(), migrated_prompt_tokens=migrated)
         if received is not None:
             usage.prompt_tokens, usage.cached_prompt_tokens = received.prompt_tokens, received.cached_prompt_tokens
             usage.completion_tokens, usage.first_token_time = received.completion_tokens, received.first_token_time

@@ -15,6 +15,7 @@ RAY_PREFIX = "ray_"  # what Ray's metrics agent puts in front of every name it e
 
 # Label names.
 TENANT, ADAPTER, STATUS, REASON, TIER, DECISION = "tenant", "adapter", "status", "reason", "tier", "decision"
+OUTCOME = "outcome"
 # The base model id (engine.model_id of the pool that ran it). No cardinality guard: its values are
 # the deployment's configured bases, a handful, never a client's input.
 MODEL = "model"
@@ -174,6 +175,14 @@ ROUTING_DECISIONS = MetricSpec(
     "ranked (a policy that tracks no holders), fallback (Serve's power of two: no key, or the policy failed).",
     values={DECISION: ("affinity", "new_key", "spill", "ranked", "fallback")})
 
+MIGRATIONS = MetricSpec(
+    "loraplex_request_migrations_total", "counter", (OUTCOME,),
+    "Generation requests whose Engine replica was lost mid-request (ingress/migration.py), by what the "
+    "ingress did: continued (a stream went on from the text its client had, on another replica), resent "
+    "(nothing was delivered: the whole request again), not_continuable (the reply cannot be continued "
+    "exactly: it ended with the error event), exhausted (ingress.max_migrations or the deadline reached).",
+    values={OUTCOME: ("continued", "resent", "not_continuable", "exhausted")})
+
 DATABASE_REACHABLE = MetricSpec(
     "loraplex_database_reachable", "gauge", (),
     "1 while the replica's last query (its key-cache refresh every tenancy.key_cache.refresh_s / 2, or a "
@@ -199,7 +208,7 @@ ENGINE_METRICS = (KV_USAGE, RUNNING, WAITING, LOADED_ADAPTERS, PREEMPTIONS, PREF
                   ADAPTER_LOADS, ADAPTER_LOAD_SECONDS, ADAPTER_EVICTIONS,
                   FAIR_QUEUE_LIMIT, FAIR_QUEUE_DISPATCHED, FAIR_QUEUE_LENGTH, FAIR_QUEUE_COUNTER,
                   PINNED_ADAPTERS, ADAPTER_CPU_BYTES)
-INGRESS_METRICS = (REFUSALS, ROUTING_DECISIONS, DATABASE_REACHABLE)
+INGRESS_METRICS = (REFUSALS, ROUTING_DECISIONS, MIGRATIONS, DATABASE_REACHABLE)
 LIMITER_METRICS = (BUDGET_SOURCE_FAILURES,)
 LEDGER_METRICS = (SPOOL_LAST_FLUSH, SPOOL_PENDING)
 ALL = REQUEST_METRICS + ENGINE_METRICS + INGRESS_METRICS + LIMITER_METRICS + LEDGER_METRICS

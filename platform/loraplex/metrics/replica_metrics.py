@@ -32,7 +32,7 @@ class ReplicaMetrics:
         base_model: an Engine replica's base model id (engine.model_id), its metrics' `model`."""
         if role == "engine" and not base_model:
             raise ValueError("an engine replica's metrics need its base_model (engine.model_id): their `model` label")
-        specs = (c.ENGINE_METRICS if role == "engine" else (c.ROUTING_DECISIONS, c.DATABASE_REACHABLE)) + c.LEDGER_METRICS
+        specs = (c.ENGINE_METRICS if role == "engine" else (c.ROUTING_DECISIONS, c.MIGRATIONS, c.DATABASE_REACHABLE)) + c.LEDGER_METRICS
         model = {c.MODEL: base_model or ""}
         self.metrics = {spec.name: FixedTags(sink.make(spec), model) if c.MODEL in spec.labels else sink.make(spec)
                         for spec in specs}
@@ -104,6 +104,10 @@ class ReplicaMetrics:
     def routed(self, decision: str) -> None:
         self._decisions.add((decision,))
 
+    def migrated(self, outcome: str) -> None:
+        """A request whose replica was lost: what the ingress did (catalog.MIGRATIONS). Rare: no Counts."""
+        self.metrics[c.MIGRATIONS.name].inc(1, {c.OUTCOME: outcome})
+
     def database(self, reachable: bool) -> None:
         self.metrics[c.DATABASE_REACHABLE.name].set(1.0 if reachable else 0.0)
 
@@ -139,6 +143,9 @@ class NoReplicaMetrics:
         pass
 
     def routed(self, decision) -> None:
+        pass
+
+    def migrated(self, outcome) -> None:
         pass
 
     def database(self, reachable) -> None:

@@ -107,6 +107,8 @@ class TenantAffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
     async def choose_replicas(self, candidate_replicas: list[RunningReplica],
                               pending_request: PendingRequest | None = None
                               ) -> list[list[RunningReplica]]:
+        if pending_request is not None:
+            candidate_replicas = _without_avoided(candidate_replicas, pending_request)
         if self._policy is not None and pending_request is not None and candidate_replicas:
             try:
                 ranks = await self._ranked(candidate_replicas, pending_request)
@@ -340,6 +342,16 @@ class TenantAffinityRouter(LocalityMixin, MultiplexMixin, RequestRouter):
             self._last_error_log[what] = now
             logger.exception("routing policy %s failed in %s; falling back to power of two "
                              "(logged at most once a minute)", self.config.policy, what)
+
+
+def _without_avoided(candidates: list[RunningReplica], pending_request: PendingRequest) -> list[RunningReplica]:
+    """A request moved off a lost replica (EngineCall.avoid_replica) goes elsewhere while another
+    replica remains: Serve may not have heard of the death yet."""
+    call, _ = generate_args(pending_request.args, pending_request.kwargs)
+    if call is None or call.avoid_replica is None:
+        return candidates
+    others = [r for r in candidates if r.replica_id.unique_id != call.avoid_replica]
+    return others or candidates
 
 
 def _drop_older(recent: OrderedDict, horizon: float) -> None:

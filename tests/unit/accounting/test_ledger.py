@@ -43,6 +43,26 @@ def test_same_request_id_twice_is_one_row(db_url, tmp_path):
         assert count_rows(again) == 1
 
 
+def test_the_record_of_the_replica_a_request_moved_to_supersedes_a_lost_replicas(db_url, tmp_path):
+    """A replica that lost its caller but lived on records what it had; the replica the request
+    moved to records it whole (migrated_prompt_tokens > 0): that one is the request's, in whatever
+    order they land, in one batch or two; a replay of either changes nothing."""
+    partial = make_record(1, completion_tokens=7, status="client_disconnect", replica_id="lost")
+    whole = make_record(1, completion_tokens=50, status="stop", replica_id="took-over", migrated_prompt_tokens=130)
+    with UsageLedger(db_url, tmp_path / "spool") as ledger:
+        ledger.append(partial)
+        ledger.append(whole)
+        ledger.append(make_record(2, completion_tokens=50, migrated_prompt_tokens=130))
+        ledger.flush()
+        ledger.append(make_record(2, completion_tokens=7))  # the lost replica's, later
+        ledger.append(partial)  # replayed
+        ledger.flush()
+        with ledger.engine.connect() as conn:
+            rows = {r.request_id: (r.completion_tokens, r.migrated_prompt_tokens) for r in conn.execute(
+                select(usage_records))}
+    assert rows == {"req-t1-1": (50, 130), "req-t1-2": (50, 130)}
+
+
 def test_record_round_trips_through_the_database(db_url, tmp_path):
     rec = make_record(7, adapter="sql-bot@3f2a", status="client_disconnect")
     with UsageLedger(db_url, tmp_path / "spool") as ledger:

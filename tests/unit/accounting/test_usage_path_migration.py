@@ -23,12 +23,15 @@ def test_a_v1_database_gets_the_path_column_and_keeps_its_rows(tmp_path):
         conn.execute(text("INSERT INTO usage_records VALUES ('r1','t',NULL,'b','pirate@1',1,0,1,'stop',"
                           "'2026-12-01 00:00:00','2026-12-01 00:00:00','2026-12-01 00:00:01',0.1,'rep')"))
     assert "path" not in {c["name"] for c in inspect(db).get_columns("usage_records")}
-    assert [(m.component, m.version) for m in migrate(db, MIGRATIONS)] == [("accounting", 2), ("accounting_batch", 1)]
+    assert [(m.component, m.version) for m in migrate(db, MIGRATIONS)] == [("accounting", 2), ("accounting_batch", 1),
+                                                                      ("accounting_migration", 1)]
     assert "path" in {c["name"] for c in inspect(db).get_columns("usage_records")}
     with db.connect() as conn:
         assert conn.execute(text("SELECT request_id, path FROM usage_records")).all() == [("r1", None)]
         # accounting_batch 1 (issue 36): the Batch API's flag, false for every row that was there
         assert conn.execute(text("SELECT batch FROM usage_records")).scalars().all() == [0]
+        # accounting_migration 1 (issue 48): prompt work repeated by moves, 0 for every row that was there
+        assert conn.execute(text("SELECT migrated_prompt_tokens FROM usage_records")).scalars().all() == [0]
     assert applied_versions(db)["accounting"] == {1, 2}
 
 

@@ -974,3 +974,27 @@ async def test_a_lora_replica_refuses_a_call_sent_down_the_merged_path(replica):
     [refusal] = await drain(replica.generate(dataclasses.replace(make_call(adapter=ADAPTER), path="merged"), chat()))
     assert isinstance(refusal, EngineError) and refusal.reason == "wrong_path"
     assert llm(replica).generate_calls == [] and ledger_rows(replica) == []
+
+
+async def test_a_stream_running_when_the_replica_stops_is_handed_back_unmetered(tmp_path):
+    """Serve stopping the replica (scale-down, redeploy) after its graceful period: a call still
+    running ends with ReplicaStopping for its ingress to move (ingress/migration.py), its vLLM
+    request aborted, and no record here: the replica that finishes it meters it whole."""
+    from loraplex.contract import ReplicaStopping
+
+    replica = await start_replica(tmp_path)
+    fake = llm(replica)
+    fake.script = Script(prompt_len=5, cached=0, tokens=50, stall_after=3)
+    gen = replica.generate(make_call("req-moving"), chat())
+
+    async def consume():  # as Serve's task drives the replica's generator
+        return [item async for item in gen]
+
+    task = asyncio.create_task(consume())
+    await wait_for(lambda: replica.in_flight == 1 and fake.get_num_unfinished_requests() == 1, "the call running")
+    await replica.__del__()
+    with pytest.raises(ReplicaStopping):
+        await task
+    assert fake.aborted == [["cmpl-req-moving-0"]]
+    with replica.ledger.engine.connect() as conn:
+        assert conn.execute(select(usage_records)).all() == []

@@ -237,7 +237,8 @@ def test_usage_record_maps_every_field():
         "request_id": "req-1", "tenant_id": "ten", "api_key_id": "key", "base_model": "base-model",
         "adapter": "bot@2", "prompt_tokens": 9, "cached_prompt_tokens": 4, "completion_tokens": 3,
         "status": "length", "arrival_time": utc(T), "first_token_time": utc(T + 0.5),
-        "finish_time": utc(T + 2), "ttft": 0.5, "replica_id": "rep", "path": "merged", "batch": True}
+        "finish_time": utc(T + 2), "ttft": 0.5, "replica_id": "rep", "path": "merged", "batch": True,
+        "migrated_prompt_tokens": 0}
 
 
 def test_usage_record_defaults_for_what_is_unknown():

@@ -230,8 +230,11 @@ def test_engine_lost_mid_stream_bills_what_the_client_received(setup):
     reply = client.post("/v1/chat/completions", headers=keys["acme"], json=body)
     assert reply.status_code == 200 and '"error"' in reply.text and reply.text.endswith("data: [DONE]\n\n")
     rows, refusals = _rows_and_refusals(client)
-    assert [(r["request_id"], r["status"], r["prompt_tokens"], r["completion_tokens"]) for r in rows] == [
-        (reply.headers["x-loraplex-request-id"], "engine_error", 3, 3)]
+    # ingress.max_migrations (2) moves: each replica (this fake) sends 3 tokens, then dies; the client
+    # received 9, billed once with the prompt once, the two take-overs' prefill apart.
+    assert reply.text.count('"a"') == 9
+    assert [(r["request_id"], r["status"], r["prompt_tokens"], r["completion_tokens"], r["migrated_prompt_tokens"])
+            for r in rows] == [(reply.headers["x-loraplex-request-id"], "engine_error", 3, 9, 6)]
     assert refusals == {}  # billed, so not also a refusal
 
 
@@ -266,3 +269,63 @@ def test_adapter_deleted_before_the_engine_ran_is_a_404_refusal(setup):
     assert reply.status_code == 404 and reply.json()["error"]["param"] == "model"
     rows, refusals = _rows_and_refusals(client)
     assert rows == [] and refusals == {"404": 1}
+
+
+def test_idempotency_key_replays_the_reply_and_bills_once(setup):
+    """Idempotency-Key (ingress/idempotency.py): the same tenant, key and body again get the same
+    reply without running; another body is a 422; another tenant's key is its own."""
+    client, keys, engine, _ = setup
+    body = {"model": BASE, "messages": [{"role": "user", "content": "hi"}]}
+    first = client.post("/v1/chat/completions", headers={**keys["acme"], "Idempotency-Key": "k1"}, json=body)
+    again = client.post("/v1/chat/completions", headers={**keys["acme"], "Idempotency-Key": "k1"}, json=body)
+    assert first.status_code == again.status_code == 200
+    assert again.content == first.content and again.headers["idempotent-replayed"] == "true"
+    assert again.headers["x-loraplex-request-id"] == first.headers["x-loraplex-request-id"]
+    other = client.post("/v1/chat/completions", headers={**keys["acme"], "Idempotency-Key": "k1"},
+                        json={**body, "max_tokens": 3})
+    assert other.status_code == 422 and other.json()["error"]["param"] == "Idempotency-Key"
+    globex = client.post("/v1/chat/completions", headers={**keys["globex"], "Idempotency-Key": "k1"}, json=body)
+    assert globex.status_code == 200 and "idempotent-replayed" not in globex.headers
+    assert len([r for r in engine.requests if r[0] == "generate"]) == 2  # acme once, globex once
+
+
+def test_an_idempotent_stream_runs_on_after_its_client_left_and_the_retry_gets_all_of_it(setup):
+    import threading
+
+    client, keys, engine, _ = setup
+    gate = threading.Event()
+
+    def slow_stream(method, call, request):
+        yield 'data: {"choices":[{"delta":{"content":"a"}}]}\n\n'
+        gate.wait(5)  # the client leaves while the engine is still generating
+        yield from ['data: {"choices":[{"delta":{"content":"b"}}]}\n\n', "data: [DONE]\n\n"]
+
+    engine.script = slow_stream
+    body = {"model": BASE, "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    headers = {**keys["acme"], "Idempotency-Key": "stream-1"}
+    with client.stream("POST", "/v1/chat/completions", headers=headers, json=body) as reply:
+        first_line = next(reply.iter_lines())
+        request_id = reply.headers["x-loraplex-request-id"]
+    assert '"a"' in first_line
+    gate.set()
+    again = client.post("/v1/chat/completions", headers=headers, json=body)
+    assert again.status_code == 200 and again.headers["x-loraplex-request-id"] == request_id
+    assert again.text.count('"content"') == 2 and again.text.endswith("data: [DONE]\n\n")
+    assert len([r for r in engine.requests if r[0] == "generate"]) == 1  # one engine request: billed once
+
+
+def test_idempotency_records_rerun_a_request_whose_ingress_died_and_forget_a_failed_one():
+    from loraplex.ingress.idempotency import IdempotencyRecords
+
+    alive = {"ingress-a": True}
+    records = IdempotencyRecords(60, owner_alive=lambda owner: alive.get(owner, False))
+    assert records.claim("t", "k", "h", "ingress-a", "r1").outcome == "run"
+    assert records.claim("t", "k", "h", "ingress-b", "r2").outcome == "wait"
+    alive["ingress-a"] = False  # its Ingress replica died with it: the engine aborted it
+    rerun = records.claim("t", "k", "h", "ingress-b", "r3")
+    assert (rerun.outcome, rerun.request_id, rerun.again) == ("run", "r1", True)
+    records.finish("t", "k", "r1", None)  # it failed with nothing to keep: a retry runs it afresh
+    assert records.claim("t", "k", "h", "ingress-b", "r4").request_id == "r4"
+    records.finish("t", "k", "r4", (200, "application/json", b"{}"))
+    assert records.claim("t", "k", "h", "ingress-c", "r5").reply == (200, "application/json", b"{}")
+    assert records.claim("t", "k", "other", "ingress-c", "r6").outcome == "conflict"

@@ -176,5 +176,5 @@ def test_metrics_on_registers_every_metric_of_its_role():
     Metrics.for_replica(MetricsConfig(), "ingress", ingress)
     request_names = {s.name for s in c.REQUEST_METRICS + (c.REFUSALS,)}
     assert set(engine.metrics) == request_names | {s.name for s in c.ENGINE_METRICS + c.LEDGER_METRICS}
-    assert set(ingress.metrics) == request_names | {c.ROUTING_DECISIONS.name, c.DATABASE_REACHABLE.name} | {
+    assert set(ingress.metrics) == request_names | {c.ROUTING_DECISIONS.name, c.MIGRATIONS.name, c.DATABASE_REACHABLE.name} | {
         s.name for s in c.LEDGER_METRICS}
