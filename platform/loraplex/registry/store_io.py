@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
+import sys
 import threading
 from typing import Callable, TypeVar
 
@@ -93,6 +94,8 @@ _counter_lock = threading.Lock()
 def count_failure(operation: str) -> None:
     """loraplex_adapter_store_failures_total{operation} of this process (a Serve replica's labels)."""
     global _counter
+    if "ray" not in sys.modules:  # not a Ray worker (unit tests, scripts): nowhere to count, and no import of Ray
+        return
     try:
         with _counter_lock:
             if _counter is None:
