@@ -104,12 +104,13 @@ def test_a_refused_connection_is_a_503_but_an_answer_from_the_store_is_passed_on
     assert failures == ["write"]
 
 
+@pytest.mark.parametrize("frozen_ops", [EVERY_OP, ("get_file",)], ids=["frozen", "frozen-mid-download"])
 def test_an_uncached_version_is_a_503_within_the_bound_a_cached_one_needs_no_store(
-        tmp_path, validator, good_adapter, spec):
+        tmp_path, validator, good_adapter, frozen_ops):
     store, fs = frozen_store(tmp_path)
     blob = store.put("acme", validator.validate(good_adapter))
     cached = store.fetch_to_local_cache("acme", blob.sha256)
-    fs.freeze(*EVERY_OP)
+    fs.freeze(*frozen_ops)
     fs.calls.clear()
     assert store.fetch_to_local_cache("acme", blob.sha256) == cached and fs.calls == []
     started = time.monotonic()
