@@ -1,7 +1,7 @@
 """File bytes of the Batch API in the adapter store (registry.store_url: a local dir or any fsspec
 URL), beside the tenant's adapters and isolated the same way: <root>/<tenant>/batch-files/<file id>.
 A tenant id and a file id are both checked plain names, so no path ever leaves its tenant's dir.
-Every call is bounded by registry.store_timeout_s like the adapters' (registry/store_io.py): a store
+Every call is bounded by registry.store_timeout_s like the adapters' (loraplex/store_io.py): a store
 that is down answers 503 AdapterStoreUnavailable; the batch runner leaves the batch for later."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import re
 
 import fsspec
 
-from loraplex.registry.store_io import DELETE, READ, WRITE, BoundedStore
+from loraplex.store_io import DELETE, READ, WRITE, BoundedStore
 
 
 FILE_ID = re.compile(r"file-[0-9a-f]{32}")

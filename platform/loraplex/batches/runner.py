@@ -19,7 +19,7 @@ from typing import Awaitable, Callable, Optional
 from loraplex.batches import state
 from loraplex.batches.config import BatchConfig
 from loraplex.batches.files import BatchFileStore
-from loraplex.registry.store_io import AdapterStoreUnavailable
+from loraplex.store_io import AdapterStoreUnavailable
 from loraplex.batches.jsonl import BatchLine, parse_batch_file
 from loraplex.batches.repository import OUTPUT_PURPOSE, BatchRepository, line_request_id
 from loraplex.batches.results import MAX_RETRY_WAIT_S, LineResult, batch_error_line, output_line, result_file_id

@@ -31,7 +31,7 @@ from loraplex.engine.cpu_backend import set_cpu_backend_env
 from loraplex.engine.tenant_scheduler import (BATCH_ARG, CONFIG_KEY, NO_TENANT, TENANT_ARG, WEIGHT_ARG,
                                               scheduler_cls_for)
 from loraplex.engine.loaded_adapters import AdapterGone, LoadedAdapters
-from loraplex.registry.store_io import AdapterStoreUnavailable
+from loraplex.store_io import AdapterStoreUnavailable
 from loraplex.engine.lora_residency import EXTENSION, RPC, LoRAResidency
 from loraplex.engine.orphan_guard import start_guard
 from loraplex.contract import SSE_DONE, EngineCall, EngineError, RequestUsage

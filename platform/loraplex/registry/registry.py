@@ -22,7 +22,7 @@ from loraplex.registry.merged_checkpoint import delete_merged
 from loraplex.registry.model_spec import BaseModelSpec
 from loraplex.registry.quota import AdapterQuota
 from loraplex.registry.store import AdapterStore, check_name
-from loraplex.registry.store_io import AdapterStoreUnavailable
+from loraplex.store_io import AdapterStoreUnavailable
 from loraplex.registry.validator import CONFIG_FILE, AdapterValidator
 
 logger = logging.getLogger(__name__)

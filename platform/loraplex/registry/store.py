@@ -32,7 +32,7 @@ import fsspec
 
 from loraplex.config import RegistryConfig
 from loraplex.errors import StatusError
-from loraplex.registry.store_io import DELETE, READ, WRITE, BoundedStore
+from loraplex.store_io import DELETE, READ, WRITE, BoundedStore
 from loraplex.registry.validator import CONFIG_FILE, WEIGHTS_FILE, ValidatedAdapter
 
 CANONICAL_FILES = (CONFIG_FILE, WEIGHTS_FILE)  # sorted: the hash order

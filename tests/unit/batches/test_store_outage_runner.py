@@ -14,7 +14,7 @@ from loraplex.batches.runner import BatchRunner
 from loraplex.batches.tables import MIGRATIONS as BATCHES
 from loraplex.db.engine import make_engine
 from loraplex.db.migrations import migrate
-from loraplex.registry.store_io import AdapterStoreUnavailable
+from loraplex.store_io import AdapterStoreUnavailable
 
 CHAT = "/v1/chat/completions"
 

@@ -46,7 +46,7 @@ from loraplex.contract import SSE_DONE, AdapterTarget, EngineCall, EngineChunk, 
 from loraplex.engine.usage_tracking import UsageTrackingAsyncLLM
 from loraplex.engine.vllm_engine import VLLMEngine, ending_status
 from loraplex.registry.store import AdapterNotFound
-from loraplex.registry.store_io import AdapterStoreUnavailable
+from loraplex.store_io import AdapterStoreUnavailable
 
 BASE_MODEL = "base-model"
 

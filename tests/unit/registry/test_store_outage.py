@@ -17,7 +17,7 @@ from loraplex.registry.bases import ServedBases
 from loraplex.registry.catalog import AdapterCatalog
 from loraplex.registry.registry import AdapterRegistry
 from loraplex.registry.store import AdapterStore, dir_sha256
-from loraplex.registry.store_io import AdapterStoreUnavailable, BoundedStore
+from loraplex.store_io import AdapterStoreUnavailable, BoundedStore
 
 BOUND_S = 0.3
 HOLD_S = 5.0  # a frozen call's own end, so a test without the bound fails slowly instead of hanging

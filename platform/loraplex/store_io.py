@@ -8,7 +8,7 @@ its own and the caller waits for it at most the bound; a call still stuck then k
 until the backend gives up or the store answers, and a call queued behind busy threads is dropped
 unstarted. One mechanism for the adapter blobs (store.py) and the Batch API's files (batches/files.py).
 
-It imports nothing of the config (the config imports batches/, which imports this).
+A top-level module (not in registry/): batches/ uses it too, and the config imports batches/.
 """
 
 from __future__ import annotations
