@@ -19,6 +19,9 @@ class MotoUnavailable(RuntimeError):
     pass
 
 
+SERVERS: dict[str, subprocess.Popen] = {}  # endpoint -> its moto process (a drill freezes it: SIGSTOP / SIGCONT)
+
+
 @contextlib.contextmanager
 def moto_s3(timeout_s: float = 60) -> Iterator[str]:
     """Yield the endpoint URL of a fresh moto S3 server on 127.0.0.1; stop it afterwards."""
@@ -41,7 +44,9 @@ def moto_s3(timeout_s: float = 60) -> Iterator[str]:
                 if time.monotonic() > deadline:
                     raise MotoUnavailable(f"moto.server did not listen within {timeout_s} s")
                 time.sleep(0.2)
-        yield f"http://127.0.0.1:{port}"
+        endpoint = f"http://127.0.0.1:{port}"
+        SERVERS[endpoint] = proc
+        yield endpoint
     finally:
         proc.terminate()
         try:

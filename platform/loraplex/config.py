@@ -675,6 +675,11 @@ class RegistryConfig(BaseModel):
         "disk (fetched again on their next use). Never one in use. null: keep every fetched version until it "
         "is deleted.",
     )
+    store_timeout_s: float = Field(
+        20.0, gt=0,
+        description="Seconds one call to the store (a check, one file's upload or download) may take; past it "
+        "the request that needed it gets 503 + Retry-After naming the store. Above your largest adapter's download.",
+    )
     max_upload_bytes: int = Field(512 << 20, gt=0, description="Bigger uploads get 413.")
     max_unpacked_bytes: int = Field(1 << 30, gt=0, description="Bigger unpacked archives get 413.")
     max_files: int = Field(32, gt=0, description="Archives with more files are refused.")

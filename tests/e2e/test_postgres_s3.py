@@ -2,8 +2,9 @@
 and `registry.store_url: s3://bucket/prefix` on a moto S3 server on loopback. An operator's
 first steps over HTTP (tenant, key), an adapter uploaded into S3 and served by the real engine
 (which fetches it from S3), its usage row in PostgreSQL, and the catalog's write transactions
-(new versions, concurrent uploads, a delete) on PostgreSQL. Then the outage drill: PostgreSQL
-stopped for 30 s under traffic (test_postgresql_outage_drill).
+(new versions, concurrent uploads, a delete) on PostgreSQL. Then the outage drills: PostgreSQL
+stopped for 30 s under traffic (test_postgresql_outage_drill); the S3 server frozen (SIGSTOP: connections
+open, no reply) and thawed (test_adapter_store_outage_drill).
 
 The drill stops the machine's PostgreSQL cluster: on a shared machine run this module under the
 PostgreSQL lock, `flock /work/coord/locks/postgres ... python -m pytest tests/e2e/test_postgres_s3.py`;
@@ -14,6 +15,7 @@ import io
 import json
 import os
 import secrets
+import signal
 import subprocess
 import sys
 import tarfile
@@ -38,6 +40,7 @@ from demo_adapters import trained_adapter  # noqa: E402
 from missing import skip_or_fail  # noqa: E402
 from serve_process import BASE_URL, ROOT, RUN_MARK, has_mark, serve_run  # noqa: E402
 from postgres import stopped_on_purpose  # noqa: E402
+from moto_s3 import SERVERS  # noqa: E402
 from shared_stores import postgres_and_s3, s3_client  # noqa: E402
 from waiting import wait_until  # noqa: E402
 
@@ -50,6 +53,7 @@ MODEL = "SmolLM2-135M-Instruct"
 BUCKET = "loraplex-e2e"
 PREFIX = "prod/adapters"
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+STORE_TIMEOUT_S = 5
 
 
 def with_alpha(archive: Path, alpha: int) -> bytes:
@@ -82,7 +86,9 @@ def stack(tmp_path_factory):
                             "cache_dir": str(tmp / "cache"), "deletion_poll_s": 1,
                             # Two uploads of one tenant at once (the catalog's concurrent write
                             # transactions below); by default a tenant's second gets 429.
-                            "uploads_per_tenant": 2, "upload_workers": 3}
+                            "uploads_per_tenant": 2, "upload_workers": 3,
+                            # The adapter store drill's bound: a frozen S3 answers 503 after it.
+                            "store_timeout_s": STORE_TIMEOUT_S}
         args["accounting"] = {"spool_dir": str(tmp / "spool"), "flush_interval_s": 0.2}
         config_path = tmp / "serve_config.yaml"
         config_path.write_text(yaml.safe_dump(config))
@@ -337,3 +343,53 @@ def test_postgresql_outage_drill(stack):
           f"a {len(traffic[0].results)} ({during['a']}), b {len(traffic[1].results)} ({during['b']}), "
           f"c {len(after_kill)} after the limiter actor's kill; non-200: 0; ledger: {len(rows)} rows = "
           f"{len(served)} served, {sum(r.completion_tokens for r in rows)} completion tokens as replied")
+
+
+def test_adapter_store_outage_drill(stack):
+    """moto's S3 frozen (SIGSTOP): a loaded adapter version is served; a version not yet on the replica
+    and an upload get 503 + Retry-After naming the store within registry.store_timeout_s, with no catalog
+    row; after SIGCONT both work, no restart."""
+    db_url, endpoint, pirate, _ = stack
+    tenant_id, key = new_tenant(BASE_URL, ADMIN_TOKEN, "store-drill")
+    moto = SERVERS[endpoint]
+    with httpx.Client(base_url=BASE_URL, headers={"Authorization": f"Bearer {key}"}, timeout=120) as client:
+        def ask(model: str) -> tuple[httpx.Response, float]:
+            started = time.monotonic()
+            r = client.post("/v1/chat/completions", json={"model": model, "messages": QUESTION, "max_tokens": 4})
+            return r, time.monotonic() - started
+
+        assert upload(client, "parrot", pirate.read_bytes()).status_code == 201
+        assert upload(client, "parrot", with_alpha(pirate, 32)).json()["version"] == 2  # never asked for: not cached
+        assert ask("parrot@1")[0].status_code == 200  # loaded on the replica
+        os.kill(moto.pid, signal.SIGSTOP)
+        try:
+            frozen_at = time.monotonic()
+            cached, cached_s = ask("parrot@1")
+            uncached, uncached_s = ask("parrot@2")
+            started = time.monotonic()
+            refused_upload = upload(client, "parrot", with_alpha(pirate, 64))
+            upload_s = time.monotonic() - started
+            print(f"\nstore frozen: cached version {cached.status_code} in {cached_s:.2f} s, uncached "
+                  f"{uncached.status_code} in {uncached_s:.2f} s, upload {refused_upload.status_code} in {upload_s:.2f} s")
+        finally:
+            os.kill(moto.pid, signal.SIGCONT)
+        thawed_at = time.monotonic()
+        assert cached.status_code == 200, cached.text
+        for r, took in ((uncached, uncached_s), (refused_upload, upload_s)):
+            assert r.status_code == 503, r.text
+            assert int(r.headers["Retry-After"]) > 0
+            message = r.json()["error"]["message"]
+            assert "adapter store" in message and f"s3://{BUCKET}/{PREFIX}" in message, message
+            assert took < STORE_TIMEOUT_S + 10, f"{took:.1f} s past the store's bound"
+        with make_engine(db_url).connect() as conn:
+            versions = conn.execute(select(adapter_versions.c.version).where(
+                adapter_versions.c.tenant_id == tenant_id, adapter_versions.c.name == "parrot")).scalars().all()
+        assert sorted(versions) == [1, 2]  # the refused upload left no row
+
+        # Thawed: the same requests go through on the same platform.
+        back, _ = ask("parrot@2")
+        assert back.status_code == 200, back.text
+        again = upload(client, "parrot", with_alpha(pirate, 64))
+        assert again.status_code == 201 and again.json()["version"] == 3, again.text
+        print(f"store thawed: uncached version served and upload stored {time.monotonic() - thawed_at:.2f} s "
+              f"after SIGCONT (frozen {thawed_at - frozen_at:.1f} s)")

@@ -19,6 +19,7 @@ from typing import Awaitable, Callable, Optional
 from loraplex.batches import state
 from loraplex.batches.config import BatchConfig
 from loraplex.batches.files import BatchFileStore
+from loraplex.store_io import AdapterStoreUnavailable
 from loraplex.batches.jsonl import BatchLine, parse_batch_file
 from loraplex.batches.repository import OUTPUT_PURPOSE, BatchRepository, line_request_id
 from loraplex.batches.results import MAX_RETRY_WAIT_S, LineResult, batch_error_line, output_line, result_file_id
@@ -46,6 +47,9 @@ class BatchRunner:
         while not self._stop.is_set():
             try:
                 worked = await self.run_once()
+            except AdapterStoreUnavailable as exc:  # the batch waits for the store (released, claimed again)
+                logger.warning("batch runner %s: %s", self.owner, exc.message)
+                worked = False
             except Exception:
                 logger.exception("batch runner %s: a pass failed; retrying", self.owner)
                 worked = False
@@ -109,6 +113,8 @@ class BatchRunner:
         try:
             data = await asyncio.to_thread(self.files.get, batch["tenant_id"], batch["input_file_id"])
             return parse_batch_file(data, self.config.max_lines, self.config.max_line_bytes)
+        except AdapterStoreUnavailable:
+            raise  # the store is down, the file is not gone: the batch is released and claimed again
         except Exception as exc:
             errors = [{"code": "invalid_input_file", "message": f"The input file cannot be read ({exc}); "
                        "upload it again and create a new batch.", "param": "input_file_id", "line": None}]

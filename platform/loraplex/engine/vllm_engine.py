@@ -31,6 +31,7 @@ from loraplex.engine.cpu_backend import resolve_cpu_dtype, set_cpu_backend_env
 from loraplex.engine.tenant_scheduler import (BATCH_ARG, CONFIG_KEY, NO_TENANT, TENANT_ARG, WEIGHT_ARG,
                                               scheduler_cls_for)
 from loraplex.engine.loaded_adapters import AdapterGone, LoadedAdapters
+from loraplex.store_io import AdapterStoreUnavailable
 from loraplex.engine.lora_residency import EXTENSION, RPC, LoRAResidency
 from loraplex.engine.orphan_guard import start_guard
 from loraplex.contract import SSE_DONE, EngineCall, EngineError, RequestUsage
@@ -173,6 +174,12 @@ class VLLMEngine:
         except AdapterGone as exc:
             # Deleted between the ingress's resolve and now: the same 404 as at the ingress.
             yield EngineError(status=404, message=str(exc), type="NotFoundError", param="model")
+            return
+        except AdapterStoreUnavailable as exc:
+            # Not on this replica yet and the store cannot give it: refused, never billed; the
+            # next request for it tries the store again.
+            yield EngineError(status=503, message=exc.message, type="service_unavailable",
+                              retry_after=exc.retry_after_s, reason="adapter_store_unavailable")
             return
         request.model = adapter.lora_name
         try:

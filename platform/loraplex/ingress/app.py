@@ -190,7 +190,8 @@ def batch_api(config: PlatformConfig, tenants: TenantContext, tenancy: Tenancy, 
 
     migrate(db, MIGRATIONS)
     repo = BatchRepository(db)
-    files = BatchFileStore(config.registry.store_url, config.registry.storage_options)
+    files = BatchFileStore(config.registry.store_url, config.registry.storage_options,
+                           config.registry.store_timeout_s)
     cfg = config.batches
     routes = FileRoutes(tenants, repo, files, cfg).routes() + BatchRoutes(tenants, repo, files, cfg).routes()
     lines = BatchLines(openai, tenancy.service, cfg.line_timeout_s, BatchDayTokens(db, repo.clock))

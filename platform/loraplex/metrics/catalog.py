@@ -15,7 +15,7 @@ RAY_PREFIX = "ray_"  # what Ray's metrics agent puts in front of every name it e
 
 # Label names.
 TENANT, ADAPTER, STATUS, REASON, TIER, DECISION = "tenant", "adapter", "status", "reason", "tier", "decision"
-OUTCOME = "outcome"
+OUTCOME, OPERATION = "outcome", "operation"
 # The base model id (engine.model_id of the pool that ran it). No cardinality guard: its values are
 # the deployment's configured bases, a handful, never a client's input.
 MODEL = "model"
@@ -195,6 +195,13 @@ BUDGET_SOURCE_FAILURES = MetricSpec(
     "be reached). Meanwhile tenancy.limiter.on_unavailable decides: open admits on the last read, closed "
     "refuses budgeted tenants with 503.")
 
+# -- per replica that reads or writes the adapter store (Engine and Ingress)
+ADAPTER_STORE_FAILURES = MetricSpec(
+    "loraplex_adapter_store_failures_total", "counter", (OPERATION,),
+    "Calls to the adapter store (registry.store_url: adapter weights, Batch API files) that failed or took over "
+    "registry.store_timeout_s, by operation (read, write, delete); each answered its request 503 + Retry-After.",
+    values={OPERATION: ("read", "write", "delete")})
+
 # -- per replica with a usage ledger (Engine and Ingress)
 SPOOL_LAST_FLUSH = MetricSpec(
     "loraplex_usage_last_flush_timestamp_seconds", "gauge", (),
@@ -211,4 +218,5 @@ ENGINE_METRICS = (KV_USAGE, RUNNING, WAITING, LOADED_ADAPTERS, PREEMPTIONS, PREF
 INGRESS_METRICS = (REFUSALS, ROUTING_DECISIONS, MIGRATIONS, DATABASE_REACHABLE)
 LIMITER_METRICS = (BUDGET_SOURCE_FAILURES,)
 LEDGER_METRICS = (SPOOL_LAST_FLUSH, SPOOL_PENDING)
-ALL = REQUEST_METRICS + ENGINE_METRICS + INGRESS_METRICS + LIMITER_METRICS + LEDGER_METRICS
+STORE_METRICS = (ADAPTER_STORE_FAILURES,)
+ALL = REQUEST_METRICS + ENGINE_METRICS + INGRESS_METRICS + LIMITER_METRICS + LEDGER_METRICS + STORE_METRICS

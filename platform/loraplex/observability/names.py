@@ -46,6 +46,9 @@ DATABASE_REACHABLE = _m("loraplex_database_reachable")  # 1 / 0: the replica's l
 # Per limiter actor.
 BUDGET_SOURCE_FAILURES = _m("loraplex_budget_source_failures_total")  # month-to-date usage reads that failed
 
+# Per replica that reads or writes the adapter store.
+ADAPTER_STORE_FAILURES = _m("loraplex_adapter_store_failures_total")  # + operation: read, write, delete
+
 # Ray Serve's own (the controller's), always `ray_`-prefixed: healthy replicas per deployment.
 SERVE_REPLICA_HEALTHY = "ray_serve_deployment_replica_healthy"
 
@@ -57,6 +60,7 @@ STATUS = "status"
 REASON = "reason"
 TIER = "tier"
 DECISION = "decision"
+OPERATION = "operation"
 
 # Label values, as regular expressions.
 ERROR_STATUSES = "error|timeout"   # of ok, length, client_disconnect, timeout, error: failed us

@@ -100,6 +100,11 @@ def budget_source_failures(window: str) -> str:
     return f"sum (increase({n.BUDGET_SOURCE_FAILURES}[{window}])) > 0"
 
 
+def adapter_store_failures(window: str) -> str:
+    """Failed or timed-out adapter store calls over the window, by operation."""
+    return f"sum by ({n.OPERATION}) (increase({n.ADAPTER_STORE_FAILURES}[{window}])) > 0"
+
+
 def healthy_replicas(application: str, deployment: str) -> str:
     """Ray Serve's count of healthy replicas of one deployment (per-replica 0/1 series or one
     per-deployment count, depending on Serve's settings: their sum is the count either way)."""

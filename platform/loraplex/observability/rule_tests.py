@@ -142,6 +142,14 @@ class _Tests:
             self.check(name, 300),
             self.check(name, 660, self.alert(name, 15))])
 
+    def adapter_store(self) -> dict:
+        name = "LoraplexAdapterStoreFailing"
+        series = [_series(n.ADAPTER_STORE_FAILURES, "0 0 0 0 0 0 0+2x5", operation="read"),   # 2 a minute from 6 min
+                  _series(n.ADAPTER_STORE_FAILURES, "0x12", operation="write")]
+        return self.case("Adapter store calls failing (reads only); none before", series, [
+            self.check(name, 300),
+            self.check(name, 660, self.alert(name, 10, operation="read"))])
+
     def cost(self) -> dict:
         pricing = self.served.config.accounting.pricing
         tenants = {"ten_default": pricing.plans[pricing.default_plan], **pricing.tenant_overrides}
@@ -171,7 +179,7 @@ def rule_tests(served: ServedPlatform) -> dict:
         t.latency("LoraplexTTFTOverSLO", n.TTFT, slo.ttft_p95_s, slow=False),
         t.latency("LoraplexTPOTOverSLO", n.TPOT, slo.tpot_p95_s, slow=True),
         t.latency("LoraplexTPOTOverSLO", n.TPOT, slo.tpot_p95_s, slow=False),
-        t.errors(), t.sheds(), t.replicas(), t.spool(), t.database(), t.budget_source(), t.cost()]}
+        t.errors(), t.sheds(), t.replicas(), t.spool(), t.database(), t.budget_source(), t.adapter_store(), t.cost()]}
 
 
 def render_rule_tests(served: ServedPlatform) -> str:

@@ -91,6 +91,11 @@ def platform_alerts(served: ServedPlatform) -> list[dict]:
                "{{ $value }} reads of the usage ledger for monthly_token_budget failed in 5 min (database "
                "unavailable): with tenancy.limiter.on_unavailable=open budgets are enforced from the last "
                "read (or not at all), with closed budgeted tenants get 503."),
+        _alert("LoraplexAdapterStoreFailing", q.adapter_store_failures("5m"), 0, "warning",
+               "The adapter store is failing or not answering",
+               "{{ $value }} adapter store " + f"{{{{ $labels.{n.OPERATION} }}}}" + "s failed or took over "
+               "registry.store_timeout_s in 5 min: requests for adapter versions not yet on a replica, uploads "
+               "and Batch API file reads answer 503 (batches wait); loaded adapters are still served."),
     ]
 
 

@@ -8,6 +8,7 @@ the catalog. It blocks (disk, hashing, database), so async callers run it in a t
 from __future__ import annotations
 
 import json
+import logging
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,10 @@ from loraplex.registry.merged_checkpoint import delete_merged
 from loraplex.registry.model_spec import BaseModelSpec
 from loraplex.registry.quota import AdapterQuota
 from loraplex.registry.store import AdapterStore, check_name
+from loraplex.store_io import AdapterStoreUnavailable
 from loraplex.registry.validator import CONFIG_FILE, AdapterValidator
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -77,7 +81,12 @@ class AdapterRegistry:
                     except Exception:
                         # The database is unreachable (or failing): then no other upload can have
                         # committed a row on these weights either; remove them as they were put.
-                        self.store.delete(tenant, blob.sha256)
+                        try:
+                            self.store.delete(tenant, blob.sha256)
+                        except AdapterStoreUnavailable:
+                            # The store went too: complete weights no row names (never served;
+                            # the same upload later reuses them). The caller gets the first error.
+                            logger.warning("adapter store down: weights %s/%s stay unreferenced", tenant, blob.sha256)
                 raise
         return version
 

@@ -12,6 +12,9 @@ The tenant is in the path so tenants never share (or delete) each other's blobs.
 written last and removed first, so a blob exists only while all its files do (object stores
 have no atomic directory rename). The store knows no names and no versions: the catalog
 (catalog.py) maps `name`, `name@N` and `name@<sha256>` to a sha256.
+
+Every call to the store is bounded by registry.store_timeout_s (store_io.py): a store that is down
+or frozen answers the request that needed it 503 AdapterStoreUnavailable, never a hang.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import fsspec
 
 from loraplex.config import RegistryConfig
 from loraplex.errors import StatusError
+from loraplex.store_io import DELETE, READ, WRITE, BoundedStore
 from loraplex.registry.validator import CONFIG_FILE, WEIGHTS_FILE, ValidatedAdapter
 
 CANONICAL_FILES = (CONFIG_FILE, WEIGHTS_FILE)  # sorted: the hash order
@@ -94,38 +98,41 @@ class AdapterStore:
         self.cache_max_bytes = config.cache_max_bytes  # engines prune cache_dir to it (LoadedAdapters)
         self.fs, base = fsspec.core.url_to_fs(self.root, **self.storage_options)
         self.base = base.rstrip("/")
+        self.io = BoundedStore(self.root, config.store_timeout_s)
 
     def put(self, tenant: str, adapter: ValidatedAdapter) -> Blob:
         """Store a validated adapter's canonical form; storing the same content again is a no-op."""
         check_name(tenant, "tenant id")
         with tempfile.TemporaryDirectory(prefix="loraplex-put-") as tmp:
             blob = write_canonical(adapter, Path(tmp))
-            if not self.exists(tenant, blob.sha256):
+            if not self.exists(tenant, blob.sha256, what="the upload was not stored"):
                 target = self._dir(tenant, blob.sha256)
-                self.fs.makedirs(target, exist_ok=True)
+                what = "the upload was not stored (nothing of it is visible)"
+                self.io.call(WRITE, what, self.fs.makedirs, target, exist_ok=True)
                 for file in CANONICAL_FILES:
-                    self.fs.put_file(str(Path(tmp) / file), f"{target}/{file}")
-                self.fs.pipe_file(f"{target}/{COMPLETE_FILE}", blob.sha256.encode())
+                    self.io.call(WRITE, what, self.fs.put_file, str(Path(tmp) / file), f"{target}/{file}")
+                self.io.call(WRITE, what, self.fs.pipe_file, f"{target}/{COMPLETE_FILE}", blob.sha256.encode())
                 blob = blob._replace(created=True)
         return blob
 
-    def exists(self, tenant: str, sha256: str) -> bool:
+    def exists(self, tenant: str, sha256: str, what: str = "the adapter's weights could not be checked") -> bool:
         check_name(tenant, "tenant id")
         if not SHA256.fullmatch(sha256 or ""):
             return False
         # Object-store metadata is cached per filesystem instance; another process may write.
         self.fs.invalidate_cache()
-        return self.fs.exists(f"{self._dir(tenant, sha256)}/{COMPLETE_FILE}")
+        return self.io.call(READ, what, self.fs.exists, f"{self._dir(tenant, sha256)}/{COMPLETE_FILE}")
 
     def delete(self, tenant: str, sha256: str) -> None:
         """Remove a blob (idempotent). The caller checks that no live version still uses it."""
-        if not self.exists(tenant, sha256):
+        what = "the adapter's weights were not deleted"
+        if not self.exists(tenant, sha256, what):
             return
         target = self._dir(tenant, sha256)
         # Marker first: readers stop seeing the blob before its files go.
         for file in (COMPLETE_FILE, *CANONICAL_FILES):
-            if self.fs.exists(f"{target}/{file}"):
-                self.fs.rm_file(f"{target}/{file}")
+            if self.io.call(READ, what, self.fs.exists, f"{target}/{file}"):
+                self.io.call(DELETE, what, self.fs.rm_file, f"{target}/{file}")
 
     # --- engine side --------------------------------------------------------------------
 
@@ -138,7 +145,8 @@ class AdapterStore:
         final = self._local_dir(tenant, sha256, cache_dir)
         if (final / CANONICAL_FILES[-1]).exists():
             return final
-        if not self.exists(tenant, sha256):  # 404 before downloading anything
+        what = "this adapter version, not yet on this replica, could not be loaded"
+        if not self.exists(tenant, sha256, what):  # 404 before downloading anything
             raise AdapterNotFound(f"adapter weights {sha256} not found for this tenant (deleted?); "
                                   "list yours with GET /v1/adapters")
         final.parent.mkdir(parents=True, exist_ok=True)
@@ -147,7 +155,7 @@ class AdapterStore:
         try:
             source = self._dir(tenant, sha256)
             for file in CANONICAL_FILES:
-                self.fs.get_file(f"{source}/{file}", str(tmp / file))
+                self.io.call(READ, what, self.fs.get_file, f"{source}/{file}", str(tmp / file))
             got = dir_sha256(tmp)
             if got != sha256:
                 raise RuntimeError(f"adapter blob {tenant}/{sha256} in {self.root} hashes to "

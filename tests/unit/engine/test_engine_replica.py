@@ -46,6 +46,7 @@ from loraplex.contract import SSE_DONE, AdapterTarget, EngineCall, EngineChunk, 
 from loraplex.engine.usage_tracking import UsageTrackingAsyncLLM
 from loraplex.engine.vllm_engine import VLLMEngine, ending_status
 from loraplex.registry.store import AdapterNotFound
+from loraplex.store_io import AdapterStoreUnavailable
 
 BASE_MODEL = "base-model"
 
@@ -277,8 +278,11 @@ class FakeAdapterStore:
         self.not_found_exc: type[Exception] = AdapterNotFound
         self.fetched: list[tuple[str, str]] = []
         self.evicted: list[tuple[str, str]] = []
+        self.down = False  # the store does not answer: AdapterStore's bound ran out
 
     def fetch_to_local_cache(self, tenant, sha256):
+        if self.down:
+            raise AdapterStoreUnavailable("s3://fake-store", "this adapter version could not be loaded", timeout_s=1)
         if (tenant, sha256) in self.deleted:
             raise self.not_found_exc(f"adapter weights {sha256} not found for this tenant (deleted?)")
         self.fetched.append((tenant, sha256))
@@ -703,6 +707,23 @@ async def test_an_adapter_deleted_before_the_run_is_a_404_refusal(replica, not_f
     assert "`bot@2`" in items[0].message
     assert ledger_rows(replica) == [] and llm(replica).generate_calls == []
     assert ADAPTER.lora_name not in replica.engine.models.lora_requests
+
+
+async def test_an_uncached_version_while_the_store_is_down_is_a_503_refusal_and_loads_once_it_is_back(replica):
+    store = replica.engine.adapters.store
+    store.down = True
+    items = await drain(replica.generate(make_call("req-down", adapter=ADAPTER), chat(model="bot@2")))
+    assert len(items) == 1 and isinstance(items[0], EngineError)
+    refusal = items[0]
+    assert refusal.status == 503 and not refusal.billed and refusal.retry_after == 10
+    assert refusal.reason == "adapter_store_unavailable" and "s3://fake-store" in refusal.message
+    assert ledger_rows(replica) == [] and llm(replica).generate_calls == []
+    store.down = False  # back: the next request loads it, no restart
+    items = await drain(replica.generate(make_call("req-back", adapter=ADAPTER), chat(model="bot@2")))
+    assert all(isinstance(c, EngineChunk) for c in items) and store.fetched == [(ADAPTER.tenant, ADAPTER.sha256)]
+    store.down = True  # down again: the loaded version is served without the store
+    items = await drain(replica.generate(make_call("req-cached", adapter=ADAPTER), chat(model="bot@2")))
+    assert all(isinstance(c, EngineChunk) for c in items)
 
 
 async def test_deleting_an_adapter_lets_running_requests_finish_and_404s_later_ones(replica):
