@@ -126,7 +126,7 @@ def test_engine_lost_mid_stream_ends_with_an_error_event_then_done():
         yield from SSE[:2]
         raise RuntimeError("ActorDiedError")
 
-    # With migration off (ingress.max_migrations 0); tests/unit/ingress/test_migration.py has it on.
+    # With migration off (ingress.max_migrations 0); tests/unit/ingress/test_ingress_migration.py has it on.
     response = make_client(FakeEngineClient(dies_after_two), max_migrations=0).post(
         "/v1/chat/completions", json={**CHAT, "stream": True})
     assert response.status_code == 200  # the stream had started
