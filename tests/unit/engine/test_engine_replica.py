@@ -1012,7 +1012,7 @@ async def test_a_stream_running_when_the_replica_stops_is_handed_back_unmetered(
         return [item async for item in gen]
 
     task = asyncio.create_task(consume())
-    await wait_for(lambda: replica.in_flight == 1 and fake.get_num_unfinished_requests() == 1, "the call running")
+    await wait_for(lambda: replica.in_flight.total == 1 and fake.get_num_unfinished_requests() == 1, "the call running")
     await replica.__del__()
     with pytest.raises(ReplicaStopping):
         await task
