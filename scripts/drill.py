@@ -3,10 +3,12 @@
 the clients saw and what was billed (docs/operations.md, "When a process dies: the fault table").
 
     python scripts/drill.py --admin-token TOKEN [--base-url http://127.0.0.1:8000] [--app loraplex]
-                            [--drills engine,engine_nonstream,ingress] [--streams 16] [--max-tokens 128]
+                            [--drills engine,engine_nonstream,ingress] [--streams 16] [--tenants 8]
+                            [--max-tokens 128]
                             [--database-url sqlite:///var/loraplex.db]
 
-Each drill first runs its requests without a kill (the reference texts, temperature 0), then again
+The requests are spread over `--tenants` new tenants, so that the tenant-affinity router puts them
+on both replicas. Each drill first runs its requests without a kill (the reference texts, temperature 0), then again
 with one replica SIGKILLed once every stream has its first tokens:
 - engine: streams, one Engine replica killed: every stream should end with a normal finish reason,
   no error event, the reference text, and a usage record whose completion tokens are what the
@@ -98,9 +100,10 @@ class Request(threading.Thread):
             self.failure = exc
 
 
-def run(args, key: str, stream: bool, kill=None, max_tokens: int | None = None) -> tuple[list[Request], float | None]:
+def run(args, keys: list[str], stream: bool, kill=None, max_tokens: int | None = None) -> tuple[list[Request], float | None]:
     texts = prompts(args.streams)
-    requests = [Request(args.base_url, key, p, max_tokens or args.max_tokens, stream) for p in texts]
+    requests = [Request(args.base_url, keys[i % len(keys)], p, max_tokens or args.max_tokens, stream)
+                for i, p in enumerate(texts)]
     for r in requests:
         r.start()
     killed_at = None
@@ -162,17 +165,19 @@ def wait_for_engines(args, n: int = 2, timeout_s: float = 900) -> None:
     raise SystemExit(f"fewer than {n} Engine replicas after {timeout_s:g} s")
 
 
-def engine_drill(args, key: str, stream: bool) -> dict:
+def engine_drill(args, keys: list[str], stream: bool) -> dict:
     wait_for_engines(args)
-    reference, _ = run(args, key, stream)
-    killed, _ = run(args, key, stream, kill=kill_one(args.app, "Engine"))
+    reference, _ = run(args, keys, stream)
+    killed, _ = run(args, keys, stream, kill=kill_one(args.app, "Engine"))
     rows = records(args.database_url, [r.request_id for r in killed])
+    # The replicas the unkilled run was served by: the drill means something only across both.
+    spread = {row.replica_id for row in records(args.database_url, [r.request_id for r in reference]).values()}
     ok = [r for r in killed if r.failure is None and r.status == 200 and not r.errors
           and r.finish in ("stop", "length")]
     billed_right = sum(1 for r in killed if r.request_id in rows and r.usage
                        and rows[r.request_id].completion_tokens == r.usage["completion_tokens"])
     return {"drill": "Engine replica SIGKILL, " + ("streams" if stream else "non-stream"),
-            "requests": len(killed), "normal finish": len(ok),
+            "requests": len(killed), "replicas serving": len(spread) if spread else "-", "normal finish": len(ok),
             "error events / failed": sum(len(r.errors) for r in killed) + sum(r.failure is not None or r.status != 200
                                                                            for r in killed),
             "text = unkilled run": sum(a.text == b.text for a, b in zip(killed, reference)),
@@ -180,9 +185,10 @@ def engine_drill(args, key: str, stream: bool) -> dict:
             "ledger rows = received": f"{billed_right}/{len(rows)}" if rows else "-"}
 
 
-def ingress_drill(args, key: str) -> dict:
+def ingress_drill(args, keys: list[str]) -> dict:
     wait_for_engines(args)
-    streams, killed_at = run(args, key, True, kill=kill_one(args.app, "Ingress"), max_tokens=4 * args.max_tokens)
+    key = keys[0]
+    streams, killed_at = run(args, keys, True, kill=kill_one(args.app, "Ingress"), max_tokens=4 * args.max_tokens)
     cut = [r for r in streams if r.failure is not None]
     rows = records(args.database_url, [r.request_id for r in cut])
     stopped = [rows[r.request_id].finish_time.timestamp() - killed_at for r in cut if r.request_id in rows]
@@ -209,6 +215,7 @@ def main() -> None:
     parser.add_argument("--app", default="loraplex")
     parser.add_argument("--drills", default="engine,engine_nonstream,ingress")
     parser.add_argument("--streams", type=int, default=16)
+    parser.add_argument("--tenants", type=int, default=8, help="tenants the requests are spread over")
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--database-url", default=None)
     args = parser.parse_args()
@@ -216,16 +223,16 @@ def main() -> None:
         parser.error("--admin-token (or LORAPLEX_ADMIN_TOKEN) is needed to create the drill's tenant")
     from bench.tenants import new_tenant_key
 
-    key = new_tenant_key(args.base_url, args.admin_token, f"drill-{int(time.time())}")
+    keys = [new_tenant_key(args.base_url, args.admin_token, f"drill-{int(time.time())}-{i}") for i in range(args.tenants)]
     table = []
     for drill in args.drills.split(","):
         print(f"drill {drill} ...", file=sys.stderr)
         if drill == "engine":
-            table.append(engine_drill(args, key, True))
+            table.append(engine_drill(args, keys, True))
         elif drill == "engine_nonstream":
-            table.append(engine_drill(args, key, False))
+            table.append(engine_drill(args, keys, False))
         elif drill == "ingress":
-            table.append(ingress_drill(args, key))
+            table.append(ingress_drill(args, keys))
         else:
             parser.error(f"unknown drill {drill!r}")
         time.sleep(5)
