@@ -44,8 +44,8 @@ def chromium(width: int = 1280, height: int = 1000) -> Iterator["webdriver.Chrom
 
 
 def screenshot_dir() -> Path:
-    """Where browser tests save their screenshots: LORAPLEX_SCREENSHOTS (docs/img to refresh the
-    README's), else var/screenshots."""
+    """Where browser tests save their screenshots: LORAPLEX_SCREENSHOTS (docs/img to refresh
+    docs/console.md's), else var/screenshots."""
     out = Path(os.environ.get("LORAPLEX_SCREENSHOTS") or ROOT / "var" / "screenshots")
     if not out.is_absolute():
         out = ROOT / out

@@ -4,7 +4,7 @@ adapter (drag and drop) and a bad one (the validator's message as it is), stream
 the base model and the adapter side by side and deletes the adapter after confirming; another
 tenant sees none of it; an admin creates a tenant with a limit, edits a limit, issues a key and
 suspends the tenant; a tenant key opens no admin page and no admin route. Screenshots of both
-views go to LORAPLEX_SCREENSHOTS (docs/img refreshes the README's), else var/screenshots."""
+views go to LORAPLEX_SCREENSHOTS (docs/img refreshes docs/console.md's), else var/screenshots."""
 
 import io
 import sys

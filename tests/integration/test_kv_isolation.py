@@ -1,5 +1,5 @@
 """No KV block is shared across tenants: each tenant's prompts are hashed with its own cache_salt
-(README, "Your own adapters"). On the session's real engine, one replica, prefix caching on."""
+(docs/adapters.md). On the session's real engine, one replica, prefix caching on."""
 
 import secrets
 

@@ -1,4 +1,4 @@
-"""docs/examples/requests.jsonl, the README's sample batch, is a file the upload accepts, on a base
+"""docs/examples/requests.jsonl, docs/batch.md's sample batch, is a file the upload accepts, on a base
 model the shipped serve_config.yaml serves (issue 46: a newcomer pastes it as it is)."""
 
 from pathlib import Path

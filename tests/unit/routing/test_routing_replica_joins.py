@@ -1,4 +1,4 @@
-"""A replica joining moves only the keys it wins (README, Routing): the real TenantAffinityRouter,
+"""A replica joining moves only the keys it wins (docs/routing.md): the real TenantAffinityRouter,
 driven as Serve drives it, with fake replicas at its edge (see test_routing_serve_router)."""
 
 from loraplex.routing.rendezvous import rendezvous_order
