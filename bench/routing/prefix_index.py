@@ -14,12 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 from bench.routing.prompt_hashes import (CHARS_PER_TOKEN, DEFAULT_BLOCK_CHARS,
                                          DEFAULT_MAX_PREFIX_CHARS, prompt_hashes)
-from loraplex.routing.policy import RoutingPolicy
+from loraplex.routing.policy import RoutingPolicy, RoutingSettings
 from loraplex.routing.snapshot import RouteRequest
 
 if TYPE_CHECKING:
     from loraplex.contract import EngineCall
-    from loraplex.routing.config import RoutingConfig
 
 
 @dataclass(slots=True)
@@ -80,7 +79,7 @@ class PrefixPolicy(RoutingPolicy):
         self.max_prefix_chars = max_prefix_chars
 
     @classmethod
-    def from_config(cls, config: RoutingConfig) -> PrefixPolicy:
+    def from_config(cls, config: RoutingSettings) -> PrefixPolicy:
         options = dict(config.policy_options)
         if config.tokens_per_replica and "blocks_per_replica" not in options:
             block_chars = options.get("block_chars", DEFAULT_BLOCK_CHARS)

@@ -9,20 +9,31 @@ simulated replicas.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Optional, Protocol
 
 from loraplex.routing.snapshot import ReplicaSnapshot, RouteRequest
 
 if TYPE_CHECKING:
     from loraplex.contract import EngineCall
-    from loraplex.routing.config import RoutingConfig
+
+
+class RoutingSettings(Protocol):
+    """What a policy reads of its deployment's `routing:` settings (routing/config.py's
+    RoutingConfig, which builds policies and so is not imported here)."""
+
+    load_factor: float
+    new_key_load_factor: Optional[float]
+    min_bound: int
+    keys_per_replica: Optional[int]
+    tokens_per_replica: Optional[int]
+    policy_options: dict[str, Any]
 
 
 class RoutingPolicy:
     name = "base"
 
     @classmethod
-    def from_config(cls, config: RoutingConfig) -> RoutingPolicy:
+    def from_config(cls, config: RoutingSettings) -> RoutingPolicy:
         """The policy a deployment's `routing:` config asks for; policies that read other
         config fields (load factors, cache size) override this."""
         return cls(**config.policy_options)

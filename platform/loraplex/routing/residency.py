@@ -32,12 +32,12 @@ from typing import TYPE_CHECKING
 
 from loraplex.routing.bounded_load import load_bound
 from loraplex.routing.rendezvous import rendezvous_order
+from loraplex.routing.policy import RoutingSettings
 from loraplex.routing.snapshot import ReplicaSnapshot, RouteRequest
 from loraplex.routing.tenant_affinity import TenantAffinityPolicy
 
 if TYPE_CHECKING:
     from loraplex.contract import EngineCall
-    from loraplex.routing.config import RoutingConfig
 
 SLOT, CPU_TIER, COLD = 2, 1, 0
 # Demand (decayed requests) at which a reported adapter counts as active on its replica.
@@ -126,7 +126,7 @@ class ResidencyAwarePolicy(TenantAffinityPolicy):
         self._routed: dict[str, OrderedDict[str, float]] = {}  # replica -> adapter key -> when
 
     @classmethod
-    def from_config(cls, config: RoutingConfig) -> ResidencyAwarePolicy:
+    def from_config(cls, config: RoutingSettings) -> ResidencyAwarePolicy:
         return cls(**{"c": config.load_factor, "c_new": config.new_key_load_factor,
                       "min_bound": config.min_bound, "keys_per_replica": config.keys_per_replica,
                       "tokens_per_replica": config.tokens_per_replica, **config.policy_options})

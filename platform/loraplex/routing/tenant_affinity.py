@@ -2,16 +2,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
 
 from loraplex.routing.bounded_load import (DEFAULT_LOAD_FACTOR, DEFAULT_NEW_KEY_LOAD_FACTOR,
                                            rank_tenant_affinity)
 from loraplex.routing.held_keys import HeldKeys
-from loraplex.routing.policy import RoutingPolicy
+from loraplex.routing.policy import RoutingPolicy, RoutingSettings
 from loraplex.routing.snapshot import ReplicaSnapshot, RouteRequest
-
-if TYPE_CHECKING:
-    from loraplex.routing.config import RoutingConfig
 
 
 class TenantAffinityPolicy(RoutingPolicy):
@@ -37,7 +33,7 @@ class TenantAffinityPolicy(RoutingPolicy):
         self.held = HeldKeys(keys_per_replica, tokens_per_replica)
 
     @classmethod
-    def from_config(cls, config: RoutingConfig) -> TenantAffinityPolicy:
+    def from_config(cls, config: RoutingSettings) -> TenantAffinityPolicy:
         return cls(**{"c": config.load_factor, "c_new": config.new_key_load_factor,
                       "min_bound": config.min_bound, "keys_per_replica": config.keys_per_replica,
                       "tokens_per_replica": config.tokens_per_replica, **config.policy_options})
