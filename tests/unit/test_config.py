@@ -132,7 +132,7 @@ def test_the_fair_queue_dispatch_limit_is_max_num_seqs_a_number_or_adaptive():
 def test_secrets_never_show_in_the_configs_repr():
     """Least privilege (issue 34): the admin token is a SecretStr, the database URL (a password) and
     the store's storage_options (S3 keys) are left out of repr(), so a logged config leaks none."""
-    from loraplex.tenancy.service import Tenancy
+    from loraplex.tenancy.tenancy import Tenancy
 
     config = PlatformConfig.from_args({
         "tenancy": {"admin_token": "tok-s3cr3t"},

@@ -13,7 +13,7 @@ from starlette.routing import Route
 from loraplex.ingress.auth import check_admin
 from loraplex.ingress.openai_routes import parse, read_json
 from loraplex.tenancy.models import TenantCreate, TenantUpdate
-from loraplex.tenancy.service import Tenancy
+from loraplex.tenancy.tenancy import Tenancy
 
 ADMIN_MAX_BODY_BYTES = 64 * 1024  # tenant bodies are a name and a few numbers
 

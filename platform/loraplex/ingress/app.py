@@ -36,7 +36,7 @@ from loraplex.ingress.tenant_context import TenantContext
 from loraplex.ingress.upload_pool import UploadPool
 from loraplex.ingress.usage_routes import UsageRoutes
 from loraplex.routing.served_keys import replica_statuses
-from loraplex.tenancy.service import Tenancy
+from loraplex.tenancy.tenancy import Tenancy
 
 logger = logging.getLogger(__name__)
 

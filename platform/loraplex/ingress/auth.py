@@ -12,7 +12,8 @@ from starlette.requests import Request
 from loraplex.ingress.errors import APIError
 from loraplex.tenancy.config import ADMIN_TOKEN_ENV
 from loraplex.tenancy.models import Principal
-from loraplex.tenancy.service import WWW_AUTHENTICATE, Tenancy
+from loraplex.tenancy.service import WWW_AUTHENTICATE
+from loraplex.tenancy.tenancy import Tenancy
 
 
 async def authenticate(request: Request, tenancy: Tenancy) -> Principal:

@@ -24,7 +24,7 @@ class Ingress:
         from loraplex.cluster import check_on_replica, for_this_node
         from loraplex.db.engine import make_engine
         from loraplex.registry.registry import build_registry
-        from loraplex.tenancy.service import Tenancy
+        from loraplex.tenancy.tenancy import Tenancy
 
         # Node-local state away from the node the app was deployed on: refuse (loraplex/cluster.py).
         check_on_replica(config, home_node_id, "Ingress")

@@ -19,7 +19,7 @@ from loraplex.ingress.auth import check_admin
 from loraplex.ingress.errors import APIError
 from loraplex.observability.prometheus_latency import PrometheusUnavailable, prometheus_latency
 from loraplex.config import SloConfig
-from loraplex.tenancy.service import Tenancy
+from loraplex.tenancy.tenancy import Tenancy
 
 DEFAULT_WINDOW_S = 3600
 MAX_WINDOW_S = 7 * 86400

@@ -25,7 +25,7 @@ from loraplex.accounting.statement import monthly_statement
 from loraplex.ingress.auth import check_admin
 from loraplex.ingress.errors import APIError
 from loraplex.ingress.tenant_context import TenantContext
-from loraplex.tenancy.service import Tenancy
+from loraplex.tenancy.tenancy import Tenancy
 
 TENANT_GROUP_BY = ("day", "hour", "adapter", "model", "batch")  # batch: online and Batch API usage apart
 ADMIN_GROUP_BY = (*TENANT_GROUP_BY, "tenant")

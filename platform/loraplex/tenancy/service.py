@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import difflib
 import types
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Optional, Union, get_args, get_origin
+from typing import Any, Optional, Union, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 from sqlalchemy import Engine, Row, select
@@ -21,14 +20,10 @@ from sqlalchemy.exc import IntegrityError
 from loraplex.db.engine import make_engine, write_transaction
 from loraplex.db.migrations import migrate
 from loraplex.errors import StatusError
-from loraplex.tenancy.config import TenancyConfig
 from loraplex.tenancy.keys import KEY_SCHEME, MAX_KEY_CHARS, generate_key, hash_key, key_matches, key_prefix, new_id
 from loraplex.tenancy.models import (
     DEFAULT_PLAN, MIGRATIONS, ApiKey, Principal, Tenant, TenantCreate, TenantLimits, TenantUpdate, api_keys, tenants,
 )
-
-if TYPE_CHECKING:
-    from loraplex.tenancy.key_cache import KeyCache
 
 WWW_AUTHENTICATE = {"WWW-Authenticate": "Bearer"}
 
@@ -259,33 +254,6 @@ class TenantService:
         return row
 
 
-
-@dataclass
-class Tenancy:
-    """What the ingress needs for tenants, built once per ingress replica."""
-
-    service: TenantService
-    # None: the /admin routes answer 503 (never open by default). Not in repr(): a log line of the
-    # Tenancy never shows it.
-    admin_token: Optional[str] = field(repr=False)
-    keys: Optional["KeyCache"] = None  # verified keys (tenancy/key_cache.py); None: one with the defaults
-
-    def __post_init__(self):
-        if self.keys is None:
-            from loraplex.tenancy.key_cache import KeyCache
-
-            self.keys = KeyCache(self.service)
-
-    @classmethod
-    def from_config(cls, cfg: TenancyConfig, engine: Engine, known_plans: Optional[set[str]] = None,
-                    known_bases: Optional[list[str]] = None) -> "Tenancy":
-        """`engine`: make_engine(PlatformConfig.database_url), shared with registry and accounting;
-        `known_plans`: the plan names tenants may be put on (None: any); `known_bases`: the base
-        model names per-base limits may name (PlatformConfig.base_names; None: any)."""
-        from loraplex.tenancy.key_cache import KeyCache
-
-        service = TenantService(engine, plans=cfg.plan_limits(), known_plans=known_plans, known_bases=known_bases)
-        return cls(service=service, admin_token=cfg.resolved_admin_token(), keys=KeyCache(service, cfg.key_cache))
 
 
 def _now() -> datetime:

@@ -15,7 +15,7 @@ from loraplex.config import PlatformConfig  # noqa: E402
 from loraplex.contract import EngineChunk  # noqa: E402
 from loraplex.db.engine import make_engine  # noqa: E402
 from loraplex.ingress.app import build_ingress_app  # noqa: E402
-from loraplex.tenancy.service import Tenancy  # noqa: E402
+from loraplex.tenancy.tenancy import Tenancy  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[3]
 BASE = "SmolLM2-135M-Instruct"

@@ -26,7 +26,8 @@ from loraplex.config import PlatformConfig  # noqa: E402
 from loraplex.db.engine import make_engine  # noqa: E402
 from loraplex.ingress.app import build_ingress_app  # noqa: E402
 from loraplex.observability.prometheus_latency import latency_queries  # noqa: E402
-from loraplex.tenancy.service import Tenancy, TenantService  # noqa: E402
+from loraplex.tenancy.service import TenantService  # noqa: E402
+from loraplex.tenancy.tenancy import Tenancy  # noqa: E402
 
 ADMIN = {"Authorization": "Bearer latency-admin"}
 

@@ -18,7 +18,8 @@ from loraplex.db.engine import make_engine
 from loraplex.ingress.app import build_ingress_app
 from loraplex.registry.model_spec import BaseModelSpec
 from loraplex.registry.registry import build_registry
-from loraplex.tenancy.service import Tenancy, TenantService
+from loraplex.tenancy.service import TenantService
+from loraplex.tenancy.tenancy import Tenancy
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "registry"))
 from registry_builders import SMOLLM2_CONFIG, lora_config, lora_tensors, tar_dir, write_adapter  # noqa: E402

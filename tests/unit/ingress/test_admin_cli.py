@@ -15,7 +15,8 @@ from loraplex.cli import main
 from loraplex.config import PlatformConfig
 from loraplex.db.engine import make_engine
 from loraplex.ingress.app import build_ingress_app
-from loraplex.tenancy.service import Tenancy, TenantService
+from loraplex.tenancy.service import TenantService
+from loraplex.tenancy.tenancy import Tenancy
 
 ADMIN = "cli-admin-token"
 

@@ -9,7 +9,8 @@ from loraplex.config import PlatformConfig
 from loraplex.db.engine import make_engine
 from loraplex.ingress.app import build_ingress_app
 from loraplex.ingress.auth import authenticate
-from loraplex.tenancy.service import Tenancy, TenantService
+from loraplex.tenancy.service import TenantService
+from loraplex.tenancy.tenancy import Tenancy
 
 ADMIN = "admin-secret-token"
 AUTH = {"Authorization": f"Bearer {ADMIN}"}

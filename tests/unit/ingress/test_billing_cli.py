@@ -20,7 +20,8 @@ from loraplex.config import PlatformConfig
 from loraplex.db.engine import make_engine
 from loraplex.ingress import usage_routes
 from loraplex.ingress.app import build_ingress_app
-from loraplex.tenancy.service import Tenancy, TenantService
+from loraplex.tenancy.service import TenantService
+from loraplex.tenancy.tenancy import Tenancy
 
 ADMIN = "billing-cli-admin"
 UTC = timezone.utc

@@ -20,7 +20,7 @@ from loraplex.contract import EngineChunk, EngineError
 from loraplex.ingress.app import build_ingress_app
 from loraplex.metrics.recorder import Metrics
 from loraplex.metrics import catalog as c
-from loraplex.tenancy.service import Tenancy
+from loraplex.tenancy.tenancy import Tenancy
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "metrics"))
 from fake_sink import FakeSink  # noqa: E402

@@ -15,7 +15,7 @@ from loraplex.db.engine import make_engine
 from loraplex.contract import EngineChunk, EngineError
 from loraplex.ingress.app import build_ingress_app
 from loraplex.ingress.engine_pools import PooledEngineClient
-from loraplex.tenancy.service import Tenancy
+from loraplex.tenancy.tenancy import Tenancy
 
 BASE = "SmolLM2-135M-Instruct"
 ADMIN = {"Authorization": "Bearer admin"}

@@ -14,7 +14,7 @@ from loraplex.contract import EngineChunk
 from loraplex.db.engine import make_engine
 from loraplex.ingress.app import build_ingress_app
 from loraplex.ingress.request_size import request_size
-from loraplex.tenancy.service import Tenancy
+from loraplex.tenancy.tenancy import Tenancy
 from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
 from vllm.entrypoints.openai.completion.protocol import CompletionRequest
 
