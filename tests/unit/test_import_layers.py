@@ -4,7 +4,10 @@
   reaches into engine/ or ingress/ (those two sit above them);
 - no import cycle between the package's parts (each subpackage, and each top-level module such
   as config.py, is one part). Module-level imports count, inside functions too: a lazy import
-  still runs. `if TYPE_CHECKING:` blocks do not (they never run)."""
+  still runs. `if TYPE_CHECKING:` blocks do not (they never run);
+- no import cycle between files at all: no file imports one that imports it back, directly or
+  around a circle, counting imports inside functions and under `if TYPE_CHECKING:` too (a reader
+  follows those as well, and a lazy import that breaks a cycle only hides it)."""
 import ast
 from pathlib import Path
 
@@ -29,13 +32,14 @@ def is_type_checking(node: ast.If) -> bool:
         isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING")
 
 
-def imports(path: Path, module_level_only: bool) -> list[str]:
-    """The loraplex modules `path` imports (`from a import b` as a.b when b is a module)."""
+def imports(path: Path, module_level_only: bool, type_checking: bool = False) -> list[str]:
+    """The loraplex modules `path` imports (`from a import b` as a.b when b is a module);
+    `type_checking`: those under `if TYPE_CHECKING:` too."""
     out = []
 
     def visit(node, top: bool):
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and is_type_checking(child):
+            if isinstance(child, ast.If) and is_type_checking(child) and not type_checking:
                 continue
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) and module_level_only:
                 continue
@@ -119,6 +123,29 @@ def test_no_import_cycle_between_the_packages_parts():
     assert cycles(graph()) == []
 
 
+def file_graph() -> dict[str, set[str]]:
+    """module -> the loraplex modules it imports anywhere: at module level, inside functions and
+    under `if TYPE_CHECKING:`."""
+    edges: dict[str, set[str]] = {}
+    for f in FILES:
+        mod = module_name(f)
+        edges[mod] = {m for m in imports(f, module_level_only=False, type_checking=True) if m != mod}
+    return edges
+
+
+def test_no_import_cycle_between_files():
+    assert cycles(file_graph()) == []
+
+
 def test_the_checks_catch_what_they_guard():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert part("loraplex.engine.deployment") == "engine" and part("loraplex.config") == "loraplex"
+    assert cycles({"a": {"a", "b"}, "b": set()}) == []  # a module's name in its own imports is no cycle
+
+
+def test_file_cycles_count_lazy_and_type_checking_imports(tmp_path):
+    mod = tmp_path / "m.py"
+    mod.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from loraplex.a import A\n"
+                   "def f():\n    from loraplex.b import B\n")
+    assert imports(mod, module_level_only=False) == ["loraplex.b"]
+    assert imports(mod, module_level_only=False, type_checking=True) == ["loraplex.a", "loraplex.b"]
