@@ -8,8 +8,9 @@ from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
+from loraplex.accounting.config import DEFAULT_PLAN
 from loraplex.admission.config import LimiterConfig
-from loraplex.tenancy.models import DEFAULT_PLAN, TenantLimits
+from loraplex.tenancy.models import TenantLimits
 
 ADMIN_TOKEN_ENV = "LORAPLEX_ADMIN_TOKEN"
 

@@ -11,7 +11,7 @@ from typing import Any, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from sqlalchemy import JSON, CheckConstraint, Column, ForeignKey, Index, String, Table
 
-from loraplex.accounting.config import DEFAULT_PLAN  # noqa: F401  (a tenant's plan unless set)
+from loraplex.accounting.config import DEFAULT_PLAN
 from loraplex.db.base import Base
 from loraplex.db.migrations import Migration
 from loraplex.db.types import UTCDateTime

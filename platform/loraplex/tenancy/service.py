@@ -17,12 +17,13 @@ from pydantic import BaseModel, ValidationError
 from sqlalchemy import Engine, Row, select
 from sqlalchemy.exc import IntegrityError
 
+from loraplex.accounting.config import DEFAULT_PLAN
 from loraplex.db.engine import make_engine, write_transaction
 from loraplex.db.migrations import migrate
 from loraplex.errors import StatusError
 from loraplex.tenancy.keys import KEY_SCHEME, MAX_KEY_CHARS, generate_key, hash_key, key_matches, key_prefix, new_id
 from loraplex.tenancy.models import (
-    DEFAULT_PLAN, MIGRATIONS, ApiKey, Principal, Tenant, TenantCreate, TenantLimits, TenantUpdate, api_keys, tenants,
+    MIGRATIONS, ApiKey, Principal, Tenant, TenantCreate, TenantLimits, TenantUpdate, api_keys, tenants,
 )
 
 WWW_AUTHENTICATE = {"WWW-Authenticate": "Bearer"}
