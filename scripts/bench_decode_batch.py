@@ -68,7 +68,7 @@ def main() -> None:
     from vllm import LLM, SamplingParams
     from vllm.lora.request import LoRARequest
 
-    from loraplex.config import EngineConfig
+    from loraplex.engine.config import EngineConfig
     from loraplex.engine.lora_residency import EXTENSION
 
     shipped = yaml.safe_load((ROOT / "serve_config.yaml").read_text())["applications"][0]["args"]["engine"]

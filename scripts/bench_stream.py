@@ -75,7 +75,8 @@ def main() -> None:
     import ray
     from ray import serve
 
-    from loraplex.config import EngineDeploymentConfig, PlatformConfig
+    from loraplex.config import PlatformConfig
+    from loraplex.engine.config import EngineDeploymentConfig
 
     window_s = EngineDeploymentConfig(**args.after).stream_window_s
     model = PlatformConfig().engine.model_id

@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
 
 from bench.fake_steps import fake_request, fake_step, make_scheduler  # noqa: E402
-from loraplex.config import TenantSchedulerConfig  # noqa: E402
+from loraplex.engine.config import TenantSchedulerConfig  # noqa: E402
 from loraplex.engine.step_cost import Coefficients  # noqa: E402
 from loraplex.engine.tenant_scheduler import CONFIG_KEY, TenantScheduler  # noqa: E402
 from model_dir import default_model_dir  # noqa: E402

@@ -17,7 +17,7 @@ import torch
 from peft import PeftModel
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from loraplex.config import EngineConfig
+from loraplex.engine.config import EngineConfig
 from loraplex.registry.archive import extract_archive
 from loraplex.registry.model_spec import BaseModelSpec
 from loraplex.registry.validator import AdapterValidator

@@ -22,7 +22,7 @@ def bare_app(interval: float, model: str, whole_reply: bool = False):
     from ray import serve
     from starlette.responses import StreamingResponse
 
-    from loraplex.config import EngineConfig
+    from loraplex.engine.config import EngineConfig
     from loraplex.contract import RequestUsage
 
     @serve.deployment(max_ongoing_requests=4096)
@@ -79,7 +79,7 @@ def direct_server(port: int, interval: float, model: str) -> None:
     process: what the client and the kernel add, and the client's own ceiling."""
     from types import SimpleNamespace
 
-    from loraplex.config import EngineConfig
+    from loraplex.engine.config import EngineConfig
     from loraplex.contract import RequestUsage
 
     engine = BenchmarkFakeEngine(EngineConfig(model=model, engine_kwargs={"benchmark_token_interval_s": interval}))

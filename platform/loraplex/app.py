@@ -12,7 +12,8 @@ from typing import Any, Optional
 from ray.serve import Application
 
 from loraplex.cluster import check_at_build, pin_admin_token, without_admin_token
-from loraplex.config import EngineDeploymentConfig, PlatformConfig
+from loraplex.config import PlatformConfig
+from loraplex.engine.config import EngineDeploymentConfig
 
 logger = logging.getLogger(__name__)
 

@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from pydantic import SecretStr
 
-from loraplex.config import PlatformConfig
+if TYPE_CHECKING:  # annotations only: replicas (engine/, ingress/) import this module, and the config imports theirs
+    from loraplex.config import PlatformConfig
 
 DOCS = "docs/deploy.md"
 LOCAL_PROTOCOLS = {"file", "local", "memory", "simplecache", "filecache", "blockcache"}

@@ -23,7 +23,7 @@ import pytest
 from sqlalchemy import select
 
 from loraplex.accounting.tables import usage_records
-from loraplex.config import SloConfig
+from loraplex.observability.config import SloConfig
 from tenant_keys import new_tenant
 
 pytestmark = pytest.mark.integration

@@ -4,7 +4,8 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from loraplex.config import EngineConfig, PlatformConfig
+from loraplex.config import PlatformConfig
+from loraplex.engine.config import EngineConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -12,7 +12,7 @@ from bench.fake_engine import BenchmarkFakeEngine, _NoAdapters
 from loraplex import contract
 from loraplex.admission.limiter import LocalBackend
 from loraplex.admission.ray_backend import RayBackend
-from loraplex.config import EngineConfig
+from loraplex.engine.config import EngineConfig
 from loraplex.engine.loaded_adapters import LoadedAdapters
 from loraplex.engine.vllm_engine import VLLMEngine
 from loraplex.ingress.engine_client import ServeEngineClient

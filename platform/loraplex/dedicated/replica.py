@@ -10,12 +10,15 @@ its own (and a merged call can never reach a LoRA replica, which would answer as
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from loraplex.config import PlatformConfig
 from loraplex.contract import EngineCall, EngineError
 from loraplex.dedicated.targets import DedicatedTarget
 from loraplex.registry.merged_checkpoint import MergedCheckpoints, merge_dtype
 from loraplex.registry.store import AdapterStore
+
+if TYPE_CHECKING:  # annotations only: the root config imports this package's config, never the reverse
+    from loraplex.config import PlatformConfig
 
 
 def local_model_dir(model: str) -> Path:

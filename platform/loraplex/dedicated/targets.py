@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from loraplex.config import DedicatedConfig
+from loraplex.dedicated.config import DedicatedConfig
 from loraplex.contract import EngineCall
 from loraplex.registry.catalog import AdapterCatalog, AdapterVersion
 from loraplex.registry.store import AdapterNotFound

@@ -13,6 +13,7 @@ from vllm.utils.gc_utils import freeze_gc_heap
 
 from loraplex.dedicated.replica import merged_engine_config, path_refusal
 from loraplex.engine.caller_watch import CallerWatch
+from loraplex.engine.config import EngineDeploymentConfig
 from loraplex.engine.cpu_backend import pin_to_cpus
 from loraplex.engine.dispatch_limit import AdaptiveLimit, FixedLimit
 from loraplex.engine.engine_counters import EngineStatsReader
@@ -28,8 +29,8 @@ from loraplex.metrics.publisher import Publisher
 from loraplex.routing.serve_router import TenantAffinityRouter
 from loraplex.routing.served_keys import KeyDemand, ServedKeys, adapter_stats, routing_stats
 
-if TYPE_CHECKING:  # annotations only: at run time engine/ does not import the config (no cycle)
-    from loraplex.config import EngineDeploymentConfig, PlatformConfig
+if TYPE_CHECKING:  # annotations only: the root config imports engine/config.py, so engine/ never imports it at run time
+    from loraplex.config import PlatformConfig
     from loraplex.dedicated.targets import DedicatedTarget
 
 logger = logging.getLogger(__name__)

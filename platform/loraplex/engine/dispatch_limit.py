@@ -23,7 +23,7 @@ import math
 import time
 from typing import Callable, Optional
 
-from loraplex.config import AdaptiveLimitConfig  # noqa: F401, E402  (config models live in loraplex/config.py)
+from loraplex.engine.config import AdaptiveLimitConfig
 
 
 class AdaptiveLimit:

@@ -65,9 +65,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-
-from loraplex.engine.dispatch_limit import AdaptiveLimitConfig
-from loraplex.config import FairQueueConfig  # noqa: F401, E402  (config models live in loraplex/config.py)
+from loraplex.engine.config import FairQueueConfig
 
 TOP_TIER = 100
 

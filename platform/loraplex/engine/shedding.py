@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from loraplex.config import SheddingConfig  # noqa: F401, E402  (config models live in loraplex/config.py)
+from loraplex.engine.config import SheddingConfig
 
 
 @dataclass

@@ -38,7 +38,7 @@ from loraplex.contract import SSE_DONE, EngineCall, EngineError, RequestUsage
 from loraplex.engine.usage_tracking import UsageTrackingAsyncLLM, current_usage
 
 if TYPE_CHECKING:  # annotations only: at run time engine/ does not import the config (no cycle)
-    from loraplex.config import EngineConfig
+    from loraplex.engine.config import EngineConfig
 
 logger = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from loraplex.config import EngineConfig
+from loraplex.engine.config import EngineConfig
 from loraplex.ingress.auth import check_admin
 
 

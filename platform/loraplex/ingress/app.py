@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
+from typing import TYPE_CHECKING
 
 from ray.exceptions import TaskCancelledError
 from sqlalchemy.exc import SQLAlchemyError
@@ -15,7 +16,6 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 
 from loraplex.admission.limiter import Limiter, LocalBackend
-from loraplex.config import PlatformConfig
 from loraplex.db.health import StoreHealth
 from loraplex.db.unavailable import StoreBusy, StoreUnavailable, is_pool_exhausted, is_unavailable
 from loraplex.ingress.adapter_routes import AdapterRoutes
@@ -37,6 +37,9 @@ from loraplex.ingress.upload_pool import UploadPool
 from loraplex.ingress.usage_routes import UsageRoutes
 from loraplex.routing.served_keys import replica_statuses
 from loraplex.tenancy.tenancy import Tenancy
+
+if TYPE_CHECKING:  # annotations only: the root config imports this package's config, never the reverse
+    from loraplex.config import PlatformConfig
 
 logger = logging.getLogger(__name__)
 

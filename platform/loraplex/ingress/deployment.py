@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING
 
 import ray
 from ray import serve
 from vllm.utils.gc_utils import freeze_gc_heap
 
-from loraplex.config import IngressDeploymentConfig, PlatformConfig
+from loraplex.ingress.config import IngressDeploymentConfig
 from loraplex.ingress.app import build_ingress_app
 from loraplex.ingress.engine_client import ServeEngineClient
 from loraplex.ingress.overload import serve_max_ongoing_requests
 from loraplex.metrics.recorder import Metrics
 from loraplex.metrics import recorder as process_metrics
 from loraplex.metrics.publisher import Publisher
+
+if TYPE_CHECKING:  # annotations only: the root config imports this package's config, never the reverse
+    from loraplex.config import PlatformConfig
 
 
 class Ingress:

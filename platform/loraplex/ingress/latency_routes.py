@@ -18,7 +18,7 @@ from loraplex.console.config import ConsoleConfig
 from loraplex.ingress.auth import check_admin
 from loraplex.ingress.errors import APIError
 from loraplex.observability.prometheus_latency import PrometheusUnavailable, prometheus_latency
-from loraplex.config import SloConfig
+from loraplex.observability.config import SloConfig
 from loraplex.tenancy.tenancy import Tenancy
 
 DEFAULT_WINDOW_S = 3600

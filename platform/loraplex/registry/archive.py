@@ -21,7 +21,7 @@ import zlib
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
-from loraplex.config import RegistryConfig
+from loraplex.registry.config import RegistryConfig
 from loraplex.errors import StatusError
 
 CHUNK = 1 << 20

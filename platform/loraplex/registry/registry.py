@@ -12,9 +12,9 @@ import logging
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
-from loraplex.config import EngineConfig, PlatformConfig, RegistryConfig
+from loraplex.registry.config import RegistryConfig
 from loraplex.registry.archive import extract_archive, save_upload
 from loraplex.registry.bases import ServedBase, ServedBases
 from loraplex.registry.catalog import AdapterCatalog, AdapterVersion
@@ -24,6 +24,10 @@ from loraplex.registry.quota import AdapterQuota
 from loraplex.registry.store import AdapterStore, check_name
 from loraplex.store_io import AdapterStoreUnavailable
 from loraplex.registry.validator import CONFIG_FILE, AdapterValidator
+
+if TYPE_CHECKING:  # annotations only: the root config imports this package's config, never the reverse
+    from loraplex.config import PlatformConfig
+    from loraplex.engine.config import EngineConfig
 
 logger = logging.getLogger(__name__)
 

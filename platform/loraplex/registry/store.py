@@ -30,7 +30,7 @@ from typing import NamedTuple
 
 import fsspec
 
-from loraplex.config import RegistryConfig
+from loraplex.registry.config import RegistryConfig
 from loraplex.errors import StatusError
 from loraplex.store_io import DELETE, READ, WRITE, BoundedStore
 from loraplex.registry.validator import CONFIG_FILE, WEIGHTS_FILE, ValidatedAdapter

@@ -15,7 +15,7 @@ from bench.hostile import edges  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "registry"))
 from registry_builders import SMOLLM2_CONFIG  # noqa: E402
 
-from loraplex.config import RegistryConfig  # noqa: E402
+from loraplex.registry.config import RegistryConfig  # noqa: E402
 from loraplex.registry.archive import UploadTooLarge, extract_archive  # noqa: E402
 from loraplex.registry.model_spec import BaseModelSpec  # noqa: E402
 from loraplex.registry.validator import AdapterValidator  # noqa: E402

@@ -3,7 +3,8 @@
 import pytest
 from pydantic import ValidationError
 
-from loraplex.config import DedicatedAdapterConfig, PlatformConfig
+from loraplex.config import PlatformConfig
+from loraplex.dedicated.config import DedicatedAdapterConfig
 
 
 def test_a_dedicated_adapter_is_a_tenant_name_and_version():
@@ -28,7 +29,7 @@ def test_unknown_keys_and_dtypes_are_refused():
 
 
 def test_every_field_has_a_description():
-    from loraplex.config import DedicatedConfig
+    from loraplex.dedicated.config import DedicatedConfig
 
     for model in (DedicatedConfig, DedicatedAdapterConfig):
         assert all(f.description for f in model.model_fields.values()), model

@@ -4,7 +4,8 @@ resolved when the app is built (app.dedicated_targets); the admin routes that se
 from starlette.testclient import TestClient
 
 from loraplex.app import dedicated_targets
-from loraplex.config import DedicatedConfig, PlatformConfig
+from loraplex.config import PlatformConfig
+from loraplex.dedicated.config import DedicatedConfig
 from loraplex.db.engine import make_engine
 from loraplex.dedicated.marks import DedicatedMarks
 from loraplex.dedicated.path_choice import DedicatedPaths

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from loraplex.config import RegistryConfig
+from loraplex.registry.config import RegistryConfig
 from loraplex.registry import merged_checkpoint as mc
 from loraplex.registry.store import AdapterStore
 from loraplex.registry.validator import ValidatedAdapter

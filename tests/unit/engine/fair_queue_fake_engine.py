@@ -12,8 +12,9 @@ from pathlib import Path
 
 import yaml
 
+from loraplex.engine.config import FairQueueConfig
 from loraplex.engine.dispatch_limit import FixedLimit
-from loraplex.engine.fair_queue import Entry, FairQueue, FairQueueConfig
+from loraplex.engine.fair_queue import Entry, FairQueue
 
 ROOT = Path(__file__).resolve().parents[3]
 STEP_S = 0.25  # one decode step of the fake engine (about TPOT at 8 in flight on the CPU profile)

@@ -11,7 +11,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "registry"))
 from registry_builders import SMOLLM2_CONFIG, lora_config, lora_tensors, tar_dir, write_adapter  # noqa: E402
 
-from loraplex.config import RegistryConfig  # noqa: E402
+from loraplex.registry.config import RegistryConfig  # noqa: E402
 from loraplex.contract import AdapterTarget  # noqa: E402
 from loraplex.db.engine import make_engine  # noqa: E402
 from loraplex.engine.loaded_adapters import LoadedAdapters  # noqa: E402

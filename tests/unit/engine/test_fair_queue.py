@@ -1,7 +1,8 @@
 """FairQueue (VTC) and the adaptive dispatch limit, on a fake clock."""
 
-from loraplex.engine.dispatch_limit import AdaptiveLimit, AdaptiveLimitConfig, FixedLimit
-from loraplex.engine.fair_queue import Entry, FairQueue, FairQueueConfig
+from loraplex.engine.config import AdaptiveLimitConfig, FairQueueConfig
+from loraplex.engine.dispatch_limit import AdaptiveLimit, FixedLimit
+from loraplex.engine.fair_queue import Entry, FairQueue
 
 
 class Clock:

@@ -1,8 +1,9 @@
 """Batch lines in the fair queue: below every online request, never past batch_max_share of the
 limit, the first held back when online work returns; never refused for share; charge nobody."""
 
+from loraplex.engine.config import FairQueueConfig
 from loraplex.engine.dispatch_limit import FixedLimit
-from loraplex.engine.fair_queue import Entry, FairQueue, FairQueueConfig
+from loraplex.engine.fair_queue import Entry, FairQueue
 
 
 def make(limit=4, share=0.5):

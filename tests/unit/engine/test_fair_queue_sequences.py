@@ -1,8 +1,9 @@
 """The fair queue counts sequences (Entry.sequences: n x prompts), not requests (issue 34): a
 request of n choices or a batch of prompts takes as many of the dispatch limit's slots."""
 
+from loraplex.engine.config import FairQueueConfig
 from loraplex.engine.dispatch_limit import FixedLimit
-from loraplex.engine.fair_queue import Entry, FairQueue, FairQueueConfig
+from loraplex.engine.fair_queue import Entry, FairQueue
 
 
 def make(limit=4, max_num_seqs=8, **cfg):

@@ -4,7 +4,8 @@ first, up to hard bounds that hold for everyone."""
 import pytest
 from pydantic import ValidationError
 
-from loraplex.engine.shedding import InFlight, LoadShedder, SheddingConfig
+from loraplex.engine.config import SheddingConfig
+from loraplex.engine.shedding import InFlight, LoadShedder
 
 
 def loaded(weight: float = 1.0, **held: int) -> InFlight:

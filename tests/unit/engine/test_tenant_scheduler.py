@@ -14,7 +14,7 @@ from vllm.v1.core.sched.scheduler import Scheduler
 from bench.fake_steps import fake_request as request
 from bench.fake_steps import fake_step as step
 from bench.fake_steps import make_scheduler
-from loraplex.config import TenantSchedulerConfig
+from loraplex.engine.config import TenantSchedulerConfig
 from loraplex.engine.step_cost import Coefficients
 from loraplex.engine.tenant_scheduler import CONFIG_KEY, TenantScheduler
 

@@ -8,7 +8,7 @@ from pydantic import ValidationError
 from loraplex.config import PlatformConfig
 from loraplex.observability.rules import render_rules
 from loraplex.observability.served import ServedPlatform, load_served
-from loraplex.config import SloConfig
+from loraplex.observability.config import SloConfig
 
 ROOT = Path(__file__).resolve().parents[3]
 

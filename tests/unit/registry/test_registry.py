@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from registry_builders import lora_config, lora_tensors, tar_dir, write_adapter, zip_dir
 
-from loraplex.config import RegistryConfig
+from loraplex.registry.config import RegistryConfig
 from loraplex.db.engine import make_engine
 from loraplex.registry.archive import UploadTooLarge
 from loraplex.registry.catalog import AdapterCatalog

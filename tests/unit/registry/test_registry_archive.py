@@ -11,7 +11,7 @@ import zipfile
 import pytest
 from registry_builders import tar_dir, tar_entries, zip_dir
 
-from loraplex.config import RegistryConfig
+from loraplex.registry.config import RegistryConfig
 from loraplex.registry.archive import BadArchive, UploadTooLarge, extract_archive, save_upload
 
 CONFIG = ("adapter_config.json", b"{}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from registry_builders import SMOLLM2_CONFIG, lora_config, lora_tensors, tar_dir, write_adapter
 
-from loraplex.config import RegistryConfig
+from loraplex.registry.config import RegistryConfig
 from loraplex.db.engine import make_engine
 from loraplex.registry.bases import BaseMismatch, ServedBase, ServedBases, UnknownBase
 from loraplex.registry.catalog import AdapterCatalog

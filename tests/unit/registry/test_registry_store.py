@@ -8,7 +8,7 @@ import uuid
 import pytest
 from registry_builders import lora_config, lora_tensors, tar_dir, write_adapter, zip_dir
 
-from loraplex.config import RegistryConfig
+from loraplex.registry.config import RegistryConfig
 from loraplex.registry.archive import extract_archive
 from loraplex.registry.store import AdapterNotFound, AdapterStore, InvalidName
 from loraplex.registry.store import write_canonical

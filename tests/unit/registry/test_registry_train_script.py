@@ -7,7 +7,7 @@ import sys
 
 from registry_builders import REPO
 
-from loraplex.config import RegistryConfig
+from loraplex.registry.config import RegistryConfig
 from loraplex.db.engine import make_engine
 from loraplex.registry.catalog import AdapterCatalog
 from loraplex.registry.model_spec import BaseModelSpec

@@ -11,7 +11,7 @@ import time
 import pytest
 from registry_builders import tar_dir
 
-from loraplex.config import RegistryConfig
+from loraplex.registry.config import RegistryConfig
 from loraplex.db.engine import make_engine
 from loraplex.registry.bases import ServedBases
 from loraplex.registry.catalog import AdapterCatalog
