@@ -7,8 +7,8 @@
   whole serve config); the packages below import it for annotations only (`if TYPE_CHECKING:`);
 - no import cycle between the package's parts (each subpackage, each package's config.py, and
   each top-level module such as config.py, is one part: a package's config.py sits below the root
-  config, the package's code may sit above it). Module-level imports count, inside functions too: a lazy import
-  still runs. `if TYPE_CHECKING:` blocks do not (they never run);
+  config, the package's code may sit above it). Module-level imports count, inside functions
+  too: a lazy import still runs. `if TYPE_CHECKING:` blocks do not (they never run);
 - no import cycle between files at all: no file imports one that imports it back, directly or
   around a circle, counting imports inside functions and under `if TYPE_CHECKING:` too (a reader
   follows those as well, and a lazy import that breaks a cycle only hides it)."""
