@@ -23,23 +23,20 @@ class BatchConfig(BaseModel):
         "written to the error file with code batch_expired, and the batch ends `expired`.")
     lines_in_flight: int = Field(
         4, ge=1,
-        description="Lines one Ingress replica's runner sends to the engine at once. They wait in the Engine's "
-        "fair queue below every online request, so this bounds the runner's memory, not the engine's load.")
+        description="Lines one Ingress replica's runner sends to the engine at once.")
     lease_s: float = Field(
         30.0, gt=0,
         description="How long a runner's claim on a batch lasts without renewal (renewed every lease_s / 3): "
         "after an Ingress replica dies, another one takes its batches over within this.")
     slice_s: float = Field(
         60.0, gt=0,
-        description="Longest a runner works one batch before it leaves it (its lines in flight finish) and "
-        "claims the batch worked least recently: batches take turns, so one tenant's 50,000-line batch does "
-        "not hold back another tenant's small one for hours.")
+        description="Longest a runner works one batch before it leaves it (its lines in flight finish) and claims "
+        "the batch worked least recently.")
     poll_s: float = Field(2.0, gt=0, description="How often an idle runner looks for a batch to claim.")
     retry_s: float = Field(
         2.0, gt=0,
-        description="How long a line refused before it ran (503 overload, shed, queue full; the budget's "
-        "in-flight wait) waits at least before it is sent again: longer when the refusal's Retry-After says so "
-        "(up to 60 s). Such a refusal is never billed nor written as an error.")
+        description="Least wait before a line refused before it ran (overload, shed, queue full, budget) is sent "
+        "again (longer if the refusal's Retry-After says so, up to 60 s).")
     line_timeout_s: float = Field(
         3600.0, gt=0,
         description="Deadline of one line once sent (its wait in the fair queue included); a line past it is "

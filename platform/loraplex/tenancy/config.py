@@ -36,25 +36,21 @@ class KeyCacheConfig(BaseModel):
 
     refresh_s: float = Field(
         5.0, gt=0,
-        description="Revocation bound: while the database is up, a cached key is used only while it "
-        "was verified less than this long ago; a background thread re-verifies every cached key each "
-        "refresh_s / 2. A revoked key or suspended tenant stops working on every ingress replica within "
-        "refresh_s (at once on the replica that served the revocation); so does a limit change.",
+        description="While the database is up, a cached key is used only if verified less than this long ago (a "
+        "revocation, suspension or limit change reaches every ingress replica within it).",
     )
     ttl_s: float = Field(
         900.0, gt=0,
-        description="Outage grace: while the database cannot be reached, a key verified less than this "
-        "long ago keeps working with its last known tenant and limits; others get 503 + Retry-After. "
-        "Also: a key unused this long is forgotten.",
+        description="While the database cannot be reached, a key verified less than this long ago keeps working "
+        "with its last known tenant and limits (a key unused this long is forgotten).",
     )
     max_entries: int = Field(
         100_000, gt=0, description="Keys cached per ingress replica at most; the least recently used is forgotten first.",
     )
     negative_s: float = Field(
         5.0, ge=0,
-        description="A key the database did not know (or knows revoked) is refused with 401 from memory for this "
-        "long on this replica: a flood of random keys costs one query per key per negative_s, not one per "
-        "request. Bounded by max_entries too. 0: every unknown key is looked up.",
+        description="How long a key the database did not know (or knows revoked) is refused with 401 from memory "
+        "on this replica; 0: every unknown key is looked up.",
     )
 
 
@@ -63,10 +59,8 @@ class TenancyConfig(BaseModel):
 
     admin_token: Optional[SecretStr] = Field(
         None,
-        description=f"Bearer token for the /admin routes. Prefer the {ADMIN_TOKEN_ENV} env var, which wins "
-        "over this field (a config file is easy to leak). With neither set, /admin answers 503. A SecretStr: "
-        "never shown by repr() or a log line; only the Ingress deployment is given it (app.py strips it "
-        "from what Engine and merged replicas get).",
+        description=f"Bearer token of the /admin routes, kept out of repr() (the env var {ADMIN_TOKEN_ENV} "
+        "wins; with neither set, /admin answers 503).",
     )
 
     plans: dict[str, PlanConfig] = Field(
