@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator
 from ray import serve
 from vllm.utils.gc_utils import freeze_gc_heap
 
+from loraplex import store_io
 from loraplex.dedicated.replica import merged_engine_config, path_refusal
 from loraplex.engine.caller_watch import CallerWatch
 from loraplex.engine.config import EngineDeploymentConfig
@@ -81,6 +82,8 @@ class Engine:
         self.stopping = False
         self.in_flight = InFlight()  # sequences (EngineCall.sequences) this replica serves, per tenant
         self.metrics = Metrics.for_replica(config.metrics, "engine", metrics_sink, base_model=self.base_model)
+        if self.metrics.enabled and metrics_sink is None:  # the adapter store failure counter, exported at 0
+            store_io.start_counting()
         # vLLM's own numbers, read from its registry by one reader: the shedder, the routing
         # stats and the metrics publisher share its readings.
         self.stats = EngineStatsReader(max_age_s=deployment.shedding.sample_period_s)
