@@ -18,6 +18,7 @@ from loraplex.engine.config import EngineConfig, EngineDeploymentConfig
 from loraplex.ingress.config import IngressDeploymentConfig
 from loraplex.metrics.config import MetricsConfig
 from loraplex.observability.config import SloConfig
+from loraplex.quality.config import QualityConfig
 from loraplex.registry.config import RegistryConfig
 from loraplex.tenancy.config import TenancyConfig
 
@@ -108,6 +109,9 @@ class PlatformConfig(BaseModel):
     batches: BatchConfig = Field(
         default_factory=BatchConfig, description="The Batch API (/v1/files, /v1/batches): bounds, completion "
         "window and the pace of its runner.")
+    quality: QualityConfig = Field(
+        default_factory=QualityConfig, description="Quality runs of a cheaper base on a tenant's own requests, "
+        "their thresholds, and the gate on an adapter's move to another base.")
     dedicated: DedicatedConfig = Field(
         default_factory=DedicatedConfig, description="Hot adapter versions served merged into the base weights "
         "on their own Engine deployments, falling back to the LoRA pool.")
