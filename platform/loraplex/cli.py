@@ -9,6 +9,7 @@
     loraplex latency                                  # TTFT / TPOT P95 of the last hour vs the SLO
     LORAPLEX_API_KEY=lpx-... loraplex batches create requests.jsonl --wait   # upload, run, progress bar
     LORAPLEX_API_KEY=lpx-... loraplex batches results batch_... > out.jsonl
+    LORAPLEX_API_KEY=lpx-... loraplex quality run mine.jsonl --reference BASE --candidate CHEAPER --wait
 
 Admin commands send --admin-token (LORAPLEX_ADMIN_TOKEN); tenant commands send --api-key
 (LORAPLEX_API_KEY). Lists print as tables, or as the server's JSON with --json.
@@ -101,6 +102,8 @@ ADAPTER_COLUMNS = ("name", "version", "sha256", "rank", "base_model", "size_byte
 # the priced unit is a VM, named by the `hardware` row).
 COST_MODEL_LABELS = {"gpus": "units", "gpu_hour_price": "unit_hour_price", "gpu_cost": "hardware_cost"}
 USAGE_COLUMNS = ("prompt_tokens", "cached_prompt_tokens", "completion_tokens", "requests", "cost")
+QUALITY_COLUMNS = ("id", "status", "reference", "candidate", "passed", "created_at", "completed_at")
+QUALITY_ENDED = ("completed", "failed")
 # Response headers of GET /admin/billing/export (loraplex.ingress.usage_routes).
 EXPORT_COMPLETE, EXPORT_THROUGH, EXPORT_EVENTS = (
     "X-LoRAPlex-Export-Complete", "X-LoRAPlex-Export-Through", "X-LoRAPlex-Export-Events")
@@ -341,6 +344,63 @@ def batches_results(s: Session) -> None:
     sys.stdout.write(s.tenant("GET", f"/v1/files/{_seg(file_id)}/content").text)
 
 
+def quality_run(s: Session) -> None:
+    """From a JSONL file (uploaded first) or an uploaded file's id; --wait: until the report."""
+    path = Path(s.args.input)
+    if path.is_file():
+        with path.open("rb") as f:
+            file_id = s.tenant("POST", "/v1/files", data={"purpose": "batch"},
+                               files={"file": (path.name, f, "application/jsonl")}).json()["id"]
+    elif s.args.input.startswith("file-"):
+        file_id = s.args.input
+    else:
+        raise CLIError(f"{path}: no such file; pass a JSONL of requests or an uploaded file's id (file-...).", code=2)
+    run = s.tenant("POST", "/v1/quality/runs", json={"input_file_id": file_id, "reference": s.args.reference,
+                                                     "candidate": s.args.candidate}).json()
+    if s.args.quiet:
+        print(run["id"])
+        return
+    while s.args.wait and run["status"] not in QUALITY_ENDED:
+        print(f"\r{run['id']}: {run['status']}", end="", file=sys.stderr, flush=True)
+        time.sleep(s.args.poll_s)
+        run = s.tenant("GET", f"/v1/quality/runs/{_seg(run['id'])}").json()
+    if s.args.wait:
+        print(file=sys.stderr)
+    _show_run(s, run)
+
+
+def quality_show(s: Session) -> None:
+    _show_run(s, s.tenant("GET", f"/v1/quality/runs/{_seg(s.args.run_id)}").json())
+
+
+def quality_list(s: Session) -> None:
+    body = s.tenant("GET", "/v1/quality/runs").json()
+    s.show(body, [{**_batch_row(r), "passed": r["passed"]} for r in body.get("data", [])], QUALITY_COLUMNS)
+
+
+def quality_override(s: Session) -> None:
+    body = {"tenant_id": s.args.tenant, "adapter": s.args.adapter, "to_base": s.args.to_base, "reason": s.args.reason}
+    s.show(s.admin("POST", "/admin/quality/overrides", json=body).json(), None)
+
+
+def _show_run(s: Session, run: dict) -> None:
+    """The run's figures against its thresholds (a table), then its verdict; --json: the run as is."""
+    if s.args.json:
+        return s.show(run)
+    print(_table([_batch_row({k: run.get(k) for k in QUALITY_COLUMNS})]))
+    figures, thresholds = run.get("figures") or {}, run.get("thresholds") or {}
+    limit = {"exact_match_rate": (">=", "min_exact_match_rate"), "mean_common_prefix": (">=", "min_mean_common_prefix"),
+             "logprob_drop": ("<=", "max_logprob_drop"), "lines": (">=", "min_lines")}
+    rows = [{"figure": k, "value": v, "threshold": f"{limit[k][0]} {thresholds[limit[k][1]]}"
+             if thresholds.get(limit.get(k, ("", ""))[1]) is not None else ""}
+            for k, v in figures.items() if v is not None]
+    if rows:
+        print(_table(rows, ("figure", "value", "threshold")))
+    if run.get("result_counts"):
+        print("lines: " + ", ".join(f"{k} {v}" for k, v in run["result_counts"].items()))
+    print(f"verdict: {run.get('verdict') or run['status']}" + (f" ({run['error']['message']})" if run.get("error") else ""))
+
+
 def _watch(s: Session, batch_id: str) -> None:
     """A progress bar on stderr until the batch ends; then the batch (a table, or --json)."""
     while True:
@@ -445,6 +505,27 @@ def _parser() -> argparse.ArgumentParser:
     p = command(sub, "results", batches_results, "print an ended batch's output file (JSONL) to stdout")
     p.add_argument("batch_id")
     p.add_argument("--errors", action="store_true", help="the error file instead")
+
+    quality = groups.add_parser("quality", help="compare a cheaper base (or your adapter on one) with the model "
+                                "you use, on your own requests (tenant key; override: admin)")
+    sub = quality.add_subparsers(dest="command", required=True)
+    p = command(sub, "run", quality_run, "upload a JSONL of your requests (the batch format, optional `expected`) "
+                "and compare a candidate model with a reference on it")
+    p.add_argument("input", metavar="FILE.jsonl|file-ID")
+    p.add_argument("--reference", required=True, help="the model you use now: a base, or one of your adapters")
+    p.add_argument("--candidate", required=True, help="the model to compare: a base, an adapter, or "
+                   "<base>:<adapter> (your adapter on another base)")
+    p.add_argument("--wait", action="store_true", help="wait for the report (the run goes at the batch tier)")
+    p.add_argument("--poll-s", type=float, default=5.0, help="seconds between checks (default 5)")
+    p.add_argument("-q", "--quiet", action="store_true", help="print only the new run's id")
+    command(sub, "show", quality_show, "a run's report: figures, thresholds, verdict").add_argument("run_id")
+    command(sub, "list", quality_list, "your quality runs, newest first")
+    p = command(sub, "override", quality_override, "let a tenant's move to another base through without a "
+                "passing run (admin; recorded with the reason)")
+    p.add_argument("tenant", metavar="TENANT_ID")
+    p.add_argument("--to-base", required=True)
+    p.add_argument("--adapter", help="the adapter's name (default: the tenant's base-model traffic)")
+    p.add_argument("--reason", required=True)
 
     p = command(groups, "usage", usage, "usage and cost report (your own; any tenant with --admin)")
     p.add_argument("--start", help="ISO-8601 date or time (UTC)")

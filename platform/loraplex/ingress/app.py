@@ -124,6 +124,10 @@ def build_ingress_app(
     if config.batches.enabled and registry is not None and tenants is not None and accounting is not None:
         batch_routes, batch_runner = batch_api(config, tenants, tenancy, accounting.db, openai)
         routes += batch_routes
+    quality_runner = None
+    if config.quality.enabled and batch_runner is not None:
+        quality_routes, quality_runner = quality_api(config, tenants, tenancy, accounting.db, batch_runner)
+        routes += quality_routes
     routes += console_routes()
 
     async def on_status_error(request: Request, exc: StatusError):
@@ -158,14 +162,15 @@ def build_ingress_app(
                        paths=OpenAIRoutes.GENERATION_PATHS, on_refused=lambda reason: openai.refused(None, reason))
     @contextlib.asynccontextmanager
     async def lifespan(app):
-        task = None
-        if run_batches and batch_runner is not None:
-            task = asyncio.create_task(batch_runner.run_forever(), name="batch-runner")
+        tasks = []
+        if run_batches:
+            tasks = [(r, asyncio.create_task(r.run_forever(), name=name))
+                     for r, name in ((batch_runner, "batch-runner"), (quality_runner, "quality-runner")) if r]
         try:
             yield
         finally:
-            if task is not None:
-                batch_runner.stop()
+            for runner, task in tasks:
+                runner.stop()
                 await task
 
     app = Starlette(
@@ -176,6 +181,7 @@ def build_ingress_app(
         lifespan=lifespan,
     )
     app.state.batch_runner = batch_runner
+    app.state.quality_runner = quality_runner
     return app
 
 
@@ -199,3 +205,15 @@ def batch_api(config: PlatformConfig, tenants: TenantContext, tenancy: Tenancy, 
     routes = FileRoutes(tenants, repo, files, cfg).routes() + BatchRoutes(tenants, repo, files, cfg).routes()
     lines = BatchLines(openai, tenancy.service, cfg.line_timeout_s, BatchDayTokens(db, repo.clock))
     return routes, BatchRunner(repo, files, cfg, lines, owner=f"runner-{uuid.uuid4().hex[:12]}")
+
+
+def quality_api(config: PlatformConfig, tenants: TenantContext, tenancy: Tenancy, db, batch_runner):
+    """Quality runs' routes and this replica's runner (its batches through the Batch API's runner)."""
+    from loraplex.ingress.quality_routes import QualityRoutes
+    from loraplex.quality.repository import QualityRepository
+    from loraplex.quality.runner import QualityRunner
+
+    runs = QualityRepository(db)
+    routes = QualityRoutes(tenants, tenancy, runs, batch_runner.repo, batch_runner.files, config.quality,
+                           config.batches.max_line_bytes).routes()
+    return routes, QualityRunner(runs, batch_runner.repo, batch_runner.files, config.quality, config.batches)

@@ -39,6 +39,7 @@ logger = logging.getLogger(__name__)
 MODELS = {"/v1/chat/completions": ChatCompletionRequest, "/v1/completions": CompletionRequest}
 RETRYABLE = (429, 503)
 BATCH_LIMITS = ("budget",)
+QUALITY_RUN = "loraplex_quality_run"  # quality/runner.py's RUN_KEY; batch_routes.py refuses loraplex_* from tenants
 PRINCIPAL_TTL_S = 30.0  # a suspension or a limit change reaches a running batch within this
 
 
@@ -54,7 +55,9 @@ class BatchLines:
             oai_request = parse(MODELS[line.url], {**line.body, "stream": False})
             arrival = time.time()
             call = await self.openai._call(principal, oai_request, arrival, arrival + self.line_timeout_s,
-                                           request_id=request_id, batch=True)
+                                           request_id=request_id, batch=True,
+                                           # a quality run's batch may try an adapter on another base
+                                           cross_base=QUALITY_RUN in (batch.get("metadata") or {}))
             day_limit = principal.limits.batch_tokens_per_day if self.day_tokens is not None else None
             charge = self.openai.limits.charge(call)  # what the admission holds for it: the day's estimate too
             refused = await self.day_tokens.take(principal.tenant_id, day_limit, request_id, charge) \

@@ -48,6 +48,8 @@ class BatchRoutes:
         if metadata is not None and not (isinstance(metadata, dict) and len(metadata) <= MAX_METADATA_KEYS and all(
                 isinstance(k, str) and isinstance(v, str) for k, v in metadata.items())):
             raise APIError(400, f"`metadata` must map at most {MAX_METADATA_KEYS} strings to strings.", param="metadata")
+        if metadata and any(k.startswith("loraplex_") for k in metadata):  # the platform's own batches' keys
+            raise APIError(400, "`metadata` keys starting with `loraplex_` are reserved.", param="metadata")
         tenant = principal.tenant_id
         row = await asyncio.to_thread(self.repo.get_file, tenant, file_id) if isinstance(file_id, str) else None
         if row is None:

@@ -274,7 +274,7 @@ class OpenAIRoutes:
         return min(seconds, self.request_timeout_s)
 
     async def _call(self, principal, oai_request, arrival: float, deadline: float, request_id: str | None = None,
-                    batch: bool = False) -> EngineCall:
+                    batch: bool = False, cross_base: bool = False) -> EngineCall:
         # Ours, never the client's: it is the ledger's idempotency key and vLLM's request id,
         # so a client-chosen value could collide with another request. A batch line's is its
         # batch's id and line number (the same on every run of it: billed once).
@@ -291,7 +291,7 @@ class OpenAIRoutes:
                       prompt_tokens=prompt_tokens, max_tokens=max_tokens, sequences=size.sequences)
         if principal is None:
             return EngineCall(**common)
-        base_model, adapter = await self.tenants.resolve_model(principal, oai_request.model)
+        base_model, adapter = await self.tenants.resolve_model(principal, oai_request.model, cross_base)
         if base_model in self.max_sequences:  # its own pool's bound, now that the base is known
             check_bound(size, self.max_sequences[base_model])
         return EngineCall(base_model=base_model,

@@ -46,10 +46,12 @@ class TenantContext:
     async def authenticate(self, request: Request):
         return await self.authenticator(request)
 
-    async def resolve_model(self, principal, model: str | None) -> tuple[str, AdapterTarget | None]:
+    async def resolve_model(self, principal, model: str | None,
+                            cross_base: bool = False) -> tuple[str, AdapterTarget | None]:
         """(base, adapter) that `model` names: a base model's name; an adapter's `name` or
         `name@version`, which runs on the base it is bound to; or `<base>:<adapter>` to say both,
-        refused with the adapter's own base when they differ."""
+        refused with the adapter's own base when they differ, unless `cross_base` (a quality run's
+        candidate: the adapter tried on another base, quality/gate.py)."""
         if model in self.bases:
             return model, None
         valid = ", ".join(self.bases)
@@ -72,7 +74,9 @@ class TenantContext:
         else:
             self.resolved.remember(key, v)
         base = self.base_of(v)
-        if asked_base is not None and asked_base != base:
+        if asked_base is not None and asked_base != base and cross_base:
+            base = asked_base
+        elif asked_base is not None and asked_base != base:
             raise APIError(400, f"The adapter `{ref}` was trained on the base model {base}, so it cannot run on "
                                 f"{asked_base}: send `model` as `{ref}` (or `{base}:{ref}`).", param="model",
                            code="adapter_base_mismatch")

@@ -77,6 +77,10 @@ class ServedBases:
                               f"{', '.join(self.names)} (GET /v1/models lists them).", param="base_model")
         return base
 
+    def named_by(self, claim: Optional[str]) -> Optional[ServedBase]:
+        """The base an adapter's base_model_name_or_path names (the one it was trained on), if any."""
+        return next((b for b in self.bases.values() if claim and b.is_named_by(claim)), None)
+
     def choose(self, explicit: Optional[str], claim: Optional[str], earlier: Optional[str], name: str) -> ServedBase:
         """The base a new version of `name` is bound to (see the module docstring). `earlier`: the
         base of the name's live versions, if it has any; a version may not move to another base."""

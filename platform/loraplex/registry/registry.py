@@ -12,8 +12,10 @@ import logging
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, BinaryIO, Callable, Optional
 
+from loraplex.quality.gate import Move
+from loraplex.quality.repository import QualityRepository
 from loraplex.registry.config import RegistryConfig
 from loraplex.registry.archive import extract_archive, save_upload
 from loraplex.registry.bases import ServedBase, ServedBases
@@ -38,6 +40,8 @@ class AdapterRegistry:
     bases: ServedBases  # the base models and their validators; a version is bound to one
     store: AdapterStore
     catalog: AdapterCatalog
+    # quality.gate: raises 409 unless a move to a base other than the adapter's own may go ahead
+    gate: Optional[Callable[[Move], None]] = None
 
     def upload(self, tenant: str, name: str, upload: BinaryIO | Path, cancelled=None,
                quota: AdapterQuota | None = None, base_model: str | None = None) -> AdapterVersion:
@@ -56,7 +60,11 @@ class AdapterRegistry:
             archive = Path(upload) if isinstance(upload, (str, Path)) else \
                 save_upload(upload, Path(tmp) / "upload", self.config, cancelled)
             peft_dir = extract_archive(archive, Path(tmp) / "extracted", self.config, cancelled)
-            base = self.bases.choose(base_model, claimed_base(peft_dir), self._base_of(tenant, name), name)
+            claim = claimed_base(peft_dir)
+            base = self.bases.choose(base_model, claim, self._base_of(tenant, name), name)
+            trained = self.bases.named_by(claim)
+            if self.gate is not None and trained is not None and trained.name != base.name:
+                self.gate(Move(tenant, name, trained.name, base.name))  # before any work on the weights
             adapter = base.validator.validate(peft_dir)
             blob = self.store.put(tenant, adapter)
 
@@ -134,7 +142,8 @@ def build_registry(config: PlatformConfig, db_engine) -> AdapterRegistry:
     """The registry for a PlatformConfig: validation against each served base, store, catalog."""
     bases = ServedBases([ServedBase(base.model_id, base.engine.model, AdapterValidator(
         base_model_spec(base.engine), max_lora_rank=base.engine.max_lora_rank)) for base in config.bases()])
-    return AdapterRegistry(config.registry, bases, AdapterStore(config.registry), AdapterCatalog(db_engine))
+    gate = QualityRepository(db_engine).check_move if config.quality.enabled and config.quality.gate else None
+    return AdapterRegistry(config.registry, bases, AdapterStore(config.registry), AdapterCatalog(db_engine), gate)
 
 
 def base_model_spec(engine_cfg: EngineConfig) -> BaseModelSpec:
