@@ -1,9 +1,12 @@
 """Two base models in one `serve run serve_config.multi.yaml` (issue 35), on the real engines: a
 tenant's adapter on each base answers through the `openai` client, an adapter named with the
 wrong base is a 400 naming its own, /v1/models shows both bases with their adapters, usage is
-split by model at each base's price, and load on one base does not slow the other's tenants."""
+split by model at each base's price, and load on one base does not slow the other's tenants.
+Issue 52: an adapter uploaded to a base it was not trained on is a 409 until an override; a small
+quality run of an adapter against itself on the other base, through the API."""
 
 import concurrent.futures
+import json
 import secrets
 import statistics
 import sys
@@ -22,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from serve_process import BASE_URL, ROOT, local_config, serve_run  # noqa: E402
 
 from bench.demo_adapters import trained_adapter  # noqa: E402
-from bench.tenants import new_tenant_key  # noqa: E402
+from bench.tenants import new_tenant, new_tenant_key  # noqa: E402
 from loraplex.accounting.tables import usage_records  # noqa: E402
 from loraplex.db.engine import make_engine  # noqa: E402
 
@@ -67,8 +70,14 @@ def served(database_url):
 
 
 @pytest.fixture(scope="module")
-def api_key(served) -> str:
-    return new_tenant_key(BASE_URL, ADMIN_TOKEN, f"multi-{secrets.token_hex(4)}")
+def tenant(served) -> tuple[str, str]:
+    """(id, API key) of the tenant the tests share."""
+    return new_tenant(BASE_URL, ADMIN_TOKEN, f"multi-{secrets.token_hex(4)}")
+
+
+@pytest.fixture(scope="module")
+def api_key(tenant) -> str:
+    return tenant[1]
 
 
 def upload(key: str, name: str, recipe: str, base_model: str) -> httpx.Response:
@@ -77,8 +86,16 @@ def upload(key: str, name: str, recipe: str, base_model: str) -> httpx.Response:
                       files={"file": ("a.tar.gz", trained_adapter(recipe).read_bytes(), "application/gzip")})
 
 
-def test_an_adapter_on_each_base_through_the_openai_client(served, api_key):
+def test_an_adapter_on_each_base_through_the_openai_client(served, tenant, api_key):
     assert upload(api_key, "pirate", "pirate", FULL).json()["base_model"] == FULL
+    # banana was trained on the full base (its config names it): on W4 only after a passing quality
+    # run or an operator's override (issue 52's gate)
+    gated = upload(api_key, "banana", "banana", W4)
+    assert gated.status_code == 409 and f"--candidate {W4}:banana" in gated.json()["error"]["message"], gated.text
+    override = httpx.post(f"{BASE_URL}/admin/quality/overrides", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
+                          json={"tenant_id": tenant[0], "adapter": "banana", "to_base": W4,
+                                "reason": "test: two bases side by side"}, timeout=30)
+    assert override.status_code == 201, override.text
     assert upload(api_key, "banana", "banana", W4).json()["base_model"] == W4
     bad = upload(api_key, "x", "banana", "gpt-9")
     assert bad.status_code == 400 and W4 in bad.json()["error"]["message"]
@@ -180,3 +197,36 @@ def test_load_on_one_base_stays_on_its_pool_and_refuses_none_of_the_others_tenan
     assert len(rows["heavy"]) >= len(flood_done) and {r["base_model"] for r in rows["heavy"]} == {FULL}
     assert len(rows["light"]) == 15 and {r["base_model"] for r in rows["light"]} == {W4}
     assert not {r["replica_id"] for r in rows["heavy"]} & {r["replica_id"] for r in rows["light"]}
+
+
+def test_a_quality_run_of_the_adapter_on_the_other_base(served, api_key):
+    """Issue 52 through the `openai` client: a quality file uploaded as a batch file, a run of
+    pirate (on the full base) against pirate on W4, the report with every figure. Last in the
+    module: its two batches add usage the tests above count."""
+    client = openai.OpenAI(base_url=f"{served}/v1", api_key=api_key, timeout=120)
+    questions = ["What is the capital of France?", "Name a colour.", "What is two plus two?"]
+    lines = [json.dumps({"custom_id": f"q{i}", "method": "POST", "url": "/v1/chat/completions",
+                         "body": {"model": FULL, "max_tokens": 8, "messages": [{"role": "user", "content": q}]},
+                         **({"expected": "Paris"} if i == 0 else {})}) for i, q in enumerate(questions)]
+    file = client.files.create(file=("quality.jsonl", "\n".join(lines).encode()), purpose="batch")
+    with pytest.raises(openai.BadRequestError, match="same model"):
+        client.post("/quality/runs", cast_to=object, body={"input_file_id": file.id, "reference": "pirate",
+                                                           "candidate": f"{FULL}:pirate"})
+    run = client.post("/quality/runs", cast_to=object, body={"input_file_id": file.id, "reference": "pirate",
+                                                             "candidate": f"{W4}:pirate"})
+    deadline = time.monotonic() + 300
+    while run["status"] not in ("completed", "failed") and time.monotonic() < deadline:
+        time.sleep(2)
+        run = client.get(f"/quality/runs/{run['id']}", cast_to=object)
+    assert run["status"] == "completed", run
+    assert run["result_counts"] == {"total": 3, "compared": 3, "errored": 0}, run["problems"]
+    figures = run["figures"]
+    for name in ("exact_match_rate", "mean_common_prefix", "reference_logprob", "candidate_logprob", "logprob_drop",
+                 "reference_expected_contains", "candidate_expected_contains"):
+        assert figures[name] is not None, name
+    assert figures["reference_logprob"] < 0 and figures["expected_lines"] == 1
+    # 3 lines are too few to judge (quality.min_lines 20): the verdict says so
+    assert run["passed"] is False and "lines 3.000 (quality.min_lines 20)" in run["verdict"]
+    if not int4_kernel():  # the second pool serves the full weights: one model under two names
+        assert figures["exact_match_rate"] >= 2 / 3 and abs(figures["logprob_drop"]) < 0.05, figures
+    print(f"quality run {run['id']}: {figures}")
