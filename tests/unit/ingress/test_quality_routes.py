@@ -213,3 +213,19 @@ def test_gate_lets_through_after_a_passing_run_of_that_adapter(tmp_path):
         assert other.status_code == 409
     finally:
         platform.close()
+
+
+def test_a_run_whose_batch_is_cancelled_fails_saying_so(tmp_path):
+    platform, client, auth = setup(tmp_path)
+    try:
+        file_id = upload_file(client, auth, line(0, "What is the capital of France?"))
+        run = client.post("/v1/quality/runs", headers=auth,
+                          json={"input_file_id": file_id, "reference": SMALL, "candidate": TINY}).json()
+        asyncio.run(platform.app.state.quality_runner.run_once())  # its generation batch now exists
+        batch_id = client.get(f"/v1/quality/runs/{run['id']}", headers=auth).json()["batch_ids"][0]
+        assert client.post(f"/v1/batches/{batch_id}/cancel", headers=auth).status_code == 200
+        run = drive(platform, client, auth, run["id"])
+        assert run["status"] == "failed" and run["error"]["code"] == "batch_cancelled", run
+        assert batch_id in run["error"]["message"] and run["passed"] is None
+    finally:
+        platform.close()
