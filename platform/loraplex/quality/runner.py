@@ -58,27 +58,31 @@ class QualityRunner:
 
     # -- one step of one run (blocking: database and store) ---------------------------------------
     def step(self, run: dict) -> None:
+        """Start the run's next batch, or write its report, if the batch before has ended."""
+        status = run["status"]
+        ended = None
+        if status in ("generating", "scoring"):
+            ended = self._ended(run, run[f"{'generation' if status == 'generating' else 'scoring'}_batch_id"])
+            if ended is None:  # still running (or the run just failed)
+                return
         try:
             lines = self._lines(run)
-        except InvalidBatchFile as exc:  # changed or deleted under the run
-            self.runs.move(run["id"], "failed", error={"code": "invalid_input_file", "message": str(exc)})
+        except (InvalidBatchFile, FileNotFoundError) as exc:  # deleted (or changed) under the run
+            self.runs.move(run["id"], "failed", error={"code": "invalid_input_file", "message": (
+                f"The run's input file {run['input_file_id']} cannot be read ({exc}); upload it again and "
+                "create a new run.")})
             return
         models = {"reference": run["reference"], "candidate": run["candidate"]}
-        if run["status"] == "queued":
-            data = ql.generation_file(lines, models, self.config.max_tokens)
-            self._start(run, "generating", "generation_batch_id", data)
-        elif run["status"] == "generating":
-            generated = self._ended(run, run["generation_batch_id"])
-            if generated is None:
-                return
-            data = ql.scoring_file(lines, models, ql.reference_answers(lines, generated))
+        if status == "queued":
+            self._start(run, "generating", "generation_batch_id",
+                        ql.generation_file(lines, models, self.config.max_tokens))
+        elif status == "generating":
+            data = ql.scoring_file(lines, models, ql.reference_answers(lines, ended))
             if data is None:  # no reference answer to score: the figures without log-probabilities
-                return self._report(run, lines, generated, {})
+                return self._report(run, lines, ended, {})
             self._start(run, "scoring", "scoring_batch_id", data)
-        elif run["status"] == "scoring":
-            scored = self._ended(run, run["scoring_batch_id"])
-            if scored is not None:
-                self._report(run, lines, self._results(run, run["generation_batch_id"]), scored)
+        else:
+            self._report(run, lines, self._results(run, run["generation_batch_id"]), ended)
 
     def _lines(self, run: dict) -> list[ql.QualityLine]:
         data = self.files.get(run["tenant_id"], run["input_file_id"])

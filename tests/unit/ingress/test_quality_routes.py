@@ -229,3 +229,17 @@ def test_a_run_whose_batch_is_cancelled_fails_saying_so(tmp_path):
         assert batch_id in run["error"]["message"] and run["passed"] is None
     finally:
         platform.close()
+
+
+def test_a_run_whose_file_is_deleted_fails_saying_so(tmp_path):
+    platform, client, auth = setup(tmp_path)
+    try:
+        file_id = upload_file(client, auth, line(0, "What is the capital of France?"))
+        run = client.post("/v1/quality/runs", headers=auth,
+                          json={"input_file_id": file_id, "reference": SMALL, "candidate": TINY}).json()
+        assert client.delete(f"/v1/files/{file_id}", headers=auth).status_code == 200
+        run = drive(platform, client, auth, run["id"])
+        assert run["status"] == "failed" and run["error"]["code"] == "invalid_input_file", run
+        assert file_id in run["error"]["message"]
+    finally:
+        platform.close()
