@@ -34,7 +34,8 @@ class QualityConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     enabled: bool = Field(True, description="Serve /v1/quality/runs and drive quality runs from every Ingress "
-                          "replica; false: the routes answer 404 and the gate lets every binding through.")
+                          "replica (they need batches.enabled); false: the routes answer 404 and the gate lets "
+                          "every binding through.")
     gate: bool = Field(
         True, description="Refuse (409) an adapter upload bound to a base other than the one its "
         "adapter_config.json names unless a passing quality run for that tenant, adapter and base, or an "

@@ -142,7 +142,9 @@ def build_registry(config: PlatformConfig, db_engine) -> AdapterRegistry:
     """The registry for a PlatformConfig: validation against each served base, store, catalog."""
     bases = ServedBases([ServedBase(base.model_id, base.engine.model, AdapterValidator(
         base_model_spec(base.engine), max_lora_rank=base.engine.max_lora_rank)) for base in config.bases()])
-    gate = QualityRepository(db_engine).check_move if config.quality.enabled and config.quality.gate else None
+    # No gate without quality runs (they need the Batch API): nothing could clear it.
+    runs_on = config.quality.enabled and config.batches.enabled
+    gate = QualityRepository(db_engine).check_move if runs_on and config.quality.gate else None
     return AdapterRegistry(config.registry, bases, AdapterStore(config.registry), AdapterCatalog(db_engine), gate)
 
 

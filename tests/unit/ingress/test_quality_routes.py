@@ -243,3 +243,17 @@ def test_a_run_whose_file_is_deleted_fails_saying_so(tmp_path):
         assert file_id in run["error"]["message"]
     finally:
         platform.close()
+
+
+def test_max_lines_bounds_a_quality_file_and_the_gate_can_be_off(tmp_path):
+    platform, client, auth = setup(tmp_path, max_lines=1, gate=False)
+    try:
+        two = upload_file(client, auth, line(0, "a") + "\n" + line(1, "b"))
+        r = client.post("/v1/quality/runs", headers=auth, json={"input_file_id": two, "reference": SMALL,
+                                                                "candidate": TINY})
+        assert r.status_code == 400 and "more than 1 requests" in r.json()["error"]["message"]
+        moved = client.post("/v1/adapters", headers=auth, data={"name": "pirate", "base_model": TINY},
+                            files={"file": ("a.tar.gz", claims_small(tmp_path), "application/gzip")})
+        assert moved.status_code == 201, moved.text  # quality.gate false: no run needed
+    finally:
+        platform.close()
