@@ -1,8 +1,17 @@
-"""How an Engine replica runs vLLM's CPU backend: the environment vLLM reads when it starts.
+"""How an Engine replica runs vLLM's CPU backend: the environment vLLM reads when it starts, and
+the dtype `auto` means on this CPU.
 
-Both are defaults: a variable the operator set (in the replica's runtime_env, or the environment
+Each is a default: a variable the operator set (in the replica's runtime_env, or the environment
 `serve run` starts in) is left alone, and nothing is set on GPUs.
 
+- OMP_NUM_THREADS = the cores the replica's pool may use (engine_deployment.cpu_affinity, else the
+  node's cpuset): Ray sets it to the replica's num_cpus (1 in the CPU profile) and EngineCore
+  inherits it, so vLLM computed on one thread of two. The front door (Ingress, proxy, Ray) is not
+  given cores of its own here: it time-slices with the Engine's threads (on 2 cores, with the
+  Ingress carrying the requests, two threads gave 1.10-1.30x bare vLLM's output tok/s where one
+  gave 0.73-0.85x: docs/operations.md, "Threads and dtype").
+  An operator's OMP_NUM_THREADS counts only if it was in the process's environment when it
+  started (runtime_env env_vars, or the shell of `serve run`): Ray's own is set inside the worker.
 - VLLM_CPU_OMP_THREADS_BIND=nobind: vLLM's "auto" binds the model's threads to the same cores in
   every engine of a node (all but the last), so two Engine replicas on one node time-slice one
   core while the other idles (measured on 2 cores: 1.9x the throughput with nobind,
@@ -22,12 +31,21 @@ from __future__ import annotations
 import os
 
 CPU_BACKEND_ENV = {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+THREADS_VAR = "OMP_NUM_THREADS"
+# /proc/cpuinfo flags of a CPU that computes bfloat16 natively (AVX512-BF16, or AMX's bf16 tiles).
+# Without them vLLM-CPU and torch emulate bf16 over float32 and run it slower than float32.
+NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+
+_pool_cpus: set[int] | None = None  # what pin_to_cpus pinned this process to (its pool's cpu_affinity)
 
 
-def set_cpu_backend_env(environ=os.environ, is_cpu: bool | None = None) -> dict[str, str]:
-    """On vLLM's CPU backend, set CPU_BACKEND_ENV's variables the operator has not set; returns
-    those it set. Call it before vLLM builds its config (the executor is chosen then) and spawns
-    EngineCore (which inherits the environment)."""
+def set_cpu_backend_env(environ=os.environ, is_cpu: bool | None = None, threads: int | None = None,
+                        initial_environ: dict[str, str] | None = None) -> dict[str, str]:
+    """On vLLM's CPU backend, set CPU_BACKEND_ENV's variables the operator has not set, and
+    OMP_NUM_THREADS to `threads` (default: engine_threads()) unless the operator set it (it is in
+    `initial_environ`, default: this process's environment at exec); returns those it set. Call
+    it before vLLM builds its config (the executor is chosen then) and spawns EngineCore (which
+    inherits the environment)."""
     if is_cpu is None:
         from vllm.platforms import current_platform
 
@@ -35,8 +53,56 @@ def set_cpu_backend_env(environ=os.environ, is_cpu: bool | None = None) -> dict[
     if not is_cpu:
         return {}
     added = {k: v for k, v in CPU_BACKEND_ENV.items() if k not in environ}
+    initial = exec_environ() if initial_environ is None else initial_environ
+    if THREADS_VAR not in initial:
+        added[THREADS_VAR] = str(threads or engine_threads())
     environ.update(added)
     return added
+
+
+def exec_environ() -> dict[str, str]:
+    """This process's environment as it was started (/proc/self/environ): what the operator and
+    runtime_env gave it, without what Ray set inside the worker (OMP_NUM_THREADS from num_cpus)."""
+    try:
+        raw = open("/proc/self/environ", "rb").read()
+    except OSError:
+        return dict(os.environ)
+    return dict(item.decode(errors="replace").partition("=")[::2] for item in raw.split(b"\0") if b"=" in item)
+
+
+def engine_threads() -> int:
+    """vLLM's compute threads: one per CPU the Engine's pool may use (pin_to_cpus's, else the node's)."""
+    return len(_pool_cpus or node_cpus())
+
+
+def cpu_flags(cpuinfo: str) -> set[str]:
+    """The feature flags of /proc/cpuinfo's first processor."""
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "flags":
+            return set(value.split())
+    return set()
+
+
+def auto_dtype(cpuinfo: str) -> tuple[str, str]:
+    """What `dtype: auto` runs on a CPU with this /proc/cpuinfo, and why: bfloat16 where the CPU
+    computes it natively, float32 elsewhere (vLLM's own auto would take the model's bfloat16)."""
+    native = sorted(cpu_flags(cpuinfo) & set(NATIVE_BF16_FLAGS))
+    if native:
+        return "bfloat16", f"the CPU has native bf16 ({', '.join(native)})"
+    return "float32", f"the CPU has no native bf16 (none of {', '.join(NATIVE_BF16_FLAGS)} in /proc/cpuinfo)"
+
+
+def resolve_cpu_dtype(dtype: str, cpuinfo_path: str = "/proc/cpuinfo") -> tuple[str, str | None]:
+    """(dtype to run, why) for an engine's `dtype` on the CPU backend: `auto` as auto_dtype says,
+    any other value as it is (reason None)."""
+    if dtype != "auto":
+        return dtype, None
+    try:
+        text = open(cpuinfo_path).read()
+    except OSError:
+        text = ""
+    return auto_dtype(text)
 
 
 def node_cpus() -> set[int]:
@@ -59,6 +125,7 @@ def pin_to_cpus(cpus: list[int] | None) -> set[int] | None:
     set it pinned to. Every thread, not only the caller: sched_setaffinity(0) sets one thread's
     mask, and a Serve replica's request loop and Ray's own threads would float over the other
     pools' cores."""
+    global _pool_cpus
     if not cpus:
         return None
     missing = sorted(set(cpus) - node_cpus())
@@ -71,4 +138,5 @@ def pin_to_cpus(cpus: list[int] | None) -> set[int] | None:
                 os.sched_setaffinity(int(task), set(cpus))
             except (ProcessLookupError, FileNotFoundError):
                 pass  # the thread ended meanwhile
+    _pool_cpus = set(cpus)
     return set(cpus)
