@@ -4,9 +4,11 @@ the dtype `auto` means on this CPU.
 Each is a default: a variable the operator set (in the replica's runtime_env, or the environment
 `serve run` starts in) is left alone, and nothing is set on GPUs.
 
-- OMP_NUM_THREADS = the cores the replica's pool may use (engine_deployment.cpu_affinity, else the
-  node's cpuset): Ray sets it to the replica's num_cpus (1 in the CPU profile) and EngineCore
-  inherits it, so vLLM computed on one thread of two. The front door (Ingress, proxy, Ray) is not
+- OMP_NUM_THREADS = the replica's share of the cores its pool may use (engine_deployment.cpu_affinity,
+  else the node's cpuset): those cores divided by the Engine replicas that may run on them at once
+  (engines_on_node). Ray sets it to the replica's num_cpus (1 in the CPU profile) and EngineCore
+  inherits it, so a lone replica computed on one thread of two; a share of all cores for each of
+  several replicas would spin more OpenMP threads than cores. The front door (Ingress, proxy, Ray) is not
   given cores of its own here: it time-slices with the Engine's threads (on 2 cores, with the
   Ingress carrying the requests, two threads gave 1.10-1.30x bare vLLM's output tok/s where one
   gave 0.73-0.85x: docs/operations.md, "Threads and dtype").
@@ -29,6 +31,7 @@ Each is a default: a variable the operator set (in the replica's runtime_env, or
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 CPU_BACKEND_ENV = {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 THREADS_VAR = "OMP_NUM_THREADS"
@@ -37,6 +40,7 @@ THREADS_VAR = "OMP_NUM_THREADS"
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 
 _pool_cpus: set[int] | None = None  # what pin_to_cpus pinned this process to (its pool's cpu_affinity)
+_sharing: int = 1  # Engine replicas that may run on those cores at once (share_cores)
 
 
 def set_cpu_backend_env(environ=os.environ, is_cpu: bool | None = None, threads: int | None = None,
@@ -71,8 +75,45 @@ def exec_environ() -> dict[str, str]:
 
 
 def engine_threads() -> int:
-    """vLLM's compute threads: one per CPU the Engine's pool may use (pin_to_cpus's, else the node's)."""
-    return len(_pool_cpus or node_cpus())
+    """vLLM's compute threads: the CPUs the Engine's pool may use (pin_to_cpus's, else the node's),
+    divided by the replicas sharing them (share_cores), at least one."""
+    return max(1, len(_pool_cpus or node_cpus()) // _sharing)
+
+
+@dataclass(frozen=True)
+class EngineDeployment:
+    """One Engine deployment of the app as Serve runs it: what bounds its replicas on one node."""
+
+    max_replicas: int  # num_replicas, or autoscaling's max_replicas
+    num_cpus: float  # Ray's logical CPUs per replica
+    max_replicas_per_node: int | None = None
+    pinned: bool = False  # its pool has cpu_affinity: its replicas run on their own cores
+
+
+def engines_on_node(deployments: list[EngineDeployment], node_cpus: float) -> int:
+    """At most how many Engine replicas of these deployments run on one node with `node_cpus`
+    logical CPUs at once: each deployment's replicas, bounded by max_replicas_per_node and by how
+    many of its num_cpus fit on the node. An upper bound (replicas of several deployments may not
+    all fit together): a share too small costs speed, one too large oversubscribes the cores."""
+    total = 0
+    for d in deployments:
+        n = d.max_replicas
+        if d.max_replicas_per_node:
+            n = min(n, d.max_replicas_per_node)
+        if d.num_cpus > 0:
+            n = min(n, int(node_cpus / d.num_cpus + 1e-9))
+        total += max(n, 0)
+    return max(1, total)
+
+
+def share_cores(mine: EngineDeployment, others: list[EngineDeployment], node_cpus: float) -> int:
+    """Set how many Engine replicas share this replica's cores (engine_threads divides by it) and
+    return it: a pinned pool's replicas share its own cores; unpinned ones share the node's with
+    every other unpinned Engine deployment of the app (pinned pools keep to their cores)."""
+    global _sharing
+    group = [mine] + ([] if mine.pinned else [d for d in others if not d.pinned])
+    _sharing = engines_on_node(group, node_cpus)
+    return _sharing
 
 
 def cpu_flags(cpuinfo: str) -> set[str]:

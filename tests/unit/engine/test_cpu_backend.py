@@ -1,4 +1,8 @@
-from loraplex.engine.cpu_backend import auto_dtype, engine_threads, node_cpus, resolve_cpu_dtype, set_cpu_backend_env
+import pytest
+
+from loraplex.engine import cpu_backend
+from loraplex.engine.cpu_backend import (EngineDeployment, auto_dtype, engine_threads, engines_on_node, node_cpus,
+                                         resolve_cpu_dtype, set_cpu_backend_env, share_cores)
 
 
 def test_cpu_engines_get_unpinned_threads_on_every_core_of_the_pool_and_the_worker_inside_engine_core():
@@ -9,6 +13,41 @@ def test_cpu_engines_get_unpinned_threads_on_every_core_of_the_pool_and_the_work
     env = {}
     set_cpu_backend_env(env, is_cpu=True, initial_environ={})
     assert env["OMP_NUM_THREADS"] == str(len(node_cpus())) == str(engine_threads())
+
+
+def test_replicas_that_may_share_a_node_split_its_cores_and_a_lone_one_takes_them_all(monkeypatch):
+    """The shipped CPU profile (Engine num_cpus 1, Ingress 0.5 on 2 CPUs): one replica computes on
+    both cores; two (test_production's layout, or autoscaling up to 2+) one each, never 4 threads."""
+    monkeypatch.setattr(cpu_backend, "node_cpus", lambda: {0, 1})
+    monkeypatch.setattr(cpu_backend, "_pool_cpus", None)
+    one = EngineDeployment(max_replicas=1, num_cpus=1.0)
+    assert share_cores(one, [], node_cpus=2.0) == 1 and engine_threads() == 2
+    two = EngineDeployment(max_replicas=2, num_cpus=1.0)
+    assert share_cores(two, [], node_cpus=2.0) == 2 and engine_threads() == 1
+    # Autoscaling to 8: only 2 fit on the node's 2 logical CPUs.
+    assert engines_on_node([EngineDeployment(max_replicas=8, num_cpus=1.0)], node_cpus=2.0) == 2
+    assert engines_on_node([EngineDeployment(max_replicas=8, num_cpus=1.0, max_replicas_per_node=1)], 2.0) == 1
+    # A dedicated version's replica (num_cpus 0.5) beside the pool's shares the node's cores too.
+    dedicated = EngineDeployment(max_replicas=1, num_cpus=0.5)
+    assert share_cores(one, [dedicated], node_cpus=2.0) == 2 and engine_threads() == 1
+    # Never below one thread, however many may come.
+    assert share_cores(EngineDeployment(max_replicas=16, num_cpus=0.1), [], node_cpus=2.0) == 16
+    assert engine_threads() == 1
+
+
+def test_a_pinned_pool_shares_only_its_own_cores(monkeypatch):
+    monkeypatch.setattr(cpu_backend, "_pool_cpus", {2, 3})
+    pinned = EngineDeployment(max_replicas=1, num_cpus=0.5, pinned=True)
+    others = [EngineDeployment(max_replicas=1, num_cpus=0.5), EngineDeployment(max_replicas=1, num_cpus=0.5)]
+    assert share_cores(pinned, others, node_cpus=4.0) == 1 and engine_threads() == 2
+    unpinned = EngineDeployment(max_replicas=1, num_cpus=0.5)
+    others = [EngineDeployment(max_replicas=1, num_cpus=0.5, pinned=True), EngineDeployment(max_replicas=2, num_cpus=0.5)]
+    assert share_cores(unpinned, others, node_cpus=4.0) == 3
+
+
+@pytest.fixture(autouse=True)
+def _no_share_left_behind(monkeypatch):
+    monkeypatch.setattr(cpu_backend, "_sharing", 1)
 
 
 def test_an_operators_settings_and_gpus_are_left_alone():
