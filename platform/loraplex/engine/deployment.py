@@ -38,15 +38,16 @@ logger = logging.getLogger(__name__)
 
 
 def _engine_deployments(pinned: bool) -> tuple[EngineDeployment, list[EngineDeployment], float] | None:
-    """This replica's Engine deployment, the app's other Engine deployments (every one but the
-    Ingress: the pools and the dedicated versions) as Serve's controller has them, and this
-    node's logical CPUs; None when Serve cannot say (the replica keeps its whole pool's cores)."""
+    """This replica's Engine deployment, the other Engine deployments on the cluster as Serve's
+    controller has them (every deployment but the Ingress of each LoRAPlex app: the pools and the
+    dedicated versions), and this node's logical CPUs; None when Serve cannot say (the replica
+    then keeps its whole pool's cores)."""
     import ray
     from ray.serve.context import _get_global_client
 
     try:
         context = serve.get_replica_context()
-        app = _get_global_client().get_serve_details()["applications"][context.app_name]
+        apps = _get_global_client().get_serve_details()["applications"]
         node = ray.get_runtime_context().get_node_id()
         node_cpus = next(n["Resources"].get("CPU", 0.0) for n in ray.nodes() if n["NodeID"] == node)
     except Exception:  # noqa: BLE001 - a best effort: the controller busy or a field renamed
@@ -54,20 +55,25 @@ def _engine_deployments(pinned: bool) -> tuple[EngineDeployment, list[EngineDepl
                        "core of its pool", exc_info=True)
         return None
     mine, others = None, []
-    for name, details in app["deployments"].items():
-        if name == "Ingress":
+    for app_name, app in apps.items():
+        import_path = ((app.get("deployed_app_config") or {}).get("import_path") or "")
+        if app_name != context.app_name and not import_path.startswith("loraplex."):
             continue
-        config = details["deployment_config"]
-        scaling = config.get("autoscaling_config") or {}
-        replicas = scaling.get("max_replicas") or config.get("num_replicas")
-        entry = EngineDeployment(
-            max_replicas=int(replicas) if isinstance(replicas, (int, float)) else details["target_num_replicas"],
-            num_cpus=float((details.get("required_resources") or {}).get("CPU", 1.0)),
-            max_replicas_per_node=config.get("max_replicas_per_node"), pinned=pinned and name == context.deployment)
-        if name == context.deployment:
-            mine = entry
-        else:
-            others.append(entry)
+        for name, details in app["deployments"].items():
+            if name == "Ingress":
+                continue
+            config = details["deployment_config"]
+            scaling = config.get("autoscaling_config") or {}
+            replicas = scaling.get("max_replicas") or config.get("num_replicas")
+            is_mine = app_name == context.app_name and name == context.deployment
+            entry = EngineDeployment(
+                max_replicas=int(replicas) if isinstance(replicas, (int, float)) else details["target_num_replicas"],
+                num_cpus=float((details.get("required_resources") or {}).get("CPU", 1.0)),
+                max_replicas_per_node=config.get("max_replicas_per_node"), pinned=pinned and is_mine)
+            if is_mine:
+                mine = entry
+            else:
+                others.append(entry)
     return (mine, others, node_cpus) if mine else None
 
 
