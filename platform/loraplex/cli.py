@@ -293,17 +293,21 @@ BATCH_COLUMNS = ("id", "status", "endpoint", "request_counts", "created_at", "ou
 BATCH_ENDED = ("completed", "failed", "expired", "cancelled")
 
 
-def batches_create(s: Session) -> None:
-    """From a JSONL file (uploaded first) or an uploaded file's id."""
+def _input_file_id(s: Session) -> str:
+    """`s.args.input`: a JSONL file, uploaded as a batch file, or an uploaded file's id."""
     path = Path(s.args.input)
     if path.is_file():
         with path.open("rb") as f:
-            file_id = s.tenant("POST", "/v1/files", data={"purpose": "batch"},
-                               files={"file": (path.name, f, "application/jsonl")}).json()["id"]
-    elif s.args.input.startswith("file-"):
-        file_id = s.args.input
-    else:
-        raise CLIError(f"{path}: no such file; pass a JSONL of requests or an uploaded file's id (file-...).", code=2)
+            return s.tenant("POST", "/v1/files", data={"purpose": "batch"},
+                            files={"file": (path.name, f, "application/jsonl")}).json()["id"]
+    if s.args.input.startswith("file-"):
+        return s.args.input
+    raise CLIError(f"{path}: no such file; pass a JSONL of requests or an uploaded file's id (file-...).", code=2)
+
+
+def batches_create(s: Session) -> None:
+    """From a JSONL file (uploaded first) or an uploaded file's id."""
+    file_id = _input_file_id(s)
     batch = s.tenant("POST", "/v1/batches", json={"input_file_id": file_id, "endpoint": s.args.endpoint,
                                                   "completion_window": "24h"}).json()
     if s.args.quiet:
@@ -346,15 +350,7 @@ def batches_results(s: Session) -> None:
 
 def quality_run(s: Session) -> None:
     """From a JSONL file (uploaded first) or an uploaded file's id; --wait: until the report."""
-    path = Path(s.args.input)
-    if path.is_file():
-        with path.open("rb") as f:
-            file_id = s.tenant("POST", "/v1/files", data={"purpose": "batch"},
-                               files={"file": (path.name, f, "application/jsonl")}).json()["id"]
-    elif s.args.input.startswith("file-"):
-        file_id = s.args.input
-    else:
-        raise CLIError(f"{path}: no such file; pass a JSONL of requests or an uploaded file's id (file-...).", code=2)
+    file_id = _input_file_id(s)
     run = s.tenant("POST", "/v1/quality/runs", json={"input_file_id": file_id, "reference": s.args.reference,
                                                      "candidate": s.args.candidate}).json()
     if s.args.quiet:
