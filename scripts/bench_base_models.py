@@ -40,6 +40,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "platform"))  # this checkout's package, for the worker extension
+
+from loraplex.engine.lora_residency import EXTENSION  # noqa: E402
 
 DEFAULT_BASES = [
     "full=models/SmolLM2-135M-Instruct:float32",
@@ -124,8 +127,10 @@ def child(args) -> None:
     base = json.loads(args.child)
     rec: dict = {"name": base["name"], "path": base["path"], "dtype": base["dtype"]}
     t0 = time.perf_counter()
+    # With LoRA, the Engine's worker extension: it installs the platform's CPU LoRA ops (cpu_lora_ops).
+    extension = {"worker_extension_cls": EXTENSION} if base["lora"] else {}
     llm = LLM(model=base["path"], dtype=base["dtype"], enable_lora=base["lora"], seed=0,
-              **ENGINE_ARGS)
+              **ENGINE_ARGS, **extension)
     rec["startup_s"] = time.perf_counter() - t0
     quant = llm.llm_engine.vllm_config.model_config.quantization
     rec["quantization"] = quant or "none"
@@ -162,7 +167,7 @@ def child(args) -> None:
 
             lora = LoRARequest("bench-adapter", 1, args.adapter_dir)
             try:
-                outs = llm.generate(agree, greedy, lora_request=lora, use_tqdm=False)
+                outs = llm.generate(agree[:args.lora_prompts or None], greedy, lora_request=lora, use_tqdm=False)
                 rec["lora_answers"] = [list(o.outputs[0].token_ids) for o in outs]
                 rec["lora_sample"] = tok.decode(rec["lora_answers"][0])
                 rec["lora"] = "yes"
@@ -179,7 +184,8 @@ def run_child(base: dict, args, adapter_dir: str | None, log) -> dict:
     argv = [sys.executable, __file__, "--child", json.dumps(base), "--batch", str(args.batch),
             "--tokens", str(args.tokens), "--repeats", str(args.repeats),
             "--agree-prompts", str(args.agree_prompts), "--agree-tokens", str(args.agree_tokens),
-            "--prefill-prompts", str(args.prefill_prompts), "--prefill-len", str(args.prefill_len)]
+            "--prefill-prompts", str(args.prefill_prompts), "--prefill-len", str(args.prefill_len),
+            "--lora-prompts", str(args.lora_prompts)]
     if adapter_dir:
         argv += ["--adapter-dir", adapter_dir]
     proc = subprocess.run(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=log, text=True)
@@ -227,7 +233,7 @@ def report(recs: list[dict], args) -> str:
     lines = [
         f"{args.batch} prompts x {args.tokens} tokens greedy (ignore_eos), median of "
         f"{args.repeats}; prefill: {args.prefill_prompts} x {args.prefill_len} tokens; agreement: {args.agree_prompts} prompts x {args.agree_tokens} greedy "
-        f"tokens vs `{ref['name']}`" + (f"; LoRA: demo adapter `{args.adapter}`" if args.adapter else ""),
+        f"tokens vs `{ref['name']}`" + (f"; LoRA: demo adapter `{args.adapter}` on the first {args.lora_prompts or args.agree_prompts} prompts" if args.adapter else ""),
         "",
         "| base | quantization | dtype | RSS GiB | peak RSS GiB | RSS less KV cache GiB | "
         "output tok/s | prefill tok/s | exact match | mean prefix (tokens) | LoRA | LoRA exact match | LoRA mean prefix |",
@@ -276,6 +282,8 @@ def main() -> None:
     parser.add_argument("--agree-prompts", type=int, default=32)
     parser.add_argument("--agree-tokens", type=int, default=32)
     parser.add_argument("--adapter", default=None, help="a demo adapter recipe (adapters/recipes)")
+    parser.add_argument("--lora-prompts", type=int, default=0,
+                        help="the LoRA agreement on the first N agreement prompts (0: all of them)")
     parser.add_argument("--log", type=Path, default=Path(tempfile.gettempdir()) / "bench_base_models.log")
     parser.add_argument("--json", type=Path, default=None, help="also write the records here")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
