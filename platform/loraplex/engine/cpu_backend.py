@@ -181,3 +181,22 @@ def pin_to_cpus(cpus: list[int] | None) -> set[int] | None:
                 pass  # the thread ended meanwhile
     _pool_cpus = set(cpus)
     return set(cpus)
+
+
+def renice_children(niceness: int, skip: set[int] = frozenset(), pid: int | None = None) -> list[int]:
+    """Set `niceness` on every thread of this process's descendants but `skip` (vLLM's EngineCore:
+    its OpenMP threads exist once it has loaded the model; threads started later inherit it) and
+    return their pids. Linux keeps niceness per thread, so each task of each process gets it."""
+    import psutil
+
+    done = []
+    for child in psutil.Process(pid).children(recursive=True):
+        if child.pid in skip:
+            continue
+        try:
+            for task in os.listdir(f"/proc/{child.pid}/task"):
+                os.setpriority(os.PRIO_PROCESS, int(task), niceness)
+        except (OSError, psutil.Error):  # it exited meanwhile
+            continue
+        done.append(child.pid)
+    return done

@@ -27,7 +27,7 @@ from vllm.usage.usage_lib import UsageContext
 from vllm.utils.argparse_utils import FlexibleArgumentParser
 from vllm.v1.executor import Executor
 
-from loraplex.engine.cpu_backend import resolve_cpu_dtype, set_cpu_backend_env
+from loraplex.engine.cpu_backend import renice_children, resolve_cpu_dtype, set_cpu_backend_env
 from loraplex.engine.tenant_scheduler import (BATCH_ARG, CONFIG_KEY, NO_TENANT, TENANT_ARG, WEIGHT_ARG,
                                               scheduler_cls_for)
 from loraplex.engine.loaded_adapters import AdapterGone, LoadedAdapters
@@ -111,6 +111,9 @@ class VLLMEngine:
             vllm_config=vllm_config, executor_class=Executor.get_class(vllm_config),
             log_requests=engine_args.enable_log_requests, log_stats=not engine_args.disable_log_stats,
             usage_context=UsageContext.ENGINE_CONTEXT)  # AsyncLLM.from_engine_args, with our scheduler
+        if _on_cpu() and self.config.cpu_nice:  # the front door shares these cores (docs/operations.md)
+            reniced = renice_children(self.config.cpu_nice, skip={self._orphan_guard.pid})
+            start_log.info("vLLM CPU backend: EngineCore %s at nice %d", reniced, self.config.cpu_nice)
         state = State()
         await init_app_state(
             self.llm,

@@ -173,3 +173,24 @@ def test_a_pool_may_take_cpus_outside_the_front_doors_affinity():
     p.start()
     assert q.get(timeout=30) is True
     p.join(30)
+
+
+def test_renice_children_lowers_every_thread_of_each_child_but_the_skipped():
+    import os
+    import subprocess
+    import sys
+
+    from loraplex.engine.cpu_backend import renice_children
+
+    code = "import threading, time; threading.Thread(target=time.sleep, args=(30,)).start(); print(1, flush=True); time.sleep(30)"
+    child, skipped = (subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE) for _ in range(2))
+    try:
+        child.stdout.readline(), skipped.stdout.readline()  # both threads started
+        mine = os.getpriority(os.PRIO_PROCESS, 0)
+        wanted = mine + 1 if mine < 19 else 18  # lowering it needs no privilege
+        assert renice_children(wanted, skip={skipped.pid}) == [child.pid]
+        tasks = os.listdir(f"/proc/{child.pid}/task")
+        assert len(tasks) == 2 and {os.getpriority(os.PRIO_PROCESS, int(t)) for t in tasks} == {wanted}
+        assert {os.getpriority(os.PRIO_PROCESS, int(t)) for t in os.listdir(f"/proc/{skipped.pid}/task")} == {mine}
+    finally:
+        child.kill(), skipped.kill()
