@@ -183,10 +183,12 @@ def pin_to_cpus(cpus: list[int] | None) -> set[int] | None:
     return set(cpus)
 
 
-def renice_children(niceness: int, skip: set[int] = frozenset(), pid: int | None = None) -> list[int]:
-    """Set `niceness` on every thread of this process's descendants but `skip` (vLLM's EngineCore:
-    its OpenMP threads exist once it has loaded the model; threads started later inherit it) and
-    return their pids. Linux keeps niceness per thread, so each task of each process gets it."""
+def renice_children(steps: int, skip: set[int] = frozenset(), pid: int | None = None) -> list[int]:
+    """Lower every thread of this process's descendants but `skip` (vLLM's EngineCore: its OpenMP
+    threads exist once it has loaded the model; threads started later inherit it) by `steps` of
+    niceness, to at most 19, and return their pids. Relative, because Ray already runs every
+    worker (the replicas, Serve's proxy) at its worker_niceness, 15. Linux keeps niceness per
+    thread, so each task of each process gets it."""
     import psutil
 
     done = []
@@ -195,7 +197,8 @@ def renice_children(niceness: int, skip: set[int] = frozenset(), pid: int | None
             continue
         try:
             for task in os.listdir(f"/proc/{child.pid}/task"):
-                os.setpriority(os.PRIO_PROCESS, int(task), niceness)
+                tid = int(task)
+                os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + steps))
         except (OSError, psutil.Error):  # it exited meanwhile
             continue
         done.append(child.pid)

@@ -113,7 +113,8 @@ class VLLMEngine:
             usage_context=UsageContext.ENGINE_CONTEXT)  # AsyncLLM.from_engine_args, with our scheduler
         if _on_cpu() and self.config.cpu_nice:  # the front door shares these cores (docs/operations.md)
             reniced = renice_children(self.config.cpu_nice, skip={self._orphan_guard.pid})
-            start_log.info("vLLM CPU backend: EngineCore %s at nice %d", reniced, self.config.cpu_nice)
+            start_log.info("vLLM CPU backend: EngineCore %s %d steps nicer than the replica", reniced,
+                           self.config.cpu_nice)
         state = State()
         await init_app_state(
             self.llm,
