@@ -13,7 +13,7 @@ from bench.processes import free_port
 
 @contextlib.contextmanager
 def local_serve(*, admin_token: Optional[str] = None, num_cpus: int = 8,
-                object_store_memory: int = 200_000_000) -> Iterator[int]:
+                object_store_memory: int = 200_000_000, runtime_env: Optional[dict] = None) -> Iterator[int]:
     """Serve's HTTP port. `admin_token` is put in the environment (replicas inherit it; it wins over
     the config). Ray runs workers at nice 15: the client here (nice 0) and anything else on the
     machine would take the cores from the replicas first; at niceness 0 they compete on equal terms."""
@@ -24,7 +24,7 @@ def local_serve(*, admin_token: Optional[str] = None, num_cpus: int = 8,
         os.environ["LORAPLEX_ADMIN_TOKEN"] = admin_token
     os.environ.setdefault("RAY_worker_niceness", "0")
     ray.init(num_cpus=num_cpus, object_store_memory=object_store_memory, include_dashboard=False,
-             logging_level="ERROR", log_to_driver=False)
+             logging_level="ERROR", log_to_driver=False, runtime_env=runtime_env)
     try:
         port = free_port()
         serve.start(http_options={"host": "127.0.0.1", "port": port})
