@@ -17,11 +17,17 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @dataclass(frozen=True)
 class Column:
-    """A row's `key`, printed under `header` with `fmt` (str.format; a missing or None value prints as -)."""
+    """A row's `key`, printed under `header` with `fmt` (str.format; a missing or None value prints as -);
+    right-aligned when `right`, by default when it has a format of its own (a number)."""
 
     key: str
     header: str
     fmt: str = "{}"
+    right: Optional[bool] = None
+
+    @property
+    def rule(self) -> str:
+        return "---:" if (self.fmt != "{}" if self.right is None else self.right) else "---"
 
     def cell(self, row: dict) -> str:
         value = row.get(self.key)
@@ -47,7 +53,7 @@ class Table:
 
     def markdown(self) -> str:
         lines = ["| " + " | ".join(c.header for c in self.columns) + " |",
-                 "|" + "|".join("---" if c.fmt == "{}" else "---:" for c in self.columns) + "|"]
+                 "|" + "|".join(c.rule for c in self.columns) + "|"]
         lines += ["| " + " | ".join(c.cell(r) for c in self.columns) + " |" for r in self.rows]
         return "\n".join(lines)
 
