@@ -80,7 +80,8 @@ def commit() -> str:
 
 class Output:
     """What a scenario reports: `table` prints a Table (its title, then markdown) and keeps it; `note`
-    prints a line (a verdict, a ratio, the setup) and keeps it; `write_json` writes all kept."""
+    prints a line (a verdict, a ratio, the setup) and keeps it; `data` holds raw records a scenario
+    keeps beside its tables (JSON-able); `write_json` writes all kept."""
 
     def __init__(self, scenario: str, argv: list[str], stream: Optional[TextIO] = None):
         self.scenario, self.argv = scenario, list(argv)
@@ -88,6 +89,7 @@ class Output:
         self.started = datetime.now(timezone.utc)
         self.tables: list[Table] = []
         self.notes: list[str] = []
+        self.data: dict[str, Any] = {}
 
     def table(self, table: Table) -> Table:
         self.tables.append(table)
@@ -102,7 +104,7 @@ class Output:
     def to_json(self) -> dict:
         return {"scenario": self.scenario, "argv": self.argv, "commit": commit(),
                 "started": self.started.isoformat(timespec="seconds"),
-                "tables": [t.to_json() for t in self.tables], "notes": self.notes}
+                "tables": [t.to_json() for t in self.tables], "notes": self.notes, "data": _plain(self.data)}
 
     def write_json(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
