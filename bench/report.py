@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any, Optional, TextIO
 
 ROOT = Path(__file__).resolve().parents[1]
+SECRET_FLAGS = ("--admin-token", "--api-key")
+REDACTED = "<redacted>"
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,24 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def redacted_argv(argv: list[str]) -> list[str]:
+    """argv with the values of --admin-token and --api-key replaced: no secret belongs in a
+    benchmark artifact (results are pasted into docs and tickets)."""
+    out, hide_next = [], False
+    for arg in argv:
+        if hide_next:
+            out.append(REDACTED)
+            hide_next = False
+        elif arg in SECRET_FLAGS:
+            out.append(arg)
+            hide_next = True
+        elif arg.startswith(tuple(f + "=" for f in SECRET_FLAGS)):
+            out.append(arg.split("=", 1)[0] + "=" + REDACTED)
+        else:
+            out.append(arg)
+    return out
+
+
 def commit() -> str:
     got = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     return got.stdout.strip() or "?"
@@ -102,7 +122,7 @@ class Output:
         print(text, file=self.stream, flush=True)
 
     def to_json(self) -> dict:
-        return {"scenario": self.scenario, "argv": self.argv, "commit": commit(),
+        return {"scenario": self.scenario, "argv": redacted_argv(self.argv), "commit": commit(),
                 "started": self.started.isoformat(timespec="seconds"),
                 "tables": [t.to_json() for t in self.tables], "notes": self.notes, "data": _plain(self.data)}
 
