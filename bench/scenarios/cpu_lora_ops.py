@@ -17,11 +17,8 @@ import statistics
 import time
 from pathlib import Path
 
-import torch
-
 from bench.processes import ROOT
 from bench.report import Table
-from loraplex.engine import cpu_lora_ops
 
 SLOTS = 4  # the shipped max_loras
 # name: the slot of each token in the batch (a step's batch); -1 is a base-model token
@@ -47,8 +44,10 @@ def projections(config: dict) -> list[tuple[int, list[int]]]:
             (inter, [hidden])]                                          # down_proj
 
 
-def forward_ms(ops: dict, config: dict, rank: int, indices: torch.Tensor, repeats: int) -> float:
+def forward_ms(ops: dict, config: dict, rank: int, indices, repeats: int) -> float:
     """Median ms of one forward pass's LoRA ops (every layer) with these ops."""
+    import torch
+
     n = indices.shape[0]
     layers = []
     for d_in, slices in projections(config):
@@ -77,6 +76,10 @@ def add_arguments(p) -> None:
 
 
 def run(args, out) -> None:
+    import torch  # here, not when the entry point lists or parses the scenarios
+
+    from loraplex.engine import cpu_lora_ops
+
     torch.set_num_threads(1)
     config = json.loads((args.model / "config.json").read_text())
     from vllm.lora.ops.torch_ops import lora_ops

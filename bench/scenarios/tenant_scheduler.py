@@ -13,20 +13,21 @@ from __future__ import annotations
 import sys
 import time
 
-from vllm.v1.core.sched.scheduler import Scheduler
-
-from bench.fake_steps import fake_request, fake_step, make_scheduler
 from bench.processes import ROOT
 from bench.report import Table
-from loraplex.engine.config import TenantSchedulerConfig
-from loraplex.engine.step_cost import Coefficients
-from loraplex.engine.tenant_scheduler import CONFIG_KEY, TenantScheduler
 
-# A GPU-like step: 10 ms, 0.05 ms a decode, 0.02 ms a prompt token; a 50 ms TPOT target.
-GPU_COSTS = Coefficients(base_s=0.010, per_decode_s=0.00005, per_prompt_s=0.00002)
+# A GPU-like step: 10 ms, 0.05 ms a decode, 0.02 ms a prompt token (base_s, per_decode_s,
+# per_prompt_s of engine/step_cost.py's Coefficients); a 50 ms TPOT target.
+GPU_COSTS = dict(base_s=0.010, per_decode_s=0.00005, per_prompt_s=0.00002)
 
 
 def us_per_step(cls, batch: int, tenants: int, steps: int) -> float:
+    # vLLM loads in ~10 s: here, not when the entry point lists or parses the scenarios.
+    from bench.fake_steps import fake_request, fake_step, make_scheduler
+    from loraplex.engine.config import TenantSchedulerConfig
+    from loraplex.engine.step_cost import Coefficients
+    from loraplex.engine.tenant_scheduler import CONFIG_KEY, TenantScheduler
+
     sys.path.insert(0, str(ROOT / "tests"))
     from model_dir import default_model_dir  # the tests' model: its tokenizer and config
 
@@ -34,7 +35,7 @@ def us_per_step(cls, batch: int, tenants: int, steps: int) -> float:
     s = make_scheduler(cls, str(default_model_dir()), {CONFIG_KEY: config.settings()}, max_num_seqs=batch + tenants,
                        token_budget=8192, blocks=200_000)
     if cls is TenantScheduler:
-        s.cost.prior, s.cost.min_steps = GPU_COSTS, 10**9
+        s.cost.prior, s.cost.min_steps = Coefficients(**GPU_COSTS), 10**9
     for i in range(batch):
         s.add_request(fake_request(f"t{i % tenants}", 64, max_tokens=10**6))
     for _ in range(3):
@@ -59,6 +60,10 @@ def add_arguments(p) -> None:
 
 
 def run(a, out) -> None:
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    from loraplex.engine.tenant_scheduler import TenantScheduler
+
     table = Table("", [("batch", "decoding requests", "{:d}"), ("tenants", "tenants", "{:d}"),
                        ("vllm_us", "vLLM Scheduler µs/step", "{:.0f}"), ("ours_us", "TenantScheduler µs/step", "{:.0f}"),
                        ("added_us", "added µs/step", "{:+.0f}"), ("ratio", "ratio", "{:.2f}x")])
