@@ -1,5 +1,5 @@
 """Benchmark and comparison code that the serving package (platform/loraplex) does not ship.
 
 Importable with the repository root on sys.path: scripts/ put it there, pytest's config does
-(`pythonpath`), and scripts/bench_routing.py hands it to its Serve replicas (PYTHONPATH).
+(`pythonpath`), and python -m bench routing hands it to its Serve replicas (PYTHONPATH).
 """

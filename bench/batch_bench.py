@@ -1,4 +1,4 @@
-"""A batch beside an online load that rises and falls (issue 36), for scripts/bench_batch.py: the
+"""A batch beside an online load that rises and falls (issue 36), for python -m bench batch: the
 online workload of a phase, and the tables (online latency alone vs beside the batch, the batch's
 progress, the cost model's utilization and cost per 1M tokens before and after, side by side)."""
 

@@ -1,4 +1,4 @@
-"""A `serve run` config with a dedicated adapter version, for scripts/bench_merged.py and
+"""A `serve run` config with a dedicated adapter version, for python -m bench merged and
 tests/e2e/test_dedicated_merged.py: the database and adapter store are seeded the way the routes
 seed them (tenants, keys, validated uploads) before `serve run`, so the config can name the
 version (`<tenant id>/<name>@<version>`) and the app is built with its Merged-<id> deployment."""

@@ -1,6 +1,6 @@
 """Trains the demo adapters (adapters/recipes) once per recipe version and caches the archives.
 
-Used by the tests (tests/integration/demo_adapters.py re-exports it) and by scripts/loadtest,
+Used by the tests (tests/integration/demo_adapters.py re-exports it) and by python -m bench loadtest,
 which uploads them as tenants' adapters."""
 
 import hashlib

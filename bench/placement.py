@@ -1,5 +1,5 @@
 """Today's adapter placement vs residency-aware placement on real Engine replicas: the pieces of
-scripts/bench_placement.py that are plain data (config, workload, figures, tables), unit-tested.
+python -m bench placement that are plain data (config, workload, figures, tables), unit-tested.
 
 "today" is the shipped router (`engine_deployment.routing.policy: tenant_affinity`), "residency"
 the opt-in one (`residency_aware`, loraplex/routing/residency.py). Every adapter belongs to its own
