@@ -14,18 +14,15 @@ Every request asks for 1 token, so latency is dominated by adapter handling, not
 
 from __future__ import annotations
 
-import io
 import random
 import statistics
-import tarfile
 import tempfile
 import time
 from pathlib import Path
 
 import httpx
-import numpy as np
-from safetensors.numpy import save as save_safetensors
 
+from bench.demo_adapters import synthetic_adapter
 from bench.local_serve import local_serve
 from bench.processes import ROOT
 from bench.report import Table
@@ -34,28 +31,6 @@ from bench.tenants import new_tenant_key
 
 MODEL = ROOT / "models" / "SmolLM2-135M-Instruct"
 ADMIN = "bench-admin-token"
-
-
-def synthetic_adapter(seed: int, rank: int = 4, layers: int = 30, hidden: int = 576, kv_out: int = 192) -> bytes:
-    """A distinct, valid rank-`rank` LoRA on q_proj/v_proj of SmolLM2-135M, as a .tar.gz."""
-    rng = np.random.default_rng(seed)
-    tensors = {}
-    for i in range(layers):
-        for module, out in (("q_proj", hidden), ("v_proj", kv_out)):
-            prefix = f"base_model.model.model.layers.{i}.self_attn.{module}"
-            tensors[f"{prefix}.lora_A.weight"] = rng.normal(0, 0.01, (rank, hidden)).astype(np.float16)
-            tensors[f"{prefix}.lora_B.weight"] = rng.normal(0, 0.01, (out, rank)).astype(np.float16)
-    config = (
-        '{"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": %d, "lora_alpha": %d, '
-        '"target_modules": ["q_proj", "v_proj"], "lora_dropout": 0.0, "bias": "none"}' % (rank, 2 * rank)
-    ).encode()
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w:gz", compresslevel=1) as tar:
-        for name, data in (("adapter_config.json", config), ("adapter_model.safetensors", save_safetensors(tensors))):
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return out.getvalue()
 
 
 def deploy(port: int, state: Path, max_cpu_loras: int) -> str:
