@@ -37,9 +37,8 @@ def seeded_config(state: Path, *, uploads: dict[str, str], dedicated: list[str],
 
     doc = yaml.safe_load((ROOT / "serve_config.yaml").read_text())
     args = doc["applications"][0]["args"]
-    args["database_url"] = f"sqlite:///{state}/loraplex.db"
-    args["registry"] = {"store_url": str(state / "adapters"), "cache_dir": str(state / "cache"), "deletion_poll_s": 1}
-    args["accounting"] = {"spool_dir": str(state / "spool"), "flush_interval_s": 0.5, **(accounting or {})}
+    with_fresh_state(args, state, flush_interval_s=0.5, **(accounting or {}))
+    args["registry"]["deletion_poll_s"] = 1
     args["engine"]["model"] = str(ROOT / args["engine"]["model"])
     args["engine_deployment"]["num_cpus"] = engine_cpus
     args["ingress"]["num_cpus"] = ingress_cpus

@@ -17,6 +17,7 @@ from typing import Iterable, Optional
 from bench.loadtest import workload as wl
 from bench.percentile import or_nan, percentile
 from bench.report import Table
+from bench.state import with_fresh_state
 
 VARIANTS = {"today": "tenant_affinity", "residency": "residency_aware"}
 TARGETS = {"ttft_p50": 0.5, "output_tok_s": 1.3, "hit_points": 5.0}  # issue 22's done-when
@@ -33,10 +34,7 @@ def placement_config(shipped: dict, *, policy: str, state: Path, port: int, mode
     doc["http_options"]["port"] = port
     app = next(a for a in doc["applications"] if str(a.get("import_path", "")).startswith("loraplex.app"))
     args = app["args"]
-    args["database_url"] = f"sqlite:///{state}/loraplex.db"
-    args["registry"] = {**(args.get("registry") or {}), "store_url": str(state / "adapters"),
-                        "cache_dir": str(state / "cache")}
-    args["accounting"] = {**(args.get("accounting") or {}), "spool_dir": str(state / "spool"), "flush_interval_s": 0.5}
+    with_fresh_state(args, state, flush_interval_s=0.5)
     args["engine"]["model"] = model
     args["engine"]["engine_kwargs"] = {**(args["engine"].get("engine_kwargs") or {}),
                                        "kv_cache_memory_bytes": int(kv_cache_bytes)}

@@ -26,6 +26,7 @@ from bench.demo_adapters import synthetic_adapter
 from bench.local_serve import local_serve
 from bench.processes import ROOT
 from bench.report import Table
+from bench.state import with_fresh_state
 from bench.stream.platform import wait_http
 from bench.tenants import new_tenant_key
 
@@ -38,13 +39,11 @@ def deploy(port: int, state: Path, max_cpu_loras: int) -> str:
 
     from loraplex.app import build_app
 
-    serve.run(build_app({
-        "database_url": f"sqlite:///{state}/loraplex.db",
-        "registry": {"store_url": str(state / "adapters"), "cache_dir": str(state / "cache")},
+    serve.run(build_app(with_fresh_state({
         "tenancy": {"admin_token": ADMIN},
         "engine": {"model": str(MODEL), "gpu_memory_utilization": 0.25, "max_loras": 4,
                    "max_cpu_loras": max_cpu_loras, "max_lora_rank": 16},
-    }), name="loraplex", route_prefix="/")
+    }, state)), name="loraplex", route_prefix="/")
     base = f"http://127.0.0.1:{port}"
     wait_http(base, "/readyz", timeout_s=600)
     return base

@@ -33,6 +33,7 @@ from bench.fake_engine import BenchmarkFakeEngine
 from bench.local_serve import local_serve
 from bench.percentile import percentile
 from bench.report import Table
+from bench.state import with_fresh_state
 from bench.stream.platform import ADMIN, APP, deploy_platform, platform_args, stub_model_dir, wait_http
 
 
@@ -73,15 +74,14 @@ class InstantFakeEngine(BenchmarkFakeEngine):
 def replica_config(state: Path, metrics_on: bool, model_dir: Path):
     from loraplex.config import PlatformConfig
 
-    return PlatformConfig.from_args({
-        "database_url": f"sqlite:///{state}/loraplex.db",
-        "registry": {"store_url": str(state / "adapters"), "cache_dir": str(state / "cache")},
-        "accounting": {"spool_dir": str(state / f"spool-{metrics_on}")},
+    args = with_fresh_state({
         "engine": {"model": str(model_dir), "engine_kwargs": {"benchmark_token_interval_s": 0.0}},
         # Measured one at a time: nothing to shed, every chunk sent alone (no coalescing window).
         "engine_deployment": {"shedding": {"enabled": False}, "stream_window_s": 0.0},
         "metrics": {"enabled": metrics_on},
-    })
+    }, state)
+    args["accounting"]["spool_dir"] = str(state / f"spool-{metrics_on}")  # one database, a spool per replica
+    return PlatformConfig.from_args(args)
 
 
 async def replica_path(args, state: Path, model_dir: Path) -> list[dict]:

@@ -31,6 +31,7 @@ from bench.percentile import percentile
 from bench.processes import ROOT
 from bench.report import Table
 from bench.serve_run import ServeRun
+from bench.state import with_fresh_state
 from bench.tenants import new_tenant_key
 
 CONFIG = ROOT / "serve_config.multi.yaml"
@@ -41,9 +42,7 @@ ALL_CPUS = os.sched_getaffinity(0)  # a variant that pinned the client must not 
 def variant_config(tmp: Path, variant: str) -> Path:
     config = yaml.safe_load(CONFIG.read_text())
     args = config["applications"][0]["args"]
-    args["database_url"] = f"sqlite:///{tmp}/loraplex.db"
-    args["registry"] = {"store_url": str(tmp / "adapters"), "cache_dir": str(tmp / "cache")}
-    args["accounting"] = {**args["accounting"], "spool_dir": str(tmp / "spool")}
+    with_fresh_state(args, tmp)
     if variant == "unpinned":  # (front-door: the pinned config, started differently)
         for base in args["models"]:
             base["engine_deployment"].pop("cpu_affinity", None)

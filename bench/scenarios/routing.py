@@ -38,9 +38,11 @@ from bench.processes import ROOT
 from bench.report import Table
 from bench.routing.policies import serve_policy
 from bench.sharegpt import sharegpt_conversations
+from bench.state import with_fresh_state
 from bench.stream.platform import wait_http
 from bench.tenants import new_tenant_key
 from bench.usage import replica_of
+
 ADMIN = "bench-admin-token"
 APP = "bench"
 
@@ -81,11 +83,8 @@ def kv_bytes_per_token(model_dir: Path, dtype_bytes: int = 4) -> int:
 
 
 def app_args(policy: str, state: Path, model_dir: Path, args) -> dict:
-    return {
-        "database_url": f"sqlite:///{state}/loraplex.db",
-        "registry": {"store_url": str(state / "adapters"), "cache_dir": str(state / "cache")},
+    return with_fresh_state({
         "tenancy": {"admin_token": ADMIN},
-        "accounting": {"spool_dir": str(state / "spool"), "flush_interval_s": 0.5},
         "engine": {
             "model": str(model_dir), "max_model_len": 2048, "max_num_seqs": 16, "dtype": "float32",
             "gpu_memory_utilization": 0.25,
@@ -94,7 +93,7 @@ def app_args(policy: str, state: Path, model_dir: Path, args) -> dict:
         "engine_deployment": {"num_replicas": args.replicas, "num_cpus": 1,
                               "routing": {"policy": serve_policy(policy), **({"min_bound": args.min_bound}
                                                               if policy == "tenant_affinity" else {})}},
-    }
+    }, state, flush_interval_s=0.5)
 
 
 def engine_counters(app: str, replicas: int) -> dict[str, dict]:
