@@ -7,7 +7,7 @@ engine's max_lora_rank, on every step that has a LoRA token: this times exactly 
 the model's own shapes (read from its config.json), one thread as the Engine replica runs
 (`num_cpus: 1`).
 
-    python -m bench cpu_lora_ops [--model models/SmolLM2-135M-Instruct] [--rank 16] [--repeats 5]
+    python -m bench cpu_lora_ops [--model models/SmolLM2-135M-Instruct] [--rank 16] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def forward_ms(ops: dict, config: dict, rank: int, indices, repeats: int) -> flo
 def add_arguments(p) -> None:
     p.add_argument("--model", type=Path, default=ROOT / "models" / "SmolLM2-135M-Instruct")
     p.add_argument("--rank", type=int, default=16, help="the engine's max_lora_rank (vLLM stacks at it)")
-    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--repeats", type=int, default=3)
 
 
 def run(args, out) -> None:

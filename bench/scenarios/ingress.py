@@ -1,6 +1,6 @@
 """The ingress's per-request cost: one ingress replica against a bare Ray Serve app of the same shape.
 
-    python -m bench ingress [--rates 50,100,200,400] [--duration 10] [--burst 128] [--reps 3]
+    python -m bench ingress [--rates 100,200] [--duration 8] [--burst 128] [--reps 7]
 
 Short streamed chat requests (`--tokens` 8 output tokens) against an instant fake engine
 (bench/fake_engine.py's BenchmarkFakeEngine: no model, every token at once), in one run:
@@ -122,11 +122,11 @@ def report(out, rows: list[dict], args) -> None:
 
 
 def add_arguments(ap) -> None:
-    ap.add_argument("--rates", type=lambda s: [float(x) for x in s.split(",")], default=[50, 100, 200, 400],
+    ap.add_argument("--rates", type=lambda s: [float(x) for x in s.split(",")], default=[100, 200],
                     help="open-loop arrival rates, requests/s")
-    ap.add_argument("--duration", type=float, default=10.0, help="seconds per open-loop rate")
+    ap.add_argument("--duration", type=float, default=8.0, help="seconds per open-loop rate")
     ap.add_argument("--burst", type=int, default=128, help="requests sent at once")
-    ap.add_argument("--reps", type=int, default=3, help="bursts per variant")
+    ap.add_argument("--reps", type=int, default=7, help="bursts per variant")
     ap.add_argument("--tokens", type=int, default=8, help="output tokens per request")
     ap.add_argument("--variants", default="bare,platform")
     ap.add_argument("--profile", type=lambda s: s if s == "burst" else float(s), default=None, metavar="RATE|burst",

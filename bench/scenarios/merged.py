@@ -1,7 +1,7 @@
 """A hot adapter on the LoRA path vs on its merged dedicated replica vs the base model (issue 22
 part 3), side by side in one `serve run`.
 
-    python -m bench merged [--concurrency 8] [--requests 48] [--max-tokens 64] [--port 8000]
+    python -m bench merged [--concurrency 8] [--requests 40] [--max-tokens 64] [--port 8000]
 
 One run of the shipped config with its state in a temp dir: one tenant owns the pirate adapter
 under two names with the same weights: `pirate` (marked dedicated: a Merged-<id> Engine replica of
@@ -70,7 +70,7 @@ def paths_billed(database_url: str, tenant: str) -> dict:
 
 def add_arguments(ap) -> None:
     ap.add_argument("--concurrency", type=int, default=8)
-    ap.add_argument("--requests", type=int, default=48, help="per phase")
+    ap.add_argument("--requests", type=int, default=40, help="per phase")
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--port", type=int, default=8000)
 

@@ -238,7 +238,7 @@ def add_arguments(ap) -> None:
     ap.add_argument("--concurrency", type=int, default=32, help="closed-loop clients, platform")
     ap.add_argument("--platform-seconds", type=float, default=15.0)
     ap.add_argument("--platform-tokens", type=int, default=16)
-    ap.add_argument("--platform-reps", type=int, default=2)
+    ap.add_argument("--platform-reps", type=int, default=3)
     ap.add_argument("--skip-platform", action="store_true")
 
 

@@ -11,7 +11,7 @@ and the light tenant's refusals. Variants:
   generator on the flooded pool's core, the light pool's core left to it alone;
 - `unpinned`: that without cpu_affinity (both pools' vLLM share both cores).
 
-    flock /tmp/loraplex-bench.lock python -m bench multi_base --variants pinned,front-door,unpinned
+    flock /tmp/loraplex-bench.lock python -m bench multi_base [--variants pinned,front-door,unpinned]
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ def run_variant(variant: str, args) -> dict:
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--variants", default="pinned,front-door,unpinned")
+    p.add_argument("--variants", default="pinned", help="of pinned, front-door, unpinned (comma list)")
     p.add_argument("--requests", type=int, default=20, help="the light tenant's chats per phase")
     p.add_argument("--tokens", type=int, default=16, help="output tokens of a light chat")
     p.add_argument("--flood", type=int, default=24, help="heavy requests kept in flight on the first base")

@@ -1,7 +1,7 @@
 """Today's adapter placement vs residency-aware placement on 2 real Engine replicas, 8 adapters of
 Zipf demand, side by side in one run (issue 22 part 5).
 
-    python -m bench placement [--requests 48] [--concurrency 16] [--adapters 8] [--zipf 1.1]
+    python -m bench placement [--requests 96] [--concurrency 16] [--adapters 8] [--zipf 1.1]
         [--max-output-tokens 64] [--variants today,residency] [--port 8300]
 
 For each variant, one after the other: `serve run` of the shipped serve_config.yaml with 2 Engine
@@ -111,7 +111,7 @@ def run_variant(name: str, a, shipped: dict, model_dir: str, model: str, w: wl.W
 
 
 def add_arguments(ap) -> None:
-    ap.add_argument("--requests", type=int, default=48, help="measured requests per variant")
+    ap.add_argument("--requests", type=int, default=96, help="measured requests per variant")
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--adapters", type=int, default=8)
     ap.add_argument("--zipf", type=float, default=1.1)

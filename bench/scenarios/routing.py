@@ -1,6 +1,6 @@
 """Routing policies side by side on real engine replicas: prefix-cache hit rate, TTFT, load.
 
-    python -m bench routing [--replicas 2] [--tenants 12] [--policies tenant_affinity,power_of_two]
+    python -m bench routing [--replicas 2] [--tenants 6] [--policies tenant_affinity,power_of_two,round_robin,cache_aware]
 
 For each policy, one after another in the same run, it deploys LoRAPlex on a local Ray cluster
 with `--replicas` Engine replicas routed by that policy, creates `--tenants` tenants, and replays
@@ -178,8 +178,9 @@ def bench_policy(policy: str, port: int, model_dir: Path, systems, plan, args) -
 
 
 def add_arguments(ap) -> None:
-    ap.add_argument("--policies", default="tenant_affinity,power_of_two,round_robin,least_pending_tokens,"
-                                          "prefix_tree,cache_aware")
+    ap.add_argument("--policies", default="tenant_affinity,power_of_two,round_robin,cache_aware",
+                    help="comma list of tenant_affinity, power_of_two, round_robin, least_pending_tokens, "
+                         "prefix_tree, cache_aware")
     ap.add_argument("--replicas", type=int, default=2)
     ap.add_argument("--tenants", type=int, default=6)
     ap.add_argument("--users", type=int, default=4, help="users per tenant")

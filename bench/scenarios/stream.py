@@ -1,7 +1,7 @@
 """Streaming through the platform at GPU token rates: tokens/s delivered, added TTFT and TPOT.
 
-    python -m bench stream [--modes paced,instant] [--streams 64,128,256,512]
-                           [--variants direct,bare,before,after] [--after '{"stream_window_s": 0.1}']
+    python -m bench stream [--modes paced,instant] [--streams 128]
+                           [--variants after] [--after '{"stream_window_s": 0.1}']
 
 The real ingress, router and Engine deployment behind Serve's HTTP proxy on 127.0.0.1, with the
 engine class swapped for `BenchmarkFakeEngine`, which emits tokens itself and loads no model:
@@ -48,9 +48,9 @@ from bench.tenants import new_tenant_key
 
 def add_arguments(ap) -> None:
     ap.add_argument("--modes", default="paced,instant")
-    ap.add_argument("--streams", default="64,128,256,512")
-    ap.add_argument("--variants", default="direct,bare,before,after",
-                    help="direct: the fake behind a bare asyncio server, no Ray (the client's floor)")
+    ap.add_argument("--streams", default="128")
+    ap.add_argument("--variants", default="after",
+                    help="of direct, bare, before, after (comma list); direct: the fake behind a bare asyncio server, no Ray (the client's floor)")
     ap.add_argument("--tokens", type=int, default=200, help="tokens per stream, paced")
     ap.add_argument("--instant-tokens", type=int, default=400, help="tokens per stream, instant")
     ap.add_argument("--interval", type=float, default=0.02, help="seconds per token, paced")

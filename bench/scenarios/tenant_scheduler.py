@@ -2,7 +2,7 @@
 and LoRAPlex's TenantScheduler side by side, each driven by the same fake steps (bench/fake_steps.py:
 no model, instant outputs), so the table is the schedulers' own CPU time per step.
 
-    python -m bench tenant_scheduler [--steps 300] [--batches 32,256] [--tenants 1,8,64]
+    python -m bench tenant_scheduler [--steps 300] [--batches 32,256] [--tenants 8,64]
 
 Each cell: `batch` requests decoding (spread over `tenants` tenants), plus one waiting document
 prompt per tenant, refilled as they are admitted, so every step plans a shared budget.
@@ -56,7 +56,7 @@ def us_per_step(cls, batch: int, tenants: int, steps: int) -> float:
 def add_arguments(p) -> None:
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--batches", default="32,256")
-    p.add_argument("--tenants", default="1,8,64")
+    p.add_argument("--tenants", default="8,64")
 
 
 def run(a, out) -> None:
