@@ -12,6 +12,7 @@ import yaml
 
 from bench.demo_adapters import trained_adapter
 from bench.processes import ROOT
+from bench.state import with_fresh_state
 
 
 @dataclass

@@ -9,6 +9,7 @@ from pathlib import Path
 import yaml
 
 from bench.processes import ROOT
+from bench.state import with_fresh_state
 from bench.sharegpt import first_exchanges, sharegpt_conversations
 
 MODEL = "SmolLM2-135M-Instruct"

@@ -95,7 +95,7 @@ class Request(threading.Thread):
             self.failure = exc
 
 
-def run(args, keys: list[str], stream: bool, kill=None, max_tokens: int | None = None) -> tuple[list[Request], float | None]:
+def send_requests(args, keys: list[str], stream: bool, kill=None, max_tokens: int | None = None) -> tuple[list[Request], float | None]:
     texts = prompts(args.streams)
     requests = [Request(args.base_url, keys[i % len(keys)], p, max_tokens or args.max_tokens, stream)
                 for i, p in enumerate(texts)]
@@ -162,8 +162,8 @@ def wait_for_engines(args, n: int = 2, timeout_s: float = 900) -> None:
 
 def engine_drill(args, keys: list[str], stream: bool) -> dict:
     wait_for_engines(args)
-    reference, _ = run(args, keys, stream)
-    killed, _ = run(args, keys, stream, kill=kill_one(args.app, "Engine"))
+    reference, _ = send_requests(args, keys, stream)
+    killed, _ = send_requests(args, keys, stream, kill=kill_one(args.app, "Engine"))
     rows = records(args.database_url, [r.request_id for r in killed])
     # The replicas the unkilled run was served by: the drill means something only across both.
     spread = {row.replica_id for row in records(args.database_url, [r.request_id for r in reference]).values()}
@@ -183,7 +183,7 @@ def engine_drill(args, keys: list[str], stream: bool) -> dict:
 def ingress_drill(args, keys: list[str]) -> dict:
     wait_for_engines(args)
     key = keys[0]
-    streams, killed_at = run(args, keys, True, kill=kill_one(args.app, "Ingress"), max_tokens=4 * args.max_tokens)
+    streams, killed_at = send_requests(args, keys, True, kill=kill_one(args.app, "Ingress"), max_tokens=4 * args.max_tokens)
     cut = [r for r in streams if r.failure is not None]
     rows = records(args.database_url, [r.request_id for r in cut])
     stopped = [rows[r.request_id].finish_time.timestamp() - killed_at for r in cut if r.request_id in rows]
