@@ -19,8 +19,9 @@ REDACTED = "<redacted>"
 
 @dataclass(frozen=True)
 class Column:
-    """A row's `key`, printed under `header` with `fmt` (str.format; a missing or None value prints as -);
-    right-aligned when `right`, by default when it has a format of its own (a number)."""
+    """A row's `key`, printed under `header` with `fmt` (str.format; a missing or None value prints as -,
+    a string as it is: a ratio row's "1.20x" under a number's column); right-aligned when `right`, by
+    default when it has a format of its own (a number)."""
 
     key: str
     header: str
@@ -35,7 +36,7 @@ class Column:
         value = row.get(self.key)
         if value is None or (isinstance(value, float) and math.isnan(value)):
             return "-"
-        return self.fmt.format(value)
+        return value if isinstance(value, str) else self.fmt.format(value)
 
 
 @dataclass

@@ -64,8 +64,9 @@ def test_table_markdown_formats_aligns_and_dashes_missing_values():
     t = Table("t", [("case", "case"), ("n", "n", "{:d}"), ("ms", "ms", "{:.1f}"), Column("note", "note", right=True)])
     t.add(case="a", n=3, ms=1.25, note="x")
     t.add(case="b", n=None, ms=float("nan"))
+    t.add(case="b / a", ms="0.50x")  # a ratio row: its cells as written
     assert t.markdown().splitlines() == ["| case | n | ms | note |", "|---|---:|---:|---:|",
-                                         "| a | 3 | 1.2 | x |", "| b | - | - | - |"]
+                                         "| a | 3 | 1.2 | x |", "| b | - | - | - |", "| b / a | - | 0.50x | - |"]
     assert t.to_json()["rows"][1] == {"case": "b", "n": None, "ms": None}  # NaN is not JSON
 
 
