@@ -1,5 +1,5 @@
 """One tenant's batch over the Batch API (/v1/files, /v1/batches), and the admin's cost model
-(GET /admin/cost-model), for scripts/bench_batch.py."""
+(GET /admin/cost-model), for python -m bench batch."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A batch beside an online load that rises and falls (issue 36), for scripts/bench_batch.py: the
+"""A batch beside an online load that rises and falls (issue 36), for python -m bench batch: the
 online workload of a phase, and the tables (online latency alone vs beside the batch, the batch's
 progress, the cost model's utilization and cost per 1M tokens before and after, side by side)."""
 
@@ -9,6 +9,7 @@ from typing import Optional
 
 from bench.loadtest.workload import Prompt, RequestSpec, Tenant, Workload
 from bench.percentile import percentile
+from bench.report import Column, Table
 
 REFUSED = ("http_429", "http_503")  # admission's refusals: counted apart from failures
 
@@ -50,15 +51,15 @@ def _money(x) -> str:
     return "-" if x is None else f"${float(x):.4f}"
 
 
-def side_by_side(phases: list[Phase]) -> str:
+def side_by_side(phases: list[Phase]) -> Table:
     """Rows of figures, a column per phase, the ratio of the second to the first (the first: alone)."""
     a, b = phases[0], phases[1]
-    head = "| | " + " | ".join(p.name for p in phases) + " | " + f"{b.name} / {a.name} |"
-    rows = [head, "|---|" + "---:|" * (len(phases) + 1)]
+    table = Table("", [("figure", "")] + [Column(f"phase{i}", p.name, right=True) for i, p in enumerate(phases)]
+                  + [Column("ratio", f"{b.name} / {a.name}", right=True)])
 
     def row(label, fmt, ratio=True):
-        cells = [fmt(p) for p in phases]
-        rows.append(f"| {label} | " + " | ".join(cells) + f" | {ratio(a, b) if callable(ratio) else ''} |")
+        table.add(figure=label, **{f"phase{i}": fmt(p) for i, p in enumerate(phases)},
+                  ratio=ratio(a, b) if callable(ratio) else "")
 
     s = lambda p: p.summary  # noqa: E731
     row("online requests ok / sent", lambda p: f"{s(p)['ok']}/{s(p)['requests']}", None)
@@ -89,7 +90,7 @@ def side_by_side(phases: list[Phase]) -> str:
     row("real cost per 1M tokens", lambda p: _money(p.cost.get("real_cost_per_1m")),
         lambda x, y: _x(_f(x.cost.get("real_cost_per_1m")), _f(y.cost.get("real_cost_per_1m"))))
     row("billed to tenants (list prices)", lambda p: _money(p.cost.get("revenue")), None)
-    return "\n".join(rows)
+    return table
 
 
 def _f(x) -> Optional[float]:
@@ -102,8 +103,11 @@ def by_part(alone: Phase, beside: Phase, duration_s: float, rate, batch_done) ->
     completed in it (`batch_done(t)`: lines completed by t seconds from the phase start)."""
     q = duration_s / 4
     names = ["valley", "rise to peak", "fall from peak", "valley"]
-    rows = ["| part (s) | rate req/s | online requests | TTFT p95 alone / with (s) | TPOT p50 alone / with (ms) | "
-            "TPOT p95 alone / with (ms) | batch lines completed in it |", "|---|---:|---:|---:|---:|---:|---:|"]
+    table = Table("", [("part", "part (s)"), ("rate", "rate req/s", "{:.2f}"), Column("requests", "online requests", right=True),
+                       Column("ttft_p95", "TTFT p95 alone / with (s)", right=True),
+                       Column("tpot_p50", "TPOT p50 alone / with (ms)", right=True),
+                       Column("tpot_p95", "TPOT p95 alone / with (ms)", right=True),
+                       ("batch_lines", "batch lines completed in it", "{:d}")])
     for i, name in enumerate(names):
         lo, hi = i * q, (i + 1) * q
         mean_rate = sum(rate(lo + (hi - lo) * k / 20) for k in range(21)) / 21
@@ -114,6 +118,7 @@ def by_part(alone: Phase, beside: Phase, duration_s: float, rate, batch_done) ->
             return (f"{_s(percentile([r[key] for r in pa if r[key] is not None], p), scale, digits)} / "
                     f"{_s(percentile([r[key] for r in pb if r[key] is not None], p), scale, digits)}")
 
-        rows.append(f"| {name} ({lo:.0f}-{hi:.0f}) | {mean_rate:.2f} | {len(pa)} / {len(pb)} | {pair('ttft', 95)} | "
-                    f"{pair('tpot', 50, 1e3, 0)} | {pair('tpot', 95, 1e3, 0)} | {batch_done(hi) - batch_done(lo)} |")
-    return "\n".join(rows)
+        table.add(part=f"{name} ({lo:.0f}-{hi:.0f})", rate=mean_rate, requests=f"{len(pa)} / {len(pb)}",
+                  ttft_p95=pair("ttft", 95), tpot_p50=pair("tpot", 50, 1e3, 0), tpot_p95=pair("tpot", 95, 1e3, 0),
+                  batch_lines=batch_done(hi) - batch_done(lo))
+    return table

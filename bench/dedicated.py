@@ -1,4 +1,4 @@
-"""A `serve run` config with a dedicated adapter version, for scripts/bench_merged.py and
+"""A `serve run` config with a dedicated adapter version, for python -m bench merged and
 tests/e2e/test_dedicated_merged.py: the database and adapter store are seeded the way the routes
 seed them (tenants, keys, validated uploads) before `serve run`, so the config can name the
 version (`<tenant id>/<name>@<version>`) and the app is built with its Merged-<id> deployment."""
@@ -12,6 +12,7 @@ import yaml
 
 from bench.demo_adapters import trained_adapter
 from bench.processes import ROOT
+from bench.state import with_fresh_state
 
 
 @dataclass
@@ -37,9 +38,8 @@ def seeded_config(state: Path, *, uploads: dict[str, str], dedicated: list[str],
 
     doc = yaml.safe_load((ROOT / "serve_config.yaml").read_text())
     args = doc["applications"][0]["args"]
-    args["database_url"] = f"sqlite:///{state}/loraplex.db"
-    args["registry"] = {"store_url": str(state / "adapters"), "cache_dir": str(state / "cache"), "deletion_poll_s": 1}
-    args["accounting"] = {"spool_dir": str(state / "spool"), "flush_interval_s": 0.5, **(accounting or {})}
+    with_fresh_state(args, state, flush_interval_s=0.5, **(accounting or {}))
+    args["registry"]["deletion_poll_s"] = 1
     args["engine"]["model"] = str(ROOT / args["engine"]["model"])
     args["engine_deployment"]["num_cpus"] = engine_cpus
     args["ingress"]["num_cpus"] = ingress_cpus

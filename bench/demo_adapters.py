@@ -1,11 +1,15 @@
-"""Trains the demo adapters (adapters/recipes) once per recipe version and caches the archives.
+"""Adapters for the benchmarks and tests: the demo adapters (adapters/recipes), trained once per
+recipe version and cached, and synthetic ones (random weights, any number of distinct ones).
 
-Used by the tests (tests/integration/demo_adapters.py re-exports it) and by scripts/loadtest,
-which uploads them as tenants' adapters."""
+Used by the tests (tests/integration/demo_adapters.py re-exports it), by python -m bench loadtest,
+which uploads them as tenants' adapters, by python -m bench adapters and the hostile client's edges."""
 
 import hashlib
+import io
+import json
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,3 +31,27 @@ def trained_adapter(recipe: str) -> Path:
         )
         partial.rename(out)
     return out
+
+
+def synthetic_adapter(seed: int, rank: int = 4, layers: int = 30, hidden: int = 576, kv_out: int = 192) -> bytes:
+    """A distinct, valid rank-`rank` LoRA on q_proj/v_proj of SmolLM2-135M, as a .tar.gz (random fp16 weights)."""
+    import numpy as np
+    from safetensors.numpy import save
+
+    rng = np.random.default_rng(seed)
+    tensors = {}
+    for i in range(layers):
+        for module, out_f in (("q_proj", hidden), ("v_proj", kv_out)):
+            prefix = f"base_model.model.model.layers.{i}.self_attn.{module}"
+            tensors[f"{prefix}.lora_A.weight"] = rng.normal(0, 0.01, (rank, hidden)).astype(np.float16)
+            tensors[f"{prefix}.lora_B.weight"] = rng.normal(0, 0.01, (out_f, rank)).astype(np.float16)
+    config = {"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": rank, "lora_alpha": 2 * rank,
+              "target_modules": ["q_proj", "v_proj"], "lora_dropout": 0.0, "bias": "none"}
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w:gz", compresslevel=1) as tar:
+        for name, data in (("adapter_config.json", json.dumps(config).encode()),
+                           ("adapter_model.safetensors", save(tensors))):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()

@@ -1,4 +1,4 @@
-"""The fair-queue benchmark's pieces (scripts/bench_fairness.py is the CLI): tenants on a running
+"""The fair-queue benchmark's pieces (python -m bench fairness is the CLI): tenants on a running
 platform, closed- and open-loop senders over bench.loadtest.client.send, the scenarios of issue
 20, Jain's index against the max-min fair allocation, and the queue's own cost with a fake engine.
 

@@ -1,7 +1,7 @@
 """vLLM's own Scheduler driven without a model: fake model outputs (one token per request that
 finished its prompt, none for a prefill chunk) and a KV cache that is only bookkeeping. For unit
 tests of the tenant scheduler's choices (tests/unit/engine/test_tenant_scheduler.py) and its
-per-step cost at GPU batch sizes (scripts/bench_tenant_scheduler.py). Never an engine: nothing
+per-step cost at GPU batch sizes (python -m bench tenant_scheduler). Never an engine: nothing
 here computes a token."""
 
 from __future__ import annotations

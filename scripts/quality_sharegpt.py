@@ -4,7 +4,7 @@ whose figures docs/benchmarks.md shows.
     python scripts/quality_sharegpt.py --n 200 --max-tokens 32 > var/quality-sharegpt.jsonl
 
 Each line is a Batch API chat request (its `model` is replaced by the run's reference and
-candidate); questions over --max-chars characters are skipped, as bench_base_models.py skips
+candidate); questions over --max-chars characters are skipped, as python -m bench base_models skips
 prompts over its token bound.
 """
 

@@ -23,13 +23,12 @@ import asyncio
 import io
 import json
 import secrets
-import tarfile
 import zipfile
 from collections import Counter
 
 import httpx
-import numpy as np
 
+from bench.demo_adapters import synthetic_adapter
 from bench.hostile.attack import AttackContext, AttackResult, reply_outcome
 
 BOMB_BYTES = 256 << 20  # the zip bomb's declared (and real) unpacked size: under max_unpacked_bytes (1 GiB)
@@ -47,27 +46,6 @@ def bz2_zip_bomb(unpacked_bytes: int = BOMB_BYTES) -> bytes:
             chunk = bytes(8 << 20)
             for _ in range(unpacked_bytes // len(chunk)):
                 member.write(chunk)
-    return out.getvalue()
-
-
-def synthetic_adapter(seed: int, rank: int = 4, layers: int = 30, hidden: int = 576, kv_out: int = 192) -> bytes:
-    """A distinct, valid LoRA on q_proj/v_proj of SmolLM2-135M, as a .tar.gz (random weights)."""
-    from safetensors.numpy import save
-
-    rng = np.random.default_rng(seed)
-    tensors = {}
-    for i in range(layers):
-        for module, out_f in (("q_proj", hidden), ("v_proj", kv_out)):
-            prefix = f"base_model.model.model.layers.{i}.self_attn.{module}"
-            tensors[f"{prefix}.lora_A.weight"] = rng.normal(0, 0.01, (rank, hidden)).astype(np.float16)
-            tensors[f"{prefix}.lora_B.weight"] = rng.normal(0, 0.01, (out_f, rank)).astype(np.float16)
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w:gz", compresslevel=1) as tar:
-        for name, data in (("adapter_config.json", json.dumps({**CONFIG, "r": rank}).encode()),
-                           ("adapter_model.safetensors", save(tensors))):
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
     return out.getvalue()
 
 

@@ -1,1 +1,1 @@
-"""scripts/bench_ingress.py's pieces: the open-loop and burst loads of short streamed requests."""
+"""python -m bench ingress's pieces: the open-loop and burst loads of short streamed requests."""

@@ -20,7 +20,7 @@ def replica_pids(app: str, deployment: str) -> list[int]:
 
 KINDS = ("ServeReplica:benchstream:Ingress", "ServeReplica:benchstream:Engine", "ServeReplica:benchstream:BareIngress",
          "ServeReplica:benchstream:BareTokens", "ProxyActor", "ServeController", "raylet", "gcs_server",
-         "bench_ingress.py")
+         "bench ingress")  # this benchmark: python -m bench ingress, or scripts/bench ingress
 
 
 def cpu_seconds_by_kind() -> Counter:

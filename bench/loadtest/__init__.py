@@ -1,6 +1,6 @@
 """Load test and capacity planning against any OpenAI-compatible endpoint (issue 13).
 
-`scripts/loadtest` runs it; the pieces are here so unit tests can import them:
+`python -m bench loadtest` runs it; the pieces are here so unit tests can import them:
 arrivals (closed / Poisson / gamma), workload (tenants, Zipf mix, adapters, ShareGPT or JSONL
 traces), client (one streamed request, timed), runner (a level), stats (percentiles, SLO,
 capacity, replicas, cost via loraplex.accounting.cost_model), report (JSON, Markdown, plot),

@@ -1,5 +1,5 @@
-"""scripts/loadtest: load test, latency-throughput curve and capacity plan for an OpenAI-compatible
-endpoint (LoRAPlex with tenant keys, or a bare vLLM server). `scripts/loadtest --help`."""
+"""`python -m bench loadtest`: load test, latency-throughput curve and capacity plan for an OpenAI-compatible
+endpoint (LoRAPlex with tenant keys, or a bare vLLM server). `python -m bench loadtest --help`."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from bench.loadtest.client import Target
 from bench.loadtest.cpu_load import PROCESSES as CPU_LOAD_PROCESSES, cpu_load
 from bench.loadtest.runner import run_closed, run_open
 from bench.loadtest.stats import SLO, capacity, cost_summary, summarize
+from bench.report import REDACTED, redacted_argv
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_SLO = {"ttft_p95": 2.0, "tpot_p95": 0.1}  # seconds; used when neither flags nor config say
@@ -33,8 +34,13 @@ def _floats(text: str) -> list[float]:
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="scripts/loadtest", description=__doc__.split("\n\n")[0],
+    ap = argparse.ArgumentParser(prog="python -m bench loadtest", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    add_arguments(ap)
+    return ap
+
+
+def add_arguments(ap: argparse.ArgumentParser) -> None:
     g = ap.add_argument_group("target (one of --url, --start-platform, --bare-only; plus --compare-bare)")
     g.add_argument("--url", help="a running endpoint, e.g. http://127.0.0.1:8000 (LoRAPlex or bare vLLM)")
     g.add_argument("--start-platform", action="store_true",
@@ -119,29 +125,6 @@ def parser() -> argparse.ArgumentParser:
     g = ap.add_argument_group("output")
     g.add_argument("--out", type=Path, help="results dir (default var/loadtest/<UTC time>)")
     g.add_argument("--no-progress", action="store_true")
-    return ap
-
-
-SECRET_FLAGS = ("--admin-token", "--api-key")
-REDACTED = "<redacted>"
-
-
-def redacted_argv(argv: list[str]) -> list[str]:
-    """argv with the values of --admin-token and --api-key replaced: no secret belongs in a
-    benchmark artifact (results.json and summary.md are pasted into docs and tickets)."""
-    out, hide_next = [], False
-    for arg in argv:
-        if hide_next:
-            out.append(REDACTED)
-            hide_next = False
-        elif arg in SECRET_FLAGS:
-            out.append(arg)
-            hide_next = True
-        elif arg.startswith(tuple(f + "=" for f in SECRET_FLAGS)):
-            out.append(arg.split("=", 1)[0] + "=" + REDACTED)
-        else:
-            out.append(arg)
-    return out
 
 
 def scrub(text: str, secrets: list[Optional[str]]) -> str:
@@ -153,7 +136,12 @@ def scrub(text: str, secrets: list[Optional[str]]) -> str:
 
 def main(argv: Optional[list[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    a = parser().parse_args(argv)
+    return run(parser().parse_args(argv), argv)
+
+
+def run(a: argparse.Namespace, argv: list[str], report_to=None) -> int:
+    """The load test of parsed `a` (`argv` as given, for the results); with `report_to` (bench/report.py's
+    Output) the summary goes there as a note and results.json as its data."""
     if sum(bool(x) for x in (a.url, a.start_platform, a.bare_only)) != 1:
         raise SystemExit("loadtest: give exactly one of --url, --start-platform, --bare-only")
     if a.bare_with_load is not None and not 0 < a.bare_with_load < CPU_LOAD_PROCESSES:
@@ -325,7 +313,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     curves = {t: per[first_sc]["levels"] for t, per in results.items()}
     plot_path = report.plot(curves, slo, out / "curve.png", level_name) if len(levels) > 1 or open_loop else None
     doc_out = {
-        "command": "scripts/loadtest " + shlex.join(redacted_argv(argv)), "started": datetime.fromtimestamp(t_start, timezone.utc).isoformat(),
+        "command": "python -m bench loadtest " + shlex.join(redacted_argv(argv)), "started": datetime.fromtimestamp(t_start, timezone.utc).isoformat(),
         "seconds": round(time.time() - t_start, 1), "config": str(config), "engine_args": eng.engine_args(),
         "mode": "open" if open_loop else "closed", "level_name": level_name, "levels": levels,
         "burstiness": a.burstiness if open_loop else None,
@@ -350,7 +338,11 @@ def main(argv: Optional[list[str]] = None) -> int:
                + vllm_bench.table(cross) + "\n")
     md = scrub(md, secrets)
     (out / "summary.md").write_text(md)
-    print(md)
+    if report_to is None:
+        print(md)
+    else:
+        report_to.note(md)
+        report_to.data["results"] = json.loads(scrub(json.dumps(doc_out, default=str), secrets))
     print(f"loadtest: results in {out}/ (results.json, requests.json, summary.md"
           + (f", {plot_path.name}" if plot_path else "") + ")", file=sys.stderr)
     return 0

@@ -1,7 +1,7 @@
 """Other work on the engine's cores, on purpose: a few processes that keep `cores` CPU busy in
 short slices, as Ray's and Serve's processes do next to the engine (many brief wake-ups).
 
-`scripts/loadtest --bare-with-load CORES` runs bare vLLM once more under it, to test whether the
+`python -m bench loadtest --bare-with-load CORES` runs bare vLLM once more under it, to test whether the
 platform's loss against bare vLLM on a small CPU node is that much CPU taken from the engine
 (docs/benchmarks.md: the profile measured ~0.2 cores for Ray and Serve)."""
 

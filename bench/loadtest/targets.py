@@ -36,6 +36,7 @@ import yaml
 from bench.loadtest.client import Target
 from bench.processes import port_in_use, start_marked, stop_marked
 from bench.serve_run import ServeRun
+from bench.state import with_fresh_state
 from loraplex.engine.cpu_backend import CPU_BACKEND_ENV
 
 
@@ -181,9 +182,7 @@ def start_platform(config: Path, port: int, log_dir: Path, timeout_s: float = 90
                     app.setdefault("runtime_env", {}).setdefault("env_vars", {}).update(overrides["env"])
                 if overrides.get("engine"):
                     a.setdefault("engine", {}).update(overrides["engine"])
-                a["database_url"] = f"sqlite:///{state}/loraplex.db"
-                a.setdefault("registry", {}).update(store_url=str(state / "adapters"), cache_dir=str(state / "cache"))
-                a.setdefault("accounting", {})["spool_dir"] = str(state / "spool")
+                with_fresh_state(a, state)
         cfg = state / "serve_config.yaml"
         cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
         with ServeRun(cfg, port=port, log_path=log_dir / "serve_run.log", admin_token=token,

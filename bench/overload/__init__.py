@@ -1,1 +1,1 @@
-"""scripts/bench_overload.py's pieces: workload, client and load loops, phases, tables, checks."""
+"""python -m bench overload's pieces: workload, client and load loops, phases, tables, checks."""

@@ -16,6 +16,7 @@ from bench.overload.client import Client, Result, Tenant, closed_loop, open_loop
 from bench.overload.process_tree import ProcessSampler, engine_processes
 from bench.overload.workload import Prompt
 from bench.percentile import percentile
+from bench.report import Output, Table
 
 out = print
 
@@ -41,6 +42,7 @@ class Overload:
     drained: float = 0.0
     sampler: Optional[ProcessSampler] = None
     engines_before: set = field(default_factory=set)
+    report: Output = field(default_factory=lambda: Output("overload", []))  # the tables and verdicts
 
     @property
     def admitted(self) -> list[Result]:
@@ -71,8 +73,10 @@ async def capacity_ramp(o: Overload) -> None:
     out("\n## 1. Capacity: closed-loop ramp (4 tenants of priority 100: nothing is shed)\n")
     out("requests/s: completions while exactly `concurrency` requests were in flight, over that time "
         "(the drain at the end is left out)\n")
-    out("| concurrency | requests | seconds | requests/s | completion tok/s | latency p50 s | latency p95 s | not 200 |")
-    out("|---|---|---|---|---|---|---|---|")
+    ramp = Table("", [("concurrency", "concurrency", "{:d}"), ("requests", "requests", "{:d}"),
+                      ("seconds", "seconds", "{:.1f}"), ("rps", "requests/s", "{:.2f}"),
+                      ("tokens", "completion tok/s", "{:.1f}"), ("p50", "latency p50 s", "{:.2f}"),
+                      ("p95", "latency p95 s", "{:.2f}"), ("bad", "not 200", "{:d}")])
     capacity, best = 0.0, None
     for c in args.ramp:
         n = max(6, args.ramp_requests_per_slot * c + 4)
@@ -83,14 +87,15 @@ async def capacity_ramp(o: Overload) -> None:
             failures.append(f"ramp c={c}: {bad} requests not 200: "
                             f"{Counter((r.status, r.message[:80]) for r in results if r.status != 200)}")
         tokens = rps * statistics.mean(r.completion_tokens for r in ok) if ok else 0.0
-        out(f"| {c} | {len(results)} | {seconds:.1f} | {rps:.2f} | {tokens:.1f} "
-            f"| {fmt_s(percentile([r.latency for r in ok], 50))} | {fmt_s(percentile([r.latency for r in ok], 95))} | {bad} |",
-            flush=True)
+        ramp.add(concurrency=c, requests=len(results), seconds=seconds, rps=rps, tokens=tokens,
+                 p50=percentile([r.latency for r in ok], 50), p95=percentile([r.latency for r in ok], 95), bad=bad)
+        out(f"  ramp {c}: {rps:.2f} requests/s", flush=True)
         if rps > capacity:
             capacity, best = rps, c
+    o.report.table(ramp)
     rate = args.overload_factor * capacity
-    out(f"\ncapacity = {capacity:.2f} requests/s (the ramp's highest throughput, at concurrency {best}); "
-        f"open-loop rate = {args.overload_factor:g} x {capacity:.2f} = {rate:.2f} requests/s", flush=True)
+    o.report.note(f"capacity = {capacity:.2f} requests/s (the ramp's highest throughput, at concurrency {best}); "
+        f"open-loop rate = {args.overload_factor:g} x {capacity:.2f} = {rate:.2f} requests/s")
 
     # The capped tenant's limit, through the admin API: a share of what it will offer.
     offered_per_min = rate * tenants["capped"].share * 60

@@ -11,19 +11,20 @@ import psutil
 
 from bench.overload.checks import fmt_s, kind_of_503
 from bench.overload.phases import Overload
-from bench.overload.process_tree import ENGINE_KINDS, mib
+from bench.overload.process_tree import ENGINE_KINDS
 from bench.percentile import or_nan, percentile
-
-out = print
+from bench.report import Table
 
 
 def tenant_table(o: Overload) -> None:
     results, tenants, window, capacity, drained = o.results, o.tenants, o.window, o.capacity, o.drained
-    unloaded, alone, failures = o.unloaded, o.alone, o.failures
+    unloaded, alone, failures, out = o.unloaded, o.alone, o.failures, o.report.note
     # 4. Per tenant.
-    out("| tenant | priority | limit | offered | offered/s | 200 | 200/s | 429 | 503 | other | "
-        "200 latency p50 s | 200 latency p99 s | refusal latency p50 ms |")
-    out("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    table = Table("", [("tenant", "tenant"), ("priority", "priority"), ("limit", "limit"), ("offered", "offered", "{:d}"),
+                       ("offered_per_s", "offered/s", "{:.2f}"), ("ok", "200", "{:d}"), ("ok_per_s", "200/s", "{:.2f}"),
+                       ("r429", "429", "{:d}"), ("r503", "503", "{:d}"), ("other", "other", "{:d}"),
+                       ("p50_s", "200 latency p50 s", "{:.2f}"), ("p99_s", "200 latency p99 s", "{:.2f}"),
+                       ("refusal_p50_ms", "refusal latency p50 ms", "{:.0f}")])
     by = defaultdict(list)
     for r in results:
         by[r.tenant].append(r)
@@ -33,16 +34,17 @@ def tenant_table(o: Overload) -> None:
         refused = [r.latency for r in rs if r.status in (429, 503)]
         other = [r for r in rs if r.status not in (200, 429, 503)]
         limit = f"{t.limits['requests_per_minute']} req/min" if t.limits.get("requests_per_minute") else "-"
-        out(f"| {t.name} | {t.priority} | {limit} | {len(rs)} | {len(rs) / window:.2f} | {len(ok)} | "
-            f"{len(ok) / window:.2f} | {sum(r.status == 429 for r in rs)} | {sum(r.status == 503 for r in rs)} | "
-            f"{len(other)} | {fmt_s(percentile(ok, 50))} | {fmt_s(percentile(ok, 99))} | "
-            f"{'-' if not refused else f'{percentile(refused, 50) * 1000:.0f}'} |")
+        table.add(tenant=t.name, priority=t.priority, limit=limit, offered=len(rs), offered_per_s=len(rs) / window,
+                  ok=len(ok), ok_per_s=len(ok) / window, r429=sum(r.status == 429 for r in rs),
+                  r503=sum(r.status == 503 for r in rs), other=len(other), p50_s=percentile(ok, 50),
+                  p99_s=percentile(ok, 99), refusal_p50_ms=percentile(refused, 50) * 1000 if refused else None)
     all_ok = [r for r in results if r.status == 200]
-    out(f"| all | | | {len(results)} | {len(results) / window:.2f} | {len(all_ok)} | {len(all_ok) / window:.2f} | "
-        f"{sum(r.status == 429 for r in results)} | {sum(r.status == 503 for r in results)} | "
-        f"{sum(r.status not in (200, 429, 503) for r in results)} | {fmt_s(percentile([r.latency for r in all_ok], 50))} | "
-        f"{fmt_s(percentile([r.latency for r in all_ok], 99))} | |")
-    out(f"\nadmitted {len(all_ok) / window:.2f} requests/s under overload = "
+    table.add(tenant="all", priority="", limit="", offered=len(results), offered_per_s=len(results) / window,
+              ok=len(all_ok), ok_per_s=len(all_ok) / window, r429=sum(r.status == 429 for r in results),
+              r503=sum(r.status == 503 for r in results), other=sum(r.status not in (200, 429, 503) for r in results),
+              p50_s=percentile([r.latency for r in all_ok], 50), p99_s=percentile([r.latency for r in all_ok], 99))
+    o.report.table(table)
+    out(f"admitted {len(all_ok) / window:.2f} requests/s under overload = "
         f"{len(all_ok) / window / capacity:.0%} of capacity; completion tokens "
         f"{sum(r.completion_tokens for r in all_ok) / drained:.1f}/s over the {drained:.0f} s to the last reply")
     loaded = [r.latency for r in by["gold"] if r.status == 200]
@@ -79,12 +81,13 @@ def tenant_table(o: Overload) -> None:
 
 
 def memory_table(o: Overload) -> None:
-    sampler, args = o.sampler, o.args
+    sampler, args, out = o.sampler, o.args, o.report.note
     # 5. Memory (and CPU).
-    out(f"\n## 5. Peak RSS during the overload ({sampler.samples} samples, every {args.sample_s:g} s, "
-        f"over the serve run's process tree), and CPU used over the same {sampler.elapsed:.0f} s\n")
-    out("| process | count | peak RSS per process MiB | peak RSS of all of this kind MiB | CPU cores (mean) |")
-    out("|---|---|---|---|---|")
+    table = Table(f"## 5. Peak RSS during the overload ({sampler.samples} samples, every {args.sample_s:g} s, "
+                  f"over the serve run's process tree), and CPU used over the same {sampler.elapsed:.0f} s",
+                  [("process", "process"), ("count", "count", "{:d}"),
+                   ("peak_rss_mib", "peak RSS per process MiB", "{:,.0f}"),
+                   ("peak_kind_mib", "peak RSS of all of this kind MiB", "{:,.0f}"), ("cores", "CPU cores (mean)", "{:.2f}")])
     pids_of: dict[str, list[int]] = defaultdict(list)
     for pid, kind in sampler.kind.items():
         pids_of[kind].append(pid)
@@ -92,9 +95,11 @@ def memory_table(o: Overload) -> None:
     for kind in sorted(pids_of, key=lambda k: -sampler.peak_kind_total[k]):
         cores = sum(sampler.cpu_cores(pid) for pid in pids_of[kind])
         tree_cpu += cores
-        out(f"| {kind} | {len(pids_of[kind])} | {mib(max(sampler.peak_rss[pid] for pid in pids_of[kind]))} | "
-            f"{mib(sampler.peak_kind_total[kind])} | {cores:.2f} |")
-    out(f"| **whole tree** | {len(sampler.kind)} | | **{mib(sampler.peak_total)}** | **{tree_cpu:.2f}** |")
+        table.add(process=kind, count=len(pids_of[kind]),
+                  peak_rss_mib=max(sampler.peak_rss[pid] for pid in pids_of[kind]) / 2**20,
+                  peak_kind_mib=sampler.peak_kind_total[kind] / 2**20, cores=cores)
+    table.add(process="**whole tree**", count=len(sampler.kind), peak_kind_mib=sampler.peak_total / 2**20, cores=tree_cpu)
+    o.report.table(table)
     out("(RSS counts pages shared between processes, e.g. forked workers' libraries, in each.)")
     busy, me = sampler.busy / sampler.elapsed, sampler.me_cpu / sampler.elapsed
     out(f"machine's CPUs busy {busy:.2f} of {os.cpu_count()} cores: the serve run {tree_cpu:.2f}, this load generator "

@@ -9,6 +9,7 @@ from pathlib import Path
 import yaml
 
 from bench.processes import ROOT
+from bench.state import with_fresh_state
 from bench.sharegpt import first_exchanges, sharegpt_conversations
 
 MODEL = "SmolLM2-135M-Instruct"
@@ -42,9 +43,7 @@ def write_config(tmp: Path, args) -> Path:
     config = yaml.safe_load((ROOT / "serve_config.yaml").read_text())
     config["http_options"]["port"] = args.port
     a = config["applications"][0]["args"]
-    a["database_url"] = f"sqlite:///{tmp}/loraplex.db"
-    a["registry"] = {"store_url": str(tmp / "adapters"), "cache_dir": str(tmp / "cache")}
-    a["accounting"] = {"spool_dir": str(tmp / "spool"), "flush_interval_s": 0.2}
+    with_fresh_state(a, tmp, flush_interval_s=0.2)
     a["engine"]["max_num_seqs"] = 4
     a["engine"]["scheduling_policy"] = "priority"
     # The KV cache by size, not as a share of host RAM (0.25 of 24 GiB per replica).

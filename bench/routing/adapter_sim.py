@@ -1,6 +1,6 @@
 """Adapters on simulated engine replicas: vLLM's LoRA slots, its CPU tier, prefix caches.
 
-Closed loop, as scripts/loadtest runs: `clients` users each send a request, wait for its end and
+Closed loop, as python -m bench loadtest runs: `clients` users each send a request, wait for its end and
 send the next; each request is for one of `adapters` adapters (one tenant each, with its own
 system prompt) picked by Zipf popularity. Every replica schedules as vLLM's scheduler does with
 LoRA: up to `max_num_seqs` running requests, whose distinct adapters are at most `max_loras`; a

@@ -1,1 +1,1 @@
-"""scripts/bench_stream.py's pieces: the streaming client, the bare floors, the platform, the report."""
+"""python -m bench stream's pieces: the streaming client, the bare floors, the platform, the report."""

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.fake_engine import BenchmarkFakeEngine
+from bench.state import with_fresh_state
 
 ADMIN = "bench-stream-admin-token"
 APP = "benchstream"
@@ -38,16 +39,13 @@ def platform_args(state: Path, model_dir: Path, interval: float, streaming: dict
         "fair_queue": {"dispatch_limit": max_streams},
         **streaming,
     }
-    return {
-        "database_url": f"sqlite:///{state}/loraplex.db",
-        "registry": {"store_url": str(state / "adapters"), "cache_dir": str(state / "cache")},
+    return with_fresh_state({
         "tenancy": {"admin_token": ADMIN},
-        "accounting": {"spool_dir": str(state / "spool")},
         "engine": {"model": str(model_dir), "max_num_seqs": max_streams,
                    "engine_kwargs": {"benchmark_token_interval_s": interval}},
         "engine_deployment": engine_deployment,
         "ingress": {"max_ongoing_requests": max_streams + 64},
-    }
+    }, state)
 
 
 def deploy_platform(args: dict, engine_cls: type = BenchmarkFakeEngine):

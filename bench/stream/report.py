@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from bench.percentile import or_nan, percentile
+from bench.report import Table
 
 
 def summarize(mode: str, variant: str, r: dict, interval: float) -> dict:
@@ -19,20 +20,21 @@ def summarize(mode: str, variant: str, r: dict, interval: float) -> dict:
     }
 
 
-def print_table(rows: list[dict], hop: list[dict]) -> None:
-    print()
-    print("| mode | streams | variant | offered tok/s | delivered tok/s | delivered/offered | TTFT p50 ms "
-          "| TTFT p99 ms | added TPOT p50 ms | added TPOT p99 ms | gap p99 ms | requests (failed) | load avg |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+COLUMNS = [("mode", "mode"), ("streams", "streams", "{:d}"), ("variant", "variant"),
+           ("offered", "offered tok/s", "{:,.0f}"), ("delivered", "delivered tok/s", "{:,.0f}"),
+           ("share", "delivered/offered", "{:.1%}"), ("ttft_p50", "TTFT p50 ms", "{:.1f}"),
+           ("ttft_p99", "TTFT p99 ms", "{:.1f}"), ("tpot_p50", "added TPOT p50 ms", "{:.2f}"),
+           ("tpot_p99", "added TPOT p99 ms", "{:.2f}"), ("gap_p99", "gap p99 ms", "{:.1f}"),
+           ("requests_failed", "requests (failed)"), ("load", "load avg", "{:.1f}")]
+
+
+def report(out, rows: list[dict], hop: list[dict], window_s: float) -> None:
+    """The table, the ratios after / before and after / bare, the handle hop and the targets."""
     for r in rows:
-        offered = f"{r['offered']:,.0f}" if r["offered"] else "-"
-        share = f"{r['delivered'] / r['offered']:.1%}" if r["offered"] else "-"
-        errors = f" (HTTP {r['errors']})" if r["errors"] else ""
-        print(f"| {r['mode']} | {r['streams']} | {r['variant']} | {offered} | {r['delivered']:,.0f} | {share} "
-              f"| {r['ttft_p50']:.1f} | {r['ttft_p99']:.1f} | {r['tpot_p50']:.2f} | {r['tpot_p99']:.2f} "
-              f"| {r['gap_p99']:.1f} | {r['requests']} ({r['failed']}){errors} | {r['load']:.1f} |")
+        r["share"] = r["delivered"] / r["offered"] if r["offered"] else None
+        r["requests_failed"] = f"{r['requests']} ({r['failed']})" + (f" (HTTP {r['errors']})" if r["errors"] else "")
+    out.table(Table("", COLUMNS, rows))
     by = {(r["mode"], r["streams"], r["variant"]): r for r in rows}
-    ratios = []
     for (mode, streams, variant), r in by.items():
         if variant != "after":
             continue
@@ -43,31 +45,31 @@ def print_table(rows: list[dict], hop: list[dict]) -> None:
                 parts.append(f"after/{base} {r['delivered'] / b['delivered']:.2f}x tok/s, "
                              f"TTFT p50 {r['ttft_p50'] - b['ttft_p50']:+.1f} ms")
         if len(parts) > 1:
-            ratios.append(" ".join(parts))
-    if ratios:
-        print("\n" + "\n".join(ratios))
+            out.note(" ".join(parts))
     if hop:
-        print("\nRay Serve handle hop alone (deployment to deployment, one item per token, no HTTP):")
         for h in hop:
-            print(f"  {h['streams']} streams: {h['items'] / h['seconds']:,.0f} items/s")
+            h["items_per_s"] = h["items"] / h["seconds"]
+        out.table(Table("Ray Serve handle hop alone (deployment to deployment, one item per token, no HTTP):",
+                        [("streams", "streams", "{:d}"), ("items_per_s", "items/s", "{:,.0f}")], hop))
+    targets(out, rows, window_s)
 
 
-def print_targets(rows: list[dict], window_s: float) -> None:
+def targets(out, rows: list[dict], window_s: float) -> None:
     by = {(r["mode"], r["streams"], r["variant"]): r for r in rows}
-    print("\nTargets (issue 9):")
+    out.note("\nTargets (issue 9):")
     paced = by.get(("paced", 128, "after"))
     if paced:
         share = paced["delivered"] / paced["offered"]
-        print(f"  paced 128: delivered {share:.1%} of offered (>= 99%): {'MET' if share >= 0.99 else 'NOT MET'}; "
-              f"added TPOT p99 {paced['tpot_p99']:.2f} ms (<= window {window_s * 1e3:.0f} ms): "
-              f"{'MET' if paced['tpot_p99'] <= window_s * 1e3 else 'NOT MET'}")
+        out.note(f"  paced 128: delivered {share:.1%} of offered (>= 99%): {'MET' if share >= 0.99 else 'NOT MET'}; "
+                 f"added TPOT p99 {paced['tpot_p99']:.2f} ms (<= window {window_s * 1e3:.0f} ms): "
+                 f"{'MET' if paced['tpot_p99'] <= window_s * 1e3 else 'NOT MET'}")
         before = by.get(("paced", 128, "before"))
         if before:
             raised = paced["ttft_p50"] - before["ttft_p50"]
-            print(f"  TTFT p50 at paced 128: {paced['ttft_p50']:.1f} ms vs {before['ttft_p50']:.1f} ms unbatched "
-                  f"({raised:+.1f} ms; <= +5 ms: {'MET' if raised <= 5 else 'NOT MET'})")
+            out.note(f"  TTFT p50 at paced 128: {paced['ttft_p50']:.1f} ms vs {before['ttft_p50']:.1f} ms unbatched "
+                     f"({raised:+.1f} ms; <= +5 ms: {'MET' if raised <= 5 else 'NOT MET'})")
     instant = [r for r in rows if r["mode"] == "instant" and r["variant"] == "after"]
     if instant:
         best = max(instant, key=lambda r: r["delivered"])
-        print(f"  instant: best {best['delivered']:,.0f} tok/s at {best['streams']} streams (>= 20,000): "
-              f"{'MET' if best['delivered'] >= 20000 else 'NOT MET'}")
+        out.note(f"  instant: best {best['delivered']:,.0f} tok/s at {best['streams']} streams (>= 20,000): "
+                 f"{'MET' if best['delivered'] >= 20000 else 'NOT MET'}")

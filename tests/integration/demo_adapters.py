@@ -1,5 +1,5 @@
 """The demo adapters, trained once per recipe version and cached: bench/demo_adapters.py (shared
-with scripts/loadtest)."""
+with python -m bench loadtest)."""
 
 import sys
 from pathlib import Path

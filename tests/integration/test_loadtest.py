@@ -1,4 +1,4 @@
-"""scripts/loadtest against the real platform: a tiny sweep (issue 13). It creates its tenants and
+"""python -m bench loadtest against the real platform: a tiny sweep (issue 13). It creates its tenants and
 uploads an adapter through the admin API, streams real ShareGPT prompts, and its per-request
 token counts match what the platform billed; then the usage ledger exported as a trace drives an
 open-loop (Poisson) run. Sizes are tiny: this checks the tool, it measures nothing."""

@@ -40,7 +40,7 @@ FakeEngineClient = load("tests/unit/ingress/fake_engine.py").FakeEngineClient
 SlowEngine = load("tests/unit/ingress/test_limits_routes.py").SlowEngine
 ScriptedEngine = load("tests/unit/ingress/test_ingress_metrics.py").ScriptedEngine
 VLLMEngineOverFakeVLLM = load("tests/unit/engine/test_engine_replica.py").VLLMEngineOverFakeVLLM
-InstantFakeEngine = load("scripts/bench_metrics.py").InstantFakeEngine
+InstantFakeEngine = load("bench/scenarios/metrics.py").InstantFakeEngine
 
 
 def members(protocol) -> dict[str, object]:

@@ -1,4 +1,4 @@
-"""scripts/bench_batch.py's pieces: the phase's workload, the batch's lines, the side-by-side tables."""
+"""`python -m bench batch`'s pieces: the phase's workload, the batch's lines, the side-by-side tables."""
 from bench import batch_bench as bb
 from bench.batch_api import batch_lines, completed_by
 from bench.loadtest.workload import Prompt
@@ -50,7 +50,7 @@ def test_side_by_side_gives_each_phase_a_column_and_the_ratios():
     beside = phase("online + batch", 0.5, 0.077, {**COST, "tokens": 24000, "avg_tokens_per_s": 120.0,
                                                   "utilization": 0.8, "real_cost_per_1m": "0.233333"}, refused=2)
     beside.batch_lines = (300, 1)
-    table = bb.side_by_side([alone, beside])
+    table = bb.side_by_side([alone, beside]).markdown()
     rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]] for line in table.splitlines()}
     assert rows[""] == ["online alone", "online + batch", "online + batch / online alone"]
     assert rows["online TTFT p95 (s)"] == ["0.800", "1.000", "1.25x"]
@@ -64,7 +64,7 @@ def test_side_by_side_gives_each_phase_a_column_and_the_ratios():
 
 def test_by_part_splits_the_profile_in_quarters():
     alone, beside = phase("a", 0.4, 0.07, COST), phase("b", 0.5, 0.08, COST)
-    table = bb.by_part(alone, beside, 200.0, lambda t: 1.0, lambda t: int(t))  # a line a second
+    table = bb.by_part(alone, beside, 200.0, lambda t: 1.0, lambda t: int(t)).markdown()  # a line a second
     rows = table.splitlines()[2:]
     assert len(rows) == 4 and rows[0].startswith("| valley (0-50) | 1.00 | 1 / 1 |")
     assert rows[3].startswith("| valley (150-200) | 1.00 | 1 / 1 |") and rows[3].endswith("| 50 |")

@@ -1,4 +1,4 @@
-"""bench/placement.py: the config scripts/bench_placement.py runs, its Zipf adapter workload, its
+"""bench/placement.py: the config `python -m bench placement` runs, its Zipf adapter workload, its
 figures (per adapter, placement, replica counters) and the issue's targets."""
 import collections
 from collections import Counter
@@ -102,7 +102,7 @@ def test_verdict_and_tables_against_the_issues_targets():
     assert v["ttft_met"] and v["tok_met"] and v["hit_met"] and v["worst_hit_points"] == pytest.approx(-5.0)
     worse = pl.verdict(today, variant(12.9, 2.1, {0: 0.80, 1: 0.54}))
     assert not (worse["ttft_met"] or worse["tok_met"] or worse["hit_met"])
-    text = pl.tables({"today": today, "residency": new})
+    text = "\n".join(t.markdown() for t in pl.tables({"today": today, "residency": new}))
     assert "| today | 2/2 | 10.0 | 4.00 |" in text and "| residency | 2/2 | 13.0 | 2.00 |" in text
     assert "| a1 | 1/1 | 4.00 / 4.00 | 0.600 | 1/1 | 2.00 / 2.00 | 0.550 |" in text
     assert "| today | r0 (repA) | a0:1 a1:1 | 4 | 1 | 7 |" in text

