@@ -63,9 +63,10 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Callable, NamedTuple, Optional
 
 from loraplex.engine.config import FairQueueConfig
+from loraplex.engine.tenant_counters import TenantCounters
 
 TOP_TIER = 100
 
@@ -93,7 +94,8 @@ class Entry:
 
 @dataclass
 class _Tenant:
-    counter: float = 0.0
+    name: str
+    counters: TenantCounters  # the queue's: this tenant's virtual counter is counters.get(name)
     queue: deque = field(default_factory=deque)
     running: int = 0  # sequences, as every count here (Entry.sequences)
     prefilling: int = 0  # of the running: dispatched, no first token yet
@@ -103,6 +105,17 @@ class _Tenant:
     # /admin/replicas shows: a tenant's TTFT spent in this queue rather than in vLLM).
     dispatches: int = 0
     queue_wait_s: float = 0.0
+
+    @property
+    def counter(self) -> float:
+        return self.counters.get(self.name)
+
+
+class _Pick(NamedTuple):
+    """Whose head request is dispatched next, and whether into a reserved slot."""
+
+    tenant: str
+    reserved: bool
 
 
 class FairQueue:
@@ -115,6 +128,7 @@ class FairQueue:
         self.clock = clock
         self.wall = wall
         self.tenants: dict[str, _Tenant] = {}
+        self.counters = TenantCounters()  # in weighted tokens (charge)
         # Of those, the ones with requests queued, and the active ones (queued or running): the
         # choices scan these, never the idle tenants.
         self.backlog: dict[str, _Tenant] = {}
@@ -138,7 +152,9 @@ class FairQueue:
         self.expire()
         if entry.batch:
             return self._submit_batch(entry)
-        t = self.tenants.setdefault(entry.tenant, _Tenant())
+        t = self.tenants.get(entry.tenant)
+        if t is None:
+            t = self.tenants[entry.tenant] = _Tenant(entry.tenant, self.counters)
         t.weight = entry.weight
         slot = self._slot_for(t, entry.sequences)  # None: none free; else whether it is a reserved one
         blocked = slot is False and self._blocked is not None and self._blocked in self.backlog
@@ -146,12 +162,12 @@ class FairQueue:
             slot = None  # the free slots are a waiting head's
         if not t.queue and slot is not None and not self._paced(entry.tenant, t):  # it starts now (its deadline: the engine's)
             if not t.running:
-                self._lift(entry.tenant)
+                self.counters.arrive(entry.tenant, self.active)
             return self._dispatch(entry, t, slot)
         if self._expired(entry):  # it would have to wait, too close to its deadline to start
             return self._refuse(entry, "queue_deadline")
         if not t.queue:
-            self._lift(entry.tenant)
+            self.counters.arrive(entry.tenant, self.active)
         if self.queued >= self.config.max_queued:
             victim = self._victim(entry)
             if victim is entry:
@@ -198,12 +214,12 @@ class FairQueue:
             self.pump()
 
     def charge(self, tenant: str, prompt_tokens: int, completion_tokens: int, weight: float = 1.0) -> None:
-        """Add tokens just served to the tenant's virtual counter."""
-        t = self.tenants.get(tenant)
-        if t is None:
-            return
-        c = self.config
-        t.counter += (c.prompt_token_cost * prompt_tokens + c.completion_token_cost * completion_tokens) / weight
+        """Add tokens just served to the tenant's virtual counter (prompt_token_cost x prompt +
+        completion_token_cost x completion, divided by its weight)."""
+        if tenant in self.tenants:
+            c = self.config
+            self.counters.charge(tenant, c.prompt_token_cost * prompt_tokens
+                                 + c.completion_token_cost * completion_tokens, weight)
 
     def pump(self) -> None:
         """Dispatch queued requests while slots are free (also after the limit rose)."""
@@ -212,7 +228,7 @@ class FairQueue:
             chosen = self._next()
             if chosen is None:
                 return  # online work waits: no batch line may pass it
-            name, reserved = chosen
+            name, reserved = chosen.tenant, chosen.reserved
             t = self.backlog[name]
             entry = t.queue.popleft()
             self.queued -= 1
@@ -319,7 +335,7 @@ class FairQueue:
     def tier(entry: Entry) -> int:
         return min(max(entry.priority, 0), TOP_TIER)
 
-    def _next(self) -> Optional[tuple[str, bool]]:
+    def _next(self) -> Optional[_Pick]:
         """The tenant whose head request goes next, and whether into a reserved slot; None: none."""
         limit, newcomers_only = self._slots()  # newcomers_only: only a tenant under its share may go
         if newcomers_only and not self._reserve_free(limit):
@@ -348,7 +364,7 @@ class FairQueue:
         # (its head queued aging_s or more; the lowest counter of those).
         now, aging = self.clock(), self.config.aging_s
         if best_key[0] == 0 or now - self._aged_dispatch_at < aging:  # tier 0: no lower tier to let in
-            return None if best_slot is None else (best, best_slot)
+            return None if best_slot is None else _Pick(best, best_slot)
         aged, aged_counter = None, None
         for name, t in self.backlog.items():
             head = t.queue[0]
@@ -358,12 +374,12 @@ class FairQueue:
             if aged_counter is None or t.counter < aged_counter:
                 aged, aged_counter = name, t.counter
         if aged is None:
-            return None if best_slot is None else (best, best_slot)
+            return None if best_slot is None else _Pick(best, best_slot)
         aged_slot = self._head_slot(aged, newcomers_only)
         if aged_slot is None:
             return None
         self._aged_dispatch_at = now
-        return aged, aged_slot
+        return _Pick(aged, aged_slot)
 
     def _head_slot(self, name: str, newcomers_only: bool) -> Optional[bool]:
         """The slot the tenant's head request takes (whether reserved), None if it does not fit."""
@@ -383,13 +399,6 @@ class FairQueue:
             if worst_key is None or key < worst_key:
                 worst, worst_key = newest, key
         return worst if worst is not None else incoming
-
-    def _lift(self, tenant: str) -> None:
-        """A newly active tenant starts at the lowest counter of the active ones: no idle credit."""
-        active = [t.counter for name, t in self.active.items() if name != tenant]
-        if active:
-            t = self.tenants[tenant]
-            t.counter = max(t.counter, min(active))
 
     def _expired(self, entry: Entry) -> bool:
         return entry.deadline is not None and self.wall() >= entry.deadline - self.config.deadline_margin_s
@@ -426,15 +435,14 @@ class FairQueue:
             self.backlog.pop(entry.tenant, None)
 
     def _forget(self, tenant: str) -> None:
-        """A tenant gone idle leaves the active set. Its counter is kept while it is above the
-        active tenants' lowest (back before they catch up, it must not have credit); at or below
-        it, the lift on its return restores as much, so it is dropped: the dict stays bounded."""
+        """A tenant gone idle leaves the active set; it and its counter are dropped when the lift on
+        its return restores as much (TenantCounters.forget): the dict stays bounded."""
         t = self.tenants.get(tenant)
         if t is None or t.queue or t.running:
             return
         self.active.pop(tenant, None)
         t.dispatches, t.queue_wait_s = 0, 0.0
-        if t.counter == 0.0 or (self.active and t.counter <= min(a.counter for a in self.active.values())):
+        if self.counters.forget(tenant, self.active):
             del self.tenants[tenant]
 
     def snapshot(self, max_tenants: int = 32) -> dict:
