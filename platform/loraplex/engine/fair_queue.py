@@ -1,58 +1,29 @@
-"""FairQueue: per-tenant queues in front of vLLM, served by Virtual Token Counter (VTC).
+"""FairQueue: per-tenant queues in front of vLLM, served by VTC (tenant_counters.py).
 
-Sheng et al., "Fairness in Serving Large Language Models" (OSDI 2024). An Engine replica hands
-a request to vLLM only while its dispatched requests stay under the dispatch limit; the rest
-wait here, one FIFO per tenant. When a slot frees:
+An Engine replica hands a request to vLLM only while its dispatched sequences stay under the
+dispatch limit; the rest wait here, one FIFO per tenant (docs/operations.md, "The fair queue").
+When a slot frees:
 
-- tiers first: the backlogged tenant whose head request has the highest `priority` goes first.
-  Aging: while a higher tier is backlogged, a lower tier still gets one dispatch every `aging_s`
-  (its head queued that long, lowest counter first), so it waits at most about `aging_s` per
-  request, never forever. Aging never reorders tenants of the same tier: a tenant whose backlog
-  is old does not jump a fresh tenant of its own tier (that is VTC's call);
-- within a tier, the tenant with the lowest virtual counter: the weighted tokens it was served
-  (prompt_token_cost x prompt + completion_token_cost x completion, counted as they are
-  generated), divided by its plan's `weight`. A tenant that becomes backlogged has its counter
-  lifted to the lowest counter of the active tenants (queued or running), so idle time earns
-  no credit to burst with later;
-- reserved slots (`newcomer_slots` beside the limit, never above max_num_seqs in all): when the
-  limit's slots are taken, a tenant running fewer than its share of the limit (limit x its
-  weight / the active tenants' weights, rounded down; at least 1, so a tenant with nothing
-  running always qualifies) may take one, so a light tenant does not wait for another tenant's
-  long request to free a slot. While its tenant has nothing queued, a request in a reserved slot
-  does not count against the limit: the slot a backlogged tenant's request frees is refilled
-  while a light tenant's request runs beside them. (Counted against the limit, the light
-  tenant's requests took the backlogged one's slots as they freed: 1 of its 8 on average in the
-  noisy-neighbour shape, and it lost that share of its throughput.) Once its tenant queues too,
-  it counts again, so tenants that are all backlogged share the limit, not limit + reserve. Its share, not just
-  "nothing running": a tenant sending one short request every 2 s has two or three in flight
-  under load, and if only its first could take a reserved slot the others waited for the heavy
-  tenant's slot turnover (a 96-token request holds a slot ~20 s on this CPU: ~3 s per free slot
-  at a limit of 8). A tenant at or over its share never takes one, so two backlogged tenants
-  still share the limit by VTC, not the reserve;
-- prefill pacing (`max_prefilling_per_tenant`, None: off): a tenant with that many requests
-  dispatched but not yet at their first token (in prefill) waits for one of them to get there
-  before its next is dispatched; when it is the next by VTC, the free slot waits with it. A
-  backlogged tenant's slots otherwise free together (its requests started together and are as
-  long) and refill together: one step then prefills all their prompts, and every other tenant's
-  decode stalls for it (a light tenant's request that meets such a step is its p95). Paced, the
-  refills spread over the steps, and so do the slots' next ends. Each tenant is paced by its own
-  prefills, and only while another tenant is active (a tenant alone would only start its
-  requests more slowly, for nobody);
-- batch lines (EngineCall.batch, the Batch API) below every online request: they wait in a FIFO of
-  their own and are dispatched only while no online request is queued, into slots the limit has
-  free, and never past `batch_max_share` of the limit, so an online arrival finds a slot free at
-  once and every slot a batch line frees goes to the online backlog first: when online work
-  returns, the batch is the first held back (none is started; the tenant scheduler pauses the
-  running ones, tenant_scheduler.pause_batch). They
-  are never refused for share or pacing, and charge no tenant's counter;
-- queue full (`max_queued`): the request refused is the newest one of the tenant furthest over
-  its share among the queued ones: the lowest `priority` (aging does not protect from this), then
-  the most requests held on the replica (queued + running) per unit of weight, then the highest
-  counter; possibly an already queued request. A tenant with nothing queued is never the one
-  refused. Held requests rather than the counter decide because the counter is a long-run
-  measure: a tenant just lifted to the others' minimum and charged one long prompt can be above
-  a tenant holding the whole queue, and refusing it would refuse the light tenant for the heavy
-  one's backlog.
+- tiers first (the head request's `priority`), with aging: a lower tier still gets one dispatch
+  every `aging_s` (its head queued that long, lowest counter first); aging never reorders tenants
+  of one tier;
+- within a tier, the lowest virtual counter: prompt_token_cost x prompt + completion_token_cost x
+  completion tokens as they stream (charge), divided by the plan's weight;
+- reserved slots (`newcomer_slots` beside the limit, never above max_num_seqs in all): a tenant
+  running fewer than its share of the limit (limit x weight / the active tenants' weights, at
+  least 1) may take one when the limit's slots are taken, so a light tenant does not wait for a
+  backlogged tenant's long request to end. While its tenant has nothing queued, a request in a
+  reserved slot does not count against the limit (the backlogged tenant's freed slots are
+  refilled beside it); once it queues too, it counts, so backlogged tenants share the limit;
+- prefill pacing (`max_prefilling_per_tenant`, None: off): a tenant with that many requests not
+  yet at their first token waits for one, and while it is next by VTC the free slot waits too;
+  only while another tenant is active;
+- batch lines (Entry.batch) wait in a FIFO of their own, start only while no online request is
+  queued, into free slots, never past `batch_max_share` of the limit, and charge no counter;
+- queue full (`max_queued`): the newest request of the tenant furthest over its share is refused
+  (lowest priority, then most sequences held per unit of weight, then highest counter), possibly
+  one already queued; a tenant with nothing queued never is. Held requests decide rather than the
+  counter, a long-run measure a tenant just lifted and charged one long prompt can top.
 
 Pure logic with an injected clock: the Engine replica's glue (deployment.py) waits on each
 Entry's `ready` callback, charges tokens as they stream, and calls `finish` when a request ends.

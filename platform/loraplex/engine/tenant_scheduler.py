@@ -105,7 +105,12 @@ def request_tenant(request) -> tuple[str, float]:
 
 def tier(r) -> int:
     """The request's rank among tiers (lower first): vLLM's priority, past every online one for a batch line."""
-    return r.priority + BATCH_TIER if _tenant(r).endswith(BATCH_SUFFIX) else r.priority
+    return r.priority + BATCH_TIER if is_batch(r) else r.priority
+
+
+def is_batch(r) -> bool:
+    """A Batch API line (its tenant key is `<tenant>#batch`)."""
+    return _tenant(r).endswith(BATCH_SUFFIX)
 
 
 class TenantFairness:
@@ -228,7 +233,7 @@ class TenantFairness:
             return set()
         batch, online = set(), False
         for r in (*self.running, *self.waiting):
-            if _tenant(r).endswith(BATCH_SUFFIX):
+            if is_batch(r):
                 batch.add(r.request_id)
             else:
                 online = True
@@ -322,7 +327,7 @@ def _tenant(r) -> str:
 def _work(r, running: bool) -> PromptWork:
     return PromptWork(key=r.request_id, tenant=_tenant(r), tier=tier(r),
                       remaining=max(r.num_tokens - r.num_computed_tokens, 1), running=running,
-                      arrival=r.arrival_time, weight=r.loraplex_weight, batch=_tenant(r).endswith(BATCH_SUFFIX))
+                      arrival=r.arrival_time, weight=r.loraplex_weight, batch=is_batch(r))
 
 
 class TenantScheduler(TenantFairness, Scheduler):
