@@ -72,7 +72,7 @@ class Step:
 
     running: list
     waiting: list
-    token_budget: Optional[int] = None  # max_num_scheduled_tokens: its decodes + the plan's prompt budget; None: vLLM's
+    token_budget: Optional[int] = None  # max_num_scheduled_tokens (decodes + prompt budget); None: vLLM's
     chunk_cap: int = 0  # long_prefill_token_threshold; 0: vLLM's
     sized: bool = False  # its prompt budget is the TPOT-sized one (what StepCost.observe corrects for)
 
