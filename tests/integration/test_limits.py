@@ -161,9 +161,13 @@ def test_refusals_are_counted_in_admin_usage_and_never_billed(base_url, admin, m
         time.sleep(0.5)
     assert {"tenant": tid, "reason": "429:rate_limit_requests", "count": 1} in [
         {k: r[k] for k in ("tenant", "reason", "count")} for r in rejections]  # rows also carry tenant_name
-    with usage_db.connect() as conn:
-        billed = conn.execute(text("SELECT count(*) FROM usage_records WHERE tenant_id = :t"), {"t": tid}).scalar()
-    assert billed == 1
+    def billed():  # the served request's record reaches the ledger at the next flush
+        with usage_db.connect() as conn:
+            return conn.execute(text("SELECT count(*) FROM usage_records WHERE tenant_id = :t"), {"t": tid}).scalar()
+    deadline = time.monotonic() + 15
+    while billed() < 1 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert billed() == 1
 
 
 def test_limiter_lost_fails_open_then_limits_hold_again(base_url, admin, model_name):

@@ -1,58 +1,29 @@
-"""FairQueue: per-tenant queues in front of vLLM, served by Virtual Token Counter (VTC).
+"""FairQueue: per-tenant queues in front of vLLM, served by VTC (tenant_counters.py).
 
-Sheng et al., "Fairness in Serving Large Language Models" (OSDI 2024). An Engine replica hands
-a request to vLLM only while its dispatched requests stay under the dispatch limit; the rest
-wait here, one FIFO per tenant. When a slot frees:
+An Engine replica hands a request to vLLM only while its dispatched sequences stay under the
+dispatch limit; the rest wait here, one FIFO per tenant (docs/operations.md, "The fair queue").
+When a slot frees:
 
-- tiers first: the backlogged tenant whose head request has the highest `priority` goes first.
-  Aging: while a higher tier is backlogged, a lower tier still gets one dispatch every `aging_s`
-  (its head queued that long, lowest counter first), so it waits at most about `aging_s` per
-  request, never forever. Aging never reorders tenants of the same tier: a tenant whose backlog
-  is old does not jump a fresh tenant of its own tier (that is VTC's call);
-- within a tier, the tenant with the lowest virtual counter: the weighted tokens it was served
-  (prompt_token_cost x prompt + completion_token_cost x completion, counted as they are
-  generated), divided by its plan's `weight`. A tenant that becomes backlogged has its counter
-  lifted to the lowest counter of the active tenants (queued or running), so idle time earns
-  no credit to burst with later;
-- reserved slots (`newcomer_slots` beside the limit, never above max_num_seqs in all): when the
-  limit's slots are taken, a tenant running fewer than its share of the limit (limit x its
-  weight / the active tenants' weights, rounded down; at least 1, so a tenant with nothing
-  running always qualifies) may take one, so a light tenant does not wait for another tenant's
-  long request to free a slot. While its tenant has nothing queued, a request in a reserved slot
-  does not count against the limit: the slot a backlogged tenant's request frees is refilled
-  while a light tenant's request runs beside them. (Counted against the limit, the light
-  tenant's requests took the backlogged one's slots as they freed: 1 of its 8 on average in the
-  noisy-neighbour shape, and it lost that share of its throughput.) Once its tenant queues too,
-  it counts again, so tenants that are all backlogged share the limit, not limit + reserve. Its share, not just
-  "nothing running": a tenant sending one short request every 2 s has two or three in flight
-  under load, and if only its first could take a reserved slot the others waited for the heavy
-  tenant's slot turnover (a 96-token request holds a slot ~20 s on this CPU: ~3 s per free slot
-  at a limit of 8). A tenant at or over its share never takes one, so two backlogged tenants
-  still share the limit by VTC, not the reserve;
-- prefill pacing (`max_prefilling_per_tenant`, None: off): a tenant with that many requests
-  dispatched but not yet at their first token (in prefill) waits for one of them to get there
-  before its next is dispatched; when it is the next by VTC, the free slot waits with it. A
-  backlogged tenant's slots otherwise free together (its requests started together and are as
-  long) and refill together: one step then prefills all their prompts, and every other tenant's
-  decode stalls for it (a light tenant's request that meets such a step is its p95). Paced, the
-  refills spread over the steps, and so do the slots' next ends. Each tenant is paced by its own
-  prefills, and only while another tenant is active (a tenant alone would only start its
-  requests more slowly, for nobody);
-- batch lines (EngineCall.batch, the Batch API) below every online request: they wait in a FIFO of
-  their own and are dispatched only while no online request is queued, into slots the limit has
-  free, and never past `batch_max_share` of the limit, so an online arrival finds a slot free at
-  once and every slot a batch line frees goes to the online backlog first: when online work
-  returns, the batch is the first held back (none is started; the tenant scheduler pauses the
-  running ones, tenant_scheduler.pause_batch). They
-  are never refused for share or pacing, and charge no tenant's counter;
-- queue full (`max_queued`): the request refused is the newest one of the tenant furthest over
-  its share among the queued ones: the lowest `priority` (aging does not protect from this), then
-  the most requests held on the replica (queued + running) per unit of weight, then the highest
-  counter; possibly an already queued request. A tenant with nothing queued is never the one
-  refused. Held requests rather than the counter decide because the counter is a long-run
-  measure: a tenant just lifted to the others' minimum and charged one long prompt can be above
-  a tenant holding the whole queue, and refusing it would refuse the light tenant for the heavy
-  one's backlog.
+- tiers first (the head request's `priority`), with aging: a lower tier still gets one dispatch
+  every `aging_s` (its head queued that long, lowest counter first); aging never reorders tenants
+  of one tier;
+- within a tier, the lowest virtual counter: prompt_token_cost x prompt + completion_token_cost x
+  completion tokens as they stream (charge), divided by the plan's weight;
+- reserved slots (`newcomer_slots` beside the limit, never above max_num_seqs in all): a tenant
+  running fewer than its share of the limit (limit x weight / the active tenants' weights, at
+  least 1) may take one when the limit's slots are taken, so a light tenant does not wait for a
+  backlogged tenant's long request to end. While its tenant has nothing queued, a request in a
+  reserved slot does not count against the limit (the backlogged tenant's freed slots are
+  refilled beside it); once it queues too, it counts, so backlogged tenants share the limit;
+- prefill pacing (`max_prefilling_per_tenant`, None: off): a tenant with that many requests not
+  yet at their first token waits for one, and while it is next by VTC the free slot waits too;
+  only while another tenant is active;
+- batch lines (Entry.batch) wait in a FIFO of their own, start only while no online request is
+  queued, into free slots, never past `batch_max_share` of the limit, and charge no counter;
+- queue full (`max_queued`): the newest request of the tenant furthest over its share is refused
+  (lowest priority, then most sequences held per unit of weight, then highest counter), possibly
+  one already queued; a tenant with nothing queued never is. Held requests decide rather than the
+  counter, a long-run measure a tenant just lifted and charged one long prompt can top.
 
 Pure logic with an injected clock: the Engine replica's glue (deployment.py) waits on each
 Entry's `ready` callback, charges tokens as they stream, and calls `finish` when a request ends.
@@ -63,9 +34,10 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Callable, NamedTuple, Optional
 
 from loraplex.engine.config import FairQueueConfig
+from loraplex.engine.tenant_counters import TenantCounters
 
 TOP_TIER = 100
 
@@ -93,7 +65,8 @@ class Entry:
 
 @dataclass
 class _Tenant:
-    counter: float = 0.0
+    name: str
+    counters: TenantCounters  # the queue's: this tenant's virtual counter is counters.get(name)
     queue: deque = field(default_factory=deque)
     running: int = 0  # sequences, as every count here (Entry.sequences)
     prefilling: int = 0  # of the running: dispatched, no first token yet
@@ -103,6 +76,17 @@ class _Tenant:
     # /admin/replicas shows: a tenant's TTFT spent in this queue rather than in vLLM).
     dispatches: int = 0
     queue_wait_s: float = 0.0
+
+    @property
+    def counter(self) -> float:
+        return self.counters.get(self.name)
+
+
+class _Pick(NamedTuple):
+    """Whose head request is dispatched next, and whether into a reserved slot."""
+
+    tenant: str
+    reserved: bool
 
 
 class FairQueue:
@@ -115,6 +99,7 @@ class FairQueue:
         self.clock = clock
         self.wall = wall
         self.tenants: dict[str, _Tenant] = {}
+        self.counters = TenantCounters()  # in weighted tokens (charge)
         # Of those, the ones with requests queued, and the active ones (queued or running): the
         # choices scan these, never the idle tenants.
         self.backlog: dict[str, _Tenant] = {}
@@ -138,7 +123,9 @@ class FairQueue:
         self.expire()
         if entry.batch:
             return self._submit_batch(entry)
-        t = self.tenants.setdefault(entry.tenant, _Tenant())
+        t = self.tenants.get(entry.tenant)
+        if t is None:
+            t = self.tenants[entry.tenant] = _Tenant(entry.tenant, self.counters)
         t.weight = entry.weight
         slot = self._slot_for(t, entry.sequences)  # None: none free; else whether it is a reserved one
         blocked = slot is False and self._blocked is not None and self._blocked in self.backlog
@@ -146,12 +133,12 @@ class FairQueue:
             slot = None  # the free slots are a waiting head's
         if not t.queue and slot is not None and not self._paced(entry.tenant, t):  # it starts now (its deadline: the engine's)
             if not t.running:
-                self._lift(entry.tenant)
+                self.counters.arrive(entry.tenant, self.active)
             return self._dispatch(entry, t, slot)
         if self._expired(entry):  # it would have to wait, too close to its deadline to start
             return self._refuse(entry, "queue_deadline")
         if not t.queue:
-            self._lift(entry.tenant)
+            self.counters.arrive(entry.tenant, self.active)
         if self.queued >= self.config.max_queued:
             victim = self._victim(entry)
             if victim is entry:
@@ -198,12 +185,12 @@ class FairQueue:
             self.pump()
 
     def charge(self, tenant: str, prompt_tokens: int, completion_tokens: int, weight: float = 1.0) -> None:
-        """Add tokens just served to the tenant's virtual counter."""
-        t = self.tenants.get(tenant)
-        if t is None:
-            return
-        c = self.config
-        t.counter += (c.prompt_token_cost * prompt_tokens + c.completion_token_cost * completion_tokens) / weight
+        """Add tokens just served to the tenant's virtual counter (prompt_token_cost x prompt +
+        completion_token_cost x completion, divided by its weight)."""
+        if tenant in self.tenants:
+            c = self.config
+            self.counters.charge(tenant, c.prompt_token_cost * prompt_tokens
+                                 + c.completion_token_cost * completion_tokens, weight)
 
     def pump(self) -> None:
         """Dispatch queued requests while slots are free (also after the limit rose)."""
@@ -212,7 +199,7 @@ class FairQueue:
             chosen = self._next()
             if chosen is None:
                 return  # online work waits: no batch line may pass it
-            name, reserved = chosen
+            name, reserved = chosen.tenant, chosen.reserved
             t = self.backlog[name]
             entry = t.queue.popleft()
             self.queued -= 1
@@ -319,7 +306,7 @@ class FairQueue:
     def tier(entry: Entry) -> int:
         return min(max(entry.priority, 0), TOP_TIER)
 
-    def _next(self) -> Optional[tuple[str, bool]]:
+    def _next(self) -> Optional[_Pick]:
         """The tenant whose head request goes next, and whether into a reserved slot; None: none."""
         limit, newcomers_only = self._slots()  # newcomers_only: only a tenant under its share may go
         if newcomers_only and not self._reserve_free(limit):
@@ -348,7 +335,7 @@ class FairQueue:
         # (its head queued aging_s or more; the lowest counter of those).
         now, aging = self.clock(), self.config.aging_s
         if best_key[0] == 0 or now - self._aged_dispatch_at < aging:  # tier 0: no lower tier to let in
-            return None if best_slot is None else (best, best_slot)
+            return None if best_slot is None else _Pick(best, best_slot)
         aged, aged_counter = None, None
         for name, t in self.backlog.items():
             head = t.queue[0]
@@ -358,12 +345,12 @@ class FairQueue:
             if aged_counter is None or t.counter < aged_counter:
                 aged, aged_counter = name, t.counter
         if aged is None:
-            return None if best_slot is None else (best, best_slot)
+            return None if best_slot is None else _Pick(best, best_slot)
         aged_slot = self._head_slot(aged, newcomers_only)
         if aged_slot is None:
             return None
         self._aged_dispatch_at = now
-        return aged, aged_slot
+        return _Pick(aged, aged_slot)
 
     def _head_slot(self, name: str, newcomers_only: bool) -> Optional[bool]:
         """The slot the tenant's head request takes (whether reserved), None if it does not fit."""
@@ -383,13 +370,6 @@ class FairQueue:
             if worst_key is None or key < worst_key:
                 worst, worst_key = newest, key
         return worst if worst is not None else incoming
-
-    def _lift(self, tenant: str) -> None:
-        """A newly active tenant starts at the lowest counter of the active ones: no idle credit."""
-        active = [t.counter for name, t in self.active.items() if name != tenant]
-        if active:
-            t = self.tenants[tenant]
-            t.counter = max(t.counter, min(active))
 
     def _expired(self, entry: Entry) -> bool:
         return entry.deadline is not None and self.wall() >= entry.deadline - self.config.deadline_margin_s
@@ -426,15 +406,14 @@ class FairQueue:
             self.backlog.pop(entry.tenant, None)
 
     def _forget(self, tenant: str) -> None:
-        """A tenant gone idle leaves the active set. Its counter is kept while it is above the
-        active tenants' lowest (back before they catch up, it must not have credit); at or below
-        it, the lift on its return restores as much, so it is dropped: the dict stays bounded."""
+        """A tenant gone idle leaves the active set; it and its counter are dropped when the lift on
+        its return restores as much (TenantCounters.forget): the dict stays bounded."""
         t = self.tenants.get(tenant)
         if t is None or t.queue or t.running:
             return
         self.active.pop(tenant, None)
         t.dispatches, t.queue_wait_s = 0, 0.0
-        if t.counter == 0.0 or (self.active and t.counter <= min(a.counter for a in self.active.values())):
+        if self.counters.forget(tenant, self.active):
             del self.tenants[tenant]
 
     def snapshot(self, max_tenants: int = 32) -> dict:

@@ -5,7 +5,7 @@ Sarathi-Serve's stall-free batching with VTC's fair counter applied where tokens
 vLLM glue (tenant_scheduler.py) describes the step's work and applies the plan.
 
 - Decodes first: every running request that is decoding gets its token; prompt tokens come after.
-- Shared steps are protected: when the step's work belongs to two or more tenants and decodes
+- Shared steps are sized: when the step's work belongs to two or more tenants and decodes
   run, the step's prompt tokens are capped so the step ends within the TPOT target
   (`StepCost.prompt_budget`), between `floor` and `ceiling`. A long prompt is cut into chunks
   that fit, so a neighbour's decodes never wait behind a whole document. A tenant that had work
@@ -35,6 +35,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable, Optional
 
+from loraplex.engine.tenant_counters import TenantCounters
+
 
 @dataclass(frozen=True)
 class PromptWork:
@@ -63,38 +65,12 @@ class DecodeWork:
 
 @dataclass
 class StepPlan:
-    protected: bool  # the step is shared: its prompt budget is the TPOT-sized one
+    shared: bool  # the step's work is two or more tenants': its prompt budget is the TPOT-sized one
     prompt_budget: int  # prompt tokens this step may carry
     chunk_cap: int  # prompt tokens one request may take this step (0: no cap)
     order: list[str] = field(default_factory=list)  # the served prompt work, in the order to schedule it
-    hidden: set[str] = field(default_factory=set)  # prompt work that waits this step
+    held: set[str] = field(default_factory=set)  # prompt work held out of this step
     shares: dict[str, int] = field(default_factory=dict)  # tenant -> prompt tokens granted
-
-
-class TenantCounters:
-    """VTC's virtual counters: engine-seconds served per tenant, divided by its weight."""
-
-    def __init__(self):
-        self.counter: dict[str, float] = {}
-
-    def get(self, tenant: str) -> float:
-        return self.counter.get(tenant, 0.0)
-
-    def arrive(self, tenant: str, active: Iterable[str]) -> None:
-        """A tenant with nothing in the engine sends a request: lift it to the lowest active counter."""
-        others = [self.counter.get(t, 0.0) for t in active if t != tenant]
-        if others:
-            self.counter[tenant] = max(self.counter.get(tenant, 0.0), min(others))
-
-    def charge(self, tenant: str, seconds: float, weight: float = 1.0) -> None:
-        self.counter[tenant] = self.counter.get(tenant, 0.0) + seconds / max(weight, 1e-9)
-
-    def forget_idle(self, active: set[str]) -> None:
-        """Drop idle tenants at or below the lowest active counter: the lift restores as much."""
-        low = min((self.counter.get(t, 0.0) for t in active), default=None)
-        for tenant in [t for t in self.counter if t not in active]:
-            if low is None or self.counter[tenant] <= low:
-                del self.counter[tenant]
 
 
 def is_shared(decode_tenants: Iterable[str], work: Iterable[PromptWork], recent: Iterable[str] = ()) -> bool:
@@ -135,14 +111,14 @@ def plan_step(decode_tenants: list[str], work: list[PromptWork], counters: Tenan
     likely on its way, and would wait out a whole uncapped step)."""
     # Shared: another tenant's decodes to keep on pace, its prompt to let through soon (a step with
     # another's 1,800-token chunk in it took 5.8 s here), or its next request, soon.
-    protected = is_shared(decode_tenants, work, recent)
+    shared = is_shared(decode_tenants, work, recent)
     budget = ceiling
-    if protected and budget_when_shared is not None:
+    if shared and budget_when_shared is not None:
         budget = min(max(budget_when_shared, floor), ceiling)
     by_tenant: dict[str, list[PromptWork]] = {}
     for w in sorted(work, key=lambda w: (not w.running, w.arrival)):  # a tenant's mid-prefill one first
         by_tenant.setdefault(w.tenant, []).append(w)
-    if len(by_tenant) <= 1 and not protected:  # one tenant's prompts, no one else's decodes: vLLM's own step
+    if len(by_tenant) <= 1 and not shared:  # one tenant's prompts, no one else's decodes: vLLM's own step
         return StepPlan(False, budget, 0, order=[w.key for ws in by_tenant.values() for w in ws])
     ranked = sorted(by_tenant, key=lambda t: (min(w.tier for w in by_tenant[t]), counters.get(t),
                                               min(w.arrival for w in by_tenant[t])))
@@ -153,7 +129,7 @@ def plan_step(decode_tenants: list[str], work: list[PromptWork], counters: Tenan
     shares = _water_fill({t: d for t, d in demand.items() if t not in batch}, budget, weights)
     shares.update(_water_fill({t: demand[t] for t in batch}, budget - sum(shares.values()), weights))
     level = max((shares[t] for t in served if shares[t] < sum(w.remaining for w in by_tenant[t])), default=0)
-    order, hidden = [], {w.key for t in ranked[len(served):] for w in by_tenant[t]}
+    order, held = [], {w.key for t in ranked[len(served):] for w in by_tenant[t]}
     for t in served:
         left = shares[t]
         for w in by_tenant[t]:
@@ -162,8 +138,8 @@ def plan_step(decode_tenants: list[str], work: list[PromptWork], counters: Tenan
                 order.append(w.key)
                 left -= min(w.remaining, left)
             else:
-                hidden.add(w.key)
-    return StepPlan(protected, budget, level, order=order, hidden=hidden, shares=shares)
+                held.add(w.key)
+    return StepPlan(shared, budget, level, order=order, held=held, shares=shares)
 
 
 def _water_fill(demand: dict[str, int], budget: int, weight: dict[str, float] | None = None) -> dict[str, int]:

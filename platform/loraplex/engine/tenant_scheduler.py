@@ -9,9 +9,9 @@ them:
 
 - the order of `running` (decodes first, then mid-prefill requests in plan order) and of
   `waiting` (plan order; vLLM's priority queue is replaced by a FCFS deque re-sorted each step);
-- prompt work the plan holds back, and a shared step's decodes past its target, are taken out of
-  both lists for the step (and out of the
-  active-request count, so no extra request is admitted in its place);
+- what is held out of the step (batch lines paused for online work, prompt work the plan holds
+  back, a shared step's decodes past its target): taken out of both lists and out of the
+  active-request count (nothing is admitted in its place), put back after the step, one place (`_run`);
 - `max_num_scheduled_tokens` (this step's token budget: its decodes + the plan's prompt budget)
   and `long_prefill_token_threshold` (the plan's chunk cap) on a private copy of the scheduler
   config.
@@ -37,7 +37,8 @@ from vllm.v1.core.sched.request_queue import FCFSRequestQueue
 from vllm.v1.core.sched.scheduler import Scheduler
 
 from loraplex.engine.step_cost import StepCost
-from loraplex.engine.step_plan import DecodeWork, PromptWork, TenantCounters, is_shared, keep_decodes, plan_step
+from loraplex.engine.step_plan import DecodeWork, PromptWork, is_shared, keep_decodes, plan_step
+from loraplex.engine.tenant_counters import TenantCounters
 
 # Under "vllm.": EngineCore configures vLLM's loggers only, and this runs in EngineCore.
 logger = logging.getLogger("vllm.loraplex.tenant_scheduler")
@@ -65,6 +66,36 @@ class TenantSchedulerSettings:
     min_steps: int  # steps before the fit replaces the prior
 
 
+@dataclass
+class Step:
+    """What vLLM's schedule() sees of one step: the requests it may schedule, in order, and its knobs."""
+
+    running: list
+    waiting: list
+    token_budget: Optional[int] = None  # max_num_scheduled_tokens (decodes + prompt budget); None: vLLM's
+    chunk_cap: int = 0  # long_prefill_token_threshold; 0: vLLM's
+    sized: bool = False  # its prompt budget is the TPOT-sized one (what StepCost.observe corrects for)
+
+
+@dataclass(frozen=True)
+class Carried:
+    """One request's tokens in a step: what its tenant is charged for."""
+
+    tenant: str
+    weight: float
+    decode: int
+    prompt: int
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """A scheduled step, until vLLM reports it done (update_from_output)."""
+
+    started: float
+    carried: list[Carried]
+    sized: bool
+
+
 def request_tenant(request) -> tuple[str, float]:
     """(the scheduler's tenant key, its weight): a batch line's key is `<tenant>#batch`."""
     args = (request.sampling_params.extra_args or {}) if request.sampling_params is not None else {}
@@ -74,7 +105,12 @@ def request_tenant(request) -> tuple[str, float]:
 
 def tier(r) -> int:
     """The request's rank among tiers (lower first): vLLM's priority, past every online one for a batch line."""
-    return r.priority + BATCH_TIER if _tenant(r).endswith(BATCH_SUFFIX) else r.priority
+    return r.priority + BATCH_TIER if is_batch(r) else r.priority
+
+
+def is_batch(r) -> bool:
+    """A Batch API line (its tenant key is `<tenant>#batch`)."""
+    return _tenant(r).endswith(BATCH_SUFFIX)
 
 
 class TenantFairness:
@@ -89,12 +125,10 @@ class TenantFairness:
         self._threshold = self.scheduler_config.long_prefill_token_threshold
         self._token_budget = self.max_num_scheduled_tokens
         self._max_active = self.max_num_active_reqs
-        self._paused = 0  # batch lines left out of the step being scheduled (pause_batch)
         self.cost = StepCost(horizon_steps=self.settings.horizon_steps, min_steps=self.settings.min_steps)
         self.counters = TenantCounters()
         self.waiting = FCFSRequestQueue()  # re-sorted each step (tier, counter, arrival)
-        self._steps: dict[int, tuple] = {}  # id(SchedulerOutput) -> what the step carried
-        self._sized = False  # the step being scheduled has the TPOT-sized prompt budget
+        self._steps: dict[int, StepRecord] = {}  # id(SchedulerOutput) -> what the step carried
         self._seen_at: dict[str, float] = {}  # tenant -> when a step last saw its work (idle_grace_s)
         # LORAPLEX_SCHEDULER_TRACE=<file>: one JSON line per step (what it carried, its time, the fit,
         # the counters), for reading a replica's choices after the fact; unset: nothing written.
@@ -114,54 +148,18 @@ class TenantFairness:
 
     # -- the step --------------------------------------------------------------------------------
     def schedule(self, *args, **kwargs):
-        """A step without the batch lines while online work is in the engine (pause_batch): they stay
-        in `running` / `waiting` with their KV, and are left out of the step as held decodes are."""
-        paused = self._paused_batch()
-        if not paused:
-            return self._schedule(*args, **kwargs)
-        running = [r for r in self.running if r.request_id in paused]
-        waiting = [r for r in self.waiting if r.request_id in paused]
-        self.running = [r for r in self.running if r.request_id not in paused]
-        self.waiting = FCFSRequestQueue(r for r in self.waiting if r.request_id not in paused)
-        self._paused = len(running)  # they hold their slots: no request is admitted in their place
-        self.max_num_active_reqs = self._max_active - self._paused
-        try:
-            return self._schedule(*args, **kwargs)
-        finally:
-            self.running.extend(running)
-            for r in waiting:
-                self.waiting.add_request(r)
-            self._paused = 0
-            self.max_num_active_reqs = self._max_active
-
-    def _paused_batch(self) -> set[str]:
-        """The batch lines this step leaves out: all of them while an online request runs or waits."""
-        if not self.settings.pause_batch:
-            return set()
-        batch, online = set(), False
-        for r in (*self.running, *self.waiting):
-            if _tenant(r).endswith(BATCH_SUFFIX):
-                batch.add(r.request_id)
-            else:
-                online = True
-        return batch if online else set()
-
-    def _schedule(self, *args, **kwargs):
+        """One step: the plan says what it carries; everything else (batch lines paused for online
+        work, prompt work the plan holds back, a shared step's decodes past its target) is taken out
+        of `running` and `waiting` for vLLM's schedule() and put back after it."""
         started = time.monotonic()  # the step's time runs from here to the end of its update
-        decodes, prefills = [], []
-        for r in self.running:
-            (prefills if r.is_prefill_chunk else decodes).append(r)
-        waiting = list(self.waiting)
-        work = [_work(r, True) for r in prefills] + [_work(r, False) for r in waiting]
         s = self.settings
-        present = {_tenant(r) for r in self.running} | {w.tenant for w in work}
-        for tenant in present:
-            self._seen_at[tenant] = started
-        # Not the health probes' (no tenant): a 1-token probe must not size a lone tenant's steps for seconds.
-        recent = [t for t, at in self._seen_at.items()
-                  if t not in present and t != NO_TENANT and started - at < s.idle_grace_s]
-        if len(self._seen_at) > 4 * len(present) + 64:  # bounded: only the recent ones matter
-            self._seen_at = {t: at for t, at in self._seen_at.items() if started - at < s.idle_grace_s}
+        held_batch = self._held_batch()
+        running = [r for r in self.running if r.request_id not in held_batch]
+        waiting = [r for r in self.waiting if r.request_id not in held_batch]
+        decodes = [r for r in running if not r.is_prefill_chunk]
+        prefills = [r for r in running if r.is_prefill_chunk]
+        work = [_work(r, True) for r in prefills] + [_work(r, False) for r in waiting]
+        recent = self._recent({_tenant(r) for r in running} | {w.tenant for w in work}, started)
         held_decodes = self._over_step_target(decodes, work, recent)
         if held_decodes:  # their tenants still share the step
             recent += [_tenant(r) for r in decodes if r.request_id in held_decodes]
@@ -173,40 +171,73 @@ class TenantFairness:
                          if s.step_target_s is not None else None)
         plan = plan_step([_tenant(r) for r in decodes], work, self.counters, shared_budget,
                          ceiling, s.min_prompt_tokens, recent=recent)
-        if (not plan.protected and not plan.hidden and not plan.chunk_cap and not held_decodes
+        if (not plan.shared and not plan.held and not plan.chunk_cap and not held_decodes
                 and s.max_prompt_tokens is None):
             # One tenant's step (or no prompts beside others' decodes): vLLM's own.
-            self.waiting = FCFSRequestQueue(sorted(waiting, key=lambda r: (tier(r), r.arrival_time)))
-            self._sized = False
-            output = super().schedule(*args, **kwargs)
-            self._note_step(output, started)
-            return output
-        rank = {key: i for i, key in enumerate(plan.order)}
-        hidden = plan.hidden | self._over_lora_slots(waiting, plan.hidden, rank)
-        held_running = [r for r in prefills if r.request_id in hidden] + [r for r in self.running
-                                                                           if r.request_id in held_decodes]
-        held_waiting = [r for r in waiting if r.request_id in hidden]
-        self.running = decodes + sorted((r for r in prefills if r.request_id not in hidden),
-                                        key=lambda r: rank.get(r.request_id, len(rank)))
-        self.waiting = FCFSRequestQueue(sorted((r for r in waiting if r.request_id not in hidden),
-                                               key=lambda r: rank.get(r.request_id, len(rank))))
-        self.max_num_scheduled_tokens = min(len(decodes) + plan.prompt_budget, self._token_budget)
-        self.scheduler_config.long_prefill_token_threshold = plan.chunk_cap or self._threshold
-        self.max_num_active_reqs = self._max_active - self._paused - len(held_running)
-        self.shared_steps += plan.protected
-        # The step's budget was the TPOT-sized one: its time tells how far off the fit is for such steps.
-        self._sized = plan.protected and shared_budget is not None and plan.prompt_budget == shared_budget
+            step = Step(running, sorted(waiting, key=lambda r: (tier(r), r.arrival_time)))
+        else:
+            rank = {key: i for i, key in enumerate(plan.order)}
+            held = plan.held | self._over_lora_slots(waiting, plan.held, rank)
+
+            def by_rank(r) -> int:
+                return rank.get(r.request_id, len(rank))
+
+            step = Step(decodes + sorted((r for r in prefills if r.request_id not in held), key=by_rank),
+                        sorted((r for r in waiting if r.request_id not in held), key=by_rank),
+                        token_budget=min(len(decodes) + plan.prompt_budget, self._token_budget),
+                        chunk_cap=plan.chunk_cap,
+                        # Its budget was the TPOT-sized one: its time tells how far off the fit is for such steps.
+                        sized=plan.shared and shared_budget is not None and plan.prompt_budget == shared_budget)
+            self.shared_steps += plan.shared
+        output = self._run(step, args, kwargs)
+        self._note_step(output, started, step.sized)
+        return output
+
+    def _run(self, step: Step, args, kwargs):
+        """vLLM's schedule() over the step's lists and knobs; every request held out of them goes back after."""
+        kept = {r.request_id for r in step.running}
+        held_running = [r for r in self.running if r.request_id not in kept]
+        kept = {r.request_id for r in step.waiting}
+        held_waiting = [r for r in self.waiting if r.request_id not in kept]
+        self.running = step.running
+        self.waiting = FCFSRequestQueue(step.waiting)
+        # The held keep their slots: no request is admitted in their place.
+        self.max_num_active_reqs = self._max_active - len(held_running)
+        self.max_num_scheduled_tokens = self._token_budget if step.token_budget is None else step.token_budget
+        self.scheduler_config.long_prefill_token_threshold = step.chunk_cap or self._threshold
         try:
-            output = super().schedule(*args, **kwargs)
+            return super().schedule(*args, **kwargs)
         finally:
             self.running.extend(held_running)
             for r in held_waiting:
                 self.waiting.add_request(r)
+            self.max_num_active_reqs = self._max_active
             self.max_num_scheduled_tokens = self._token_budget
             self.scheduler_config.long_prefill_token_threshold = self._threshold
-            self.max_num_active_reqs = self._max_active - self._paused
-        self._note_step(output, started)
-        return output
+
+    def _recent(self, present: set[str], now: float) -> list[str]:
+        """Tenants with no work in this step that had some within idle_grace_s (they still share it).
+        Not the health probes' (no tenant): a 1-token probe must not size a lone tenant's steps for seconds."""
+        grace = self.settings.idle_grace_s
+        for tenant in present:
+            self._seen_at[tenant] = now
+        recent = [t for t, at in self._seen_at.items() if t not in present and t != NO_TENANT and now - at < grace]
+        if len(self._seen_at) > 4 * len(present) + 64:  # bounded: only the recent ones matter
+            self._seen_at = {t: at for t, at in self._seen_at.items() if now - at < grace}
+        return recent
+
+    def _held_batch(self) -> set[str]:
+        """The batch lines held out of this step (pause_batch): all of them while an online request
+        runs or waits; they keep their KV and go on when none is left."""
+        if not self.settings.pause_batch:
+            return set()
+        batch, online = set(), False
+        for r in (*self.running, *self.waiting):
+            if is_batch(r):
+                batch.add(r.request_id)
+            else:
+                online = True
+        return batch if online else set()
 
     def _over_step_target(self, decodes: list, work: list, recent: list) -> set[str]:
         """Decodes a shared step leaves out because, with them all, its decodes alone (and the least
@@ -223,7 +254,7 @@ class TenantFairness:
                              for r in decodes], self.counters, cap)
         return {r.request_id for r in decodes if r.request_id not in kept}
 
-    def _over_lora_slots(self, waiting: list, hidden: set[str], rank: dict[str, int]) -> set[str]:
+    def _over_lora_slots(self, waiting: list, held: set[str], rank: dict[str, int]) -> set[str]:
         """Waiting requests whose adapter would make the running set hold more than max_loras.
         vLLM counts only the adapters of the running requests it schedules this step; with some
         held back it would admit new adapters in their place, and the next step, with them all
@@ -232,7 +263,7 @@ class TenantFairness:
             return set()
         loras = {r.lora_request.lora_int_id for r in self.running if r.lora_request and r.lora_request.lora_int_id > 0}
         over = set()
-        for r in sorted((r for r in waiting if r.request_id not in hidden), key=lambda r: rank.get(r.request_id, len(rank))):
+        for r in sorted((r for r in waiting if r.request_id not in held), key=lambda r: rank.get(r.request_id, len(rank))):
             lora = r.lora_request.lora_int_id if r.lora_request else 0
             if lora > 0 and lora not in loras:
                 if len(loras) >= self.lora_config.max_loras:
@@ -241,34 +272,29 @@ class TenantFairness:
                     loras.add(lora)
         return over
 
-    def _note_step(self, output, started: float) -> None:
+    def _note_step(self, output, started: float, sized: bool) -> None:
         carried = []
         for req_id, n in output.num_scheduled_tokens.items():
             r = self.requests[req_id]
             before = r.num_computed_tokens - n  # vLLM already advanced it by this step's tokens
             prompt = max(0, min(n, r.num_prompt_tokens - before))
-            carried.append((_tenant(r), getattr(r, "loraplex_weight", 1.0), n - prompt, prompt))
+            carried.append(Carried(_tenant(r), getattr(r, "loraplex_weight", 1.0), n - prompt, prompt))
         if carried:
             if len(self._steps) > 16:  # a step vLLM never reported back (should not happen): bounded
                 self._steps.clear()
-            self._steps[id(output)] = (started, carried, self._sized)
-
-    def _write_trace(self, started: float, carried: list, sized: bool) -> None:
-        self._trace.write(_trace_line(started, carried, sized, self.cost, self.counters) + "\n")
+            self._steps[id(output)] = StepRecord(started, carried, sized)
 
     def update_from_output(self, scheduler_output, model_runner_output):
         outputs = super().update_from_output(scheduler_output, model_runner_output)
         step = self._steps.pop(id(scheduler_output), None)
         if step is not None:
-            started, carried, sized = step
-            self.cost.observe(sum(c[2] for c in carried), sum(c[3] for c in carried), time.monotonic() - started,
-                              sized=sized)
-
-            tokens = sum(c[2] + c[3] for c in carried)
-            for tenant, weight, decode, prompt in carried:
-                self.counters.charge(tenant, self.cost.seconds(decode, prompt, tokens), weight)
+            decode = sum(c.decode for c in step.carried)
+            prompt = sum(c.prompt for c in step.carried)
+            self.cost.observe(decode, prompt, time.monotonic() - step.started, sized=step.sized)
+            for c in step.carried:
+                self.counters.charge(c.tenant, self.cost.seconds(c.decode, c.prompt, decode + prompt), c.weight)
             if self._trace is not None:
-                self._write_trace(started, carried, sized)
+                self._trace.write(_trace_line(step, self.cost, self.counters) + "\n")
             if self.cost.steps % 1000 == 0:  # how the fit sees this engine now, in its log
                 logger.info("tenant scheduler: %d steps, %d shared; step cost %s", self.cost.steps,
                             self.shared_steps, self.cost.coefficients)
@@ -277,14 +303,15 @@ class TenantFairness:
         return outputs
 
 
-def _trace_line(started: float, carried: list, sized: bool, cost, counters) -> str:
-    per: dict = {}
-    for tenant, _, decode, prompt in carried:
-        d, p = per.get(tenant, (0, 0))
-        per[tenant] = (d + decode, p + prompt)
-    c = cost.coefficients
-    return json.dumps({"at": round(started, 4), "seconds": round(time.monotonic() - started, 4), "sized": sized,
-                       "tokens": per, "fit": [round(c.base_s, 5), round(c.per_decode_s, 6), round(c.per_prompt_s, 6)],
+def _trace_line(step: StepRecord, cost: StepCost, counters: TenantCounters) -> str:
+    per: dict[str, tuple[int, int]] = {}
+    for c in step.carried:
+        d, p = per.get(c.tenant, (0, 0))
+        per[c.tenant] = (d + c.decode, p + c.prompt)
+    fit = cost.coefficients
+    return json.dumps({"at": round(step.started, 4), "seconds": round(time.monotonic() - step.started, 4),
+                       "sized": step.sized, "tokens": per,
+                       "fit": [round(fit.base_s, 5), round(fit.per_decode_s, 6), round(fit.per_prompt_s, 6)],
                        "bias_s": round(cost.bias_s, 4), "counters": {t: round(v, 3) for t, v in counters.counter.items()}})
 
 
@@ -300,7 +327,7 @@ def _tenant(r) -> str:
 def _work(r, running: bool) -> PromptWork:
     return PromptWork(key=r.request_id, tenant=_tenant(r), tier=tier(r),
                       remaining=max(r.num_tokens - r.num_computed_tokens, 1), running=running,
-                      arrival=r.arrival_time, weight=r.loraplex_weight, batch=_tenant(r).endswith(BATCH_SUFFIX))
+                      arrival=r.arrival_time, weight=r.loraplex_weight, batch=is_batch(r))
 
 
 class TenantScheduler(TenantFairness, Scheduler):

@@ -3,7 +3,8 @@
 import pytest
 
 from loraplex.engine.step_cost import Coefficients, StepCost
-from loraplex.engine.step_plan import DecodeWork, PromptWork, TenantCounters, keep_decodes, plan_step
+from loraplex.engine.step_plan import DecodeWork, PromptWork, keep_decodes, plan_step
+from loraplex.engine.tenant_counters import TenantCounters
 
 
 def work(key, tenant, remaining, running=False, arrival=0.0, tier=0):
@@ -13,13 +14,13 @@ def work(key, tenant, remaining, running=False, arrival=0.0, tier=0):
 def test_one_tenant_alone_gets_vllms_own_step_uncapped():
     plan = plan_step(["a", "a"], [work("a1", "a", 1000, running=True), work("a2", "a", 900)], TenantCounters(),
                      budget_when_shared=64, ceiling=2048, floor=32)
-    assert not plan.protected and plan.prompt_budget == 2048 and plan.chunk_cap == 0 and not plan.hidden
+    assert not plan.shared and plan.prompt_budget == 2048 and plan.chunk_cap == 0 and not plan.held
 
 
 def test_a_shared_step_takes_the_tpot_sized_budget_within_floor_and_ceiling():
     counters = TenantCounters()
     shared = plan_step(["chat"], [work("l1", "long", 1000, running=True)], counters, 100, 2048, 32)
-    assert shared.protected and shared.prompt_budget == 100 and shared.chunk_cap == 100
+    assert shared.shared and shared.prompt_budget == 100 and shared.chunk_cap == 100
     assert plan_step(["chat"], [work("l1", "long", 1000)], counters, 0, 2048, 32).prompt_budget == 32  # floor
     assert plan_step(["chat"], [work("l1", "long", 1000)], counters, 5000, 2048, 32).prompt_budget == 2048
 
@@ -28,7 +29,7 @@ def test_two_tenants_prompting_with_nothing_decoding_share_a_sized_step():
     # A newcomer's short prompt beside another's long one: a step of 2,048 prompt tokens would be
     # its TTFT (5.8 s on this CPU).
     plan = plan_step([], [work("a1", "a", 3000), work("b1", "b", 30)], TenantCounters(), 100, 2048, 32)
-    assert plan.protected and plan.prompt_budget == 100
+    assert plan.shared and plan.prompt_budget == 100
     assert plan.shares == {"a": 70, "b": 30} and plan.chunk_cap == 70
 
 
@@ -37,7 +38,7 @@ def test_the_budget_is_split_max_min_fair_and_a_short_prompt_gets_all_it_needs()
                      TenantCounters(), 100, 2048, 8)
     assert plan.shares == {"long": 84, "chat": 16}
     assert plan.chunk_cap == 84  # the long prompt is cut into a chunk; the short one is whole
-    assert set(plan.order) == {"l1", "c1"} and not plan.hidden
+    assert set(plan.order) == {"l1", "c1"} and not plan.held
 
 
 def test_past_budget_over_floor_tenants_the_highest_counters_wait_a_step():
@@ -45,26 +46,26 @@ def test_past_budget_over_floor_tenants_the_highest_counters_wait_a_step():
     for t, c in {"a": 3.0, "b": 1.0, "c": 2.0}.items():
         counters.charge(t, c)
     plan = plan_step(["x"], [work("a1", "a", 500), work("b1", "b", 500), work("c1", "c", 500)], counters, 64, 2048, 32)
-    assert set(plan.shares) == {"b", "c"} and plan.hidden == {"a1"}  # 64 // 32: two tenants, lowest counters
+    assert set(plan.shares) == {"b", "c"} and plan.held == {"a1"}  # 64 // 32: two tenants, lowest counters
 
 
 def test_a_tenants_further_prompts_wait_while_its_first_is_a_chunk():
     plan = plan_step(["chat"], [work("l1", "long", 1000, running=True, arrival=1.0), work("l2", "long", 1000, arrival=2.0)],
                      TenantCounters(), 100, 2048, 32)
-    assert plan.order == ["l1"] and plan.hidden == {"l2"}
+    assert plan.order == ["l1"] and plan.held == {"l2"}
 
 
 def test_whole_short_prompts_of_a_tenant_fill_its_share_and_a_longer_one_waits():
     plan = plan_step(["x"], [work("s1", "s", 10, arrival=1.0), work("s2", "s", 10, arrival=2.0),
                              work("s3", "s", 500, arrival=3.0)], TenantCounters(), 100, 2048, 32)
-    assert plan.order == ["s1", "s2"] and plan.hidden == {"s3"}  # s3 would overrun the share as a chunk
+    assert plan.order == ["s1", "s2"] and plan.held == {"s3"}  # s3 would overrun the share as a chunk
 
 
 def test_a_higher_tier_is_served_first_whatever_its_counter():
     counters = TenantCounters()
     counters.charge("vip", 100.0)
     plan = plan_step(["x"], [work("v", "vip", 500, tier=0), work("p", "plain", 500, tier=100)], counters, 32, 2048, 32)
-    assert plan.order == ["v"] and plan.hidden == {"p"}
+    assert plan.order == ["v"] and plan.held == {"p"}
 
 
 def test_a_newcomer_is_lifted_to_the_lowest_active_counter_and_served_in_the_next_step():
@@ -144,14 +145,14 @@ def test_sized_steps_that_run_longer_than_the_fit_predicts_shrink_the_budget():
 
 def test_a_tenant_gone_moments_ago_keeps_the_step_sized():
     alone = plan_step(["long"], [work("l1", "long", 1000, running=True)], TenantCounters(), 100, 2048, 32)
-    assert not alone.protected and alone.prompt_budget == 2048
+    assert not alone.shared and alone.prompt_budget == 2048
     lingering = plan_step(["long"], [work("l1", "long", 1000, running=True)], TenantCounters(), 100, 2048, 32,
                           recent=["chat"])
-    assert lingering.protected and lingering.prompt_budget == 100 and lingering.chunk_cap == 100
+    assert lingering.shared and lingering.prompt_budget == 100 and lingering.chunk_cap == 100
     # ...also when nothing decodes: the recent tenant's next prompt must not wait out a whole step.
     prompts_only = plan_step([], [work("l1", "long", 1000, running=True)], TenantCounters(), 100, 2048, 32,
                              recent=["chat"])
-    assert prompts_only.protected and prompts_only.prompt_budget == 100
+    assert prompts_only.shared and prompts_only.prompt_budget == 100
 
 
 def test_a_shared_steps_decodes_past_its_cap_go_by_tier_then_counter_max_min_by_weight_oldest_first():

@@ -3,7 +3,8 @@ budget online work leaves, and (in the vLLM glue) a tenant of their own."""
 
 from types import SimpleNamespace
 
-from loraplex.engine.step_plan import PromptWork, TenantCounters, plan_step
+from loraplex.engine.step_plan import PromptWork, plan_step
+from loraplex.engine.tenant_counters import TenantCounters
 from loraplex.engine.tenant_scheduler import BATCH_ARG, BATCH_TIER, TENANT_ARG, request_tenant, tier
 
 
@@ -18,7 +19,7 @@ def test_a_batch_line_gets_only_what_online_prompts_leave():
     plan = plan_step(["web"], [work("b1", "acme#batch", 3000, batch=True), work("w1", "web", 3000)],
                      counters, 100, 2048, 16)
     assert plan.shares == {"web": 100, "acme#batch": 0}
-    assert "b1" in plan.hidden and plan.order == ["w1"]
+    assert "b1" in plan.held and plan.order == ["w1"]
     short = plan_step(["web"], [work("b1", "acme#batch", 3000, batch=True), work("w1", "web", 30)],
                       counters, 100, 2048, 16)
     assert short.shares == {"web": 30, "acme#batch": 70}  # the rest of the step is the batch's
@@ -27,7 +28,7 @@ def test_a_batch_line_gets_only_what_online_prompts_leave():
 def test_the_budget_too_small_for_both_serves_the_online_tenant():
     plan = plan_step(["web"], [work("b1", "acme#batch", 50, batch=True, arrival=0.0), work("w1", "web", 50, arrival=9.0)],
                      TenantCounters(), 16, 2048, 16)
-    assert plan.order == ["w1"] and plan.hidden == {"b1"}
+    assert plan.order == ["w1"] and plan.held == {"b1"}
 
 
 def request(tenant, batch=False, priority=0):

@@ -238,3 +238,20 @@ def test_batch_lines_pause_while_online_work_is_in_the_engine_and_go_on_after():
     assert all(n > 0 for n in after)  # and the lines go on once it is done
     beside, _, _ = run(pause=False)
     assert all(n >= 2 for n in beside)  # the running lines decode beside it
+
+
+def test_requests_held_out_of_a_step_keep_their_slots():
+    # Paused batch lines stay in vLLM's batch with their KV: a request admitted in their place
+    # would make the batch larger than max_num_seqs once they are back.
+    s = scheduler(max_num_seqs=3)
+    lines = [batch_line("acme", 16, max_tokens=40) for _ in range(2)]
+    for r in lines:
+        s.add_request(r)
+    decoding(s, *lines)
+    first, second = request("chat", 16, max_tokens=8), request("chat", 16, max_tokens=8)
+    s.add_request(first)
+    s.add_request(second)
+    for _ in range(3):
+        tokens = step(s)
+        assert len(s.running) <= 3
+    assert first.request_id in tokens and second.request_id not in tokens  # waits for a slot
