@@ -9,6 +9,7 @@ import httpx
 import pytest
 
 from loraplex.admission.core import next_month_start
+from waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -164,9 +165,7 @@ def test_refusals_are_counted_in_admin_usage_and_never_billed(base_url, admin, m
     def billed():  # the served request's record reaches the ledger at the next flush
         with usage_db.connect() as conn:
             return conn.execute(text("SELECT count(*) FROM usage_records WHERE tenant_id = :t"), {"t": tid}).scalar()
-    deadline = time.monotonic() + 15
-    while billed() < 1 and time.monotonic() < deadline:
-        time.sleep(0.5)
+    wait_until(lambda: billed() >= 1, 15, "the served request's usage record", interval_s=0.5)
     assert billed() == 1
 
 
