@@ -172,15 +172,21 @@ class Engine:
                               type="service_unavailable", retry_after=self.shedder.config.retry_after_s,
                               reason="shed")
             return
+        # Aborted if its Ingress replica dies: queued too, or it would start later for no one.
+        watched = self.callers.watch(call.caller)
         entry = None
         if self.fair_queue is not None:
-            entry = await self._wait_for_slot(call)
+            try:
+                entry = await self._wait_for_slot(call)
+            except BaseException:  # cancelled while queued: nothing ran, nothing to bill
+                self.callers.unwatch(watched)
+                raise
             if entry.state == "refused":
+                self.callers.unwatch(watched)
                 yield self._queue_refusal(entry)
                 return
         if call.resumed is not None:
             self.migrated_in += 1
-        watched = self.callers.watch(call.caller)  # aborted if its Ingress replica dies
         task = asyncio.current_task()
         self.running.add(task)
         self.in_flight.add(tenant, call.weight, call.sequences, call.priority)  # what the shedder bounds: sequences in vLLM

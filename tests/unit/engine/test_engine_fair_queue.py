@@ -182,3 +182,23 @@ async def test_a_batch_line_waits_in_the_batch_tier_and_yields_to_online_work(ma
     llm(replica).gate.set()
     await asyncio.gather(*b, *o)
     assert in_vllm(replica).index("o1") < in_vllm(replica).index("b1")  # queued online work first
+
+
+async def test_a_queued_request_of_a_dead_ingress_leaves_the_queue_and_never_runs(make):
+    """Issue 48: a killed Ingress replica's queued call left the queue only when dispatched, then
+    generated for no one until the next caller check."""
+    replica = await make(dispatch_limit=1, newcomer_slots=0)
+    dead: set[str] = set()
+    replica.callers.period_s, replica.callers.is_alive = 0.01, (lambda name: name not in dead)
+    w0 = asyncio.create_task(drain(replica.generate(make_call("w0", tenant="ten_w", caller="ingress-b"), chat())))
+    w1 = asyncio.create_task(drain(replica.generate(make_call("w1", tenant="ten_w", caller="ingress-a"), chat())))
+    await settle()
+    assert in_vllm(replica) == ["w0"] and replica.fair_queue.snapshot()["tenants"]["ten_w"]["queued"] == 1
+    dead.add("ingress-a")
+    await asyncio.wait({w1}, timeout=5)
+    assert w1.cancelled()  # its caller's death cancelled it in the queue
+    assert replica.fair_queue.snapshot()["tenants"].get("ten_w", {}).get("queued", 0) == 0
+    llm(replica).gate.set()
+    await w0
+    assert in_vllm(replica) == ["w0"]  # w1 never reached vLLM
+    assert [r["request_id"] for r in ledger_rows(replica)] == ["w0"]  # and is not billed
