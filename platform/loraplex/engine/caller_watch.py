@@ -6,9 +6,10 @@ cancels nothing: Ray does not cancel an actor's streaming call when its caller d
 would generate every token of every request it held for no one, and bill them.
 
 So each generation call names its caller (EngineCall.caller: the Ingress replica's Serve actor
-name), and while an Engine replica runs calls of a caller, it asks Ray every `period_s` whether
-that actor still exists. Once it does not, the calls' tasks are cancelled: the same path as a
-client disconnect (the vLLM request aborted, billed for what was generated, `client_disconnect`).
+name), and while an Engine replica holds calls of a caller (queued or running), it asks Ray every
+`period_s` whether that actor still exists. Once it does not, the calls' tasks are cancelled: the
+same path as a client disconnect (the vLLM request aborted, billed for what was generated,
+`client_disconnect`; a call still queued leaves the queue unrun and unbilled).
 One lookup per caller per period, only while it has calls here; nothing per token.
 """
 
