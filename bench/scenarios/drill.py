@@ -166,6 +166,21 @@ def wait_for_engines(args, n: int = 2, timeout_s: float = 900) -> None:
     raise SystemExit(f"fewer than {n} Engine replicas after {timeout_s:g} s")
 
 
+def outcome_row(name: str, faulted: list[Request], reference: list[Request], rows: dict, spread: set) -> dict:
+    """The table's row for requests run through a fault, against the same requests run without it."""
+    ok = [r for r in faulted if r.failure is None and r.status == 200 and not r.errors
+          and r.finish in ("stop", "length")]
+    billed_right = sum(1 for r in faulted if r.request_id in rows and r.usage
+                       and rows[r.request_id].completion_tokens == r.usage["completion_tokens"])
+    return {"drill": name, "requests": len(faulted), "replicas serving": len(spread) if spread else "-",
+            "normal finish": len(ok),
+            "error events / failed": sum(len(r.errors) for r in faulted) + sum(r.failure is not None or r.status != 200
+                                                                            for r in faulted),
+            "text = unkilled run": sum(a.text == b.text for a, b in zip(faulted, reference)),
+            "moved (ledger)": sum(1 for row in rows.values() if row.migrated_prompt_tokens),
+            "ledger rows = received": f"{billed_right}/{len(rows)}" if rows else "-"}
+
+
 def serve_deploy(config: dict, path: Path) -> None:
     """`serve deploy` as an operator runs it (the cluster's token auth, as `serve run` starts it)."""
     import yaml
@@ -205,16 +220,7 @@ def deploy_drill(args, keys: list[str], change) -> dict:
     rows = records(args.database_url, [r.request_id for r in streams])
     serve_deploy(original, scratch)
     wait_for_engines(args)
-    ok = [r for r in streams if r.failure is None and r.status == 200 and not r.errors and r.finish in ("stop", "length")]
-    billed_right = sum(1 for r in streams if r.request_id in rows and r.usage
-                       and rows[r.request_id].completion_tokens == r.usage["completion_tokens"])
-    return {"drill": name, "requests": len(streams),
-            "replicas serving": len({row.replica_id for row in rows.values()}) or "-", "normal finish": len(ok),
-            "error events / failed": sum(len(r.errors) for r in streams) + sum(r.failure is not None or r.status != 200
-                                                                            for r in streams),
-            "text = unkilled run": sum(a.text == b.text for a, b in zip(streams, reference)),
-            "moved (ledger)": sum(1 for row in rows.values() if row.migrated_prompt_tokens),
-            "ledger rows = received": f"{billed_right}/{len(rows)}" if rows else "-"}
+    return outcome_row(name, streams, reference, rows, {row.replica_id for row in rows.values()})
 
 
 def scale_down_drill(args, keys: list[str]) -> dict:
@@ -236,17 +242,8 @@ def engine_drill(args, keys: list[str], stream: bool) -> dict:
     rows = records(args.database_url, [r.request_id for r in killed])
     # The replicas the unkilled run was served by: the drill means something only across both.
     spread = {row.replica_id for row in records(args.database_url, [r.request_id for r in reference]).values()}
-    ok = [r for r in killed if r.failure is None and r.status == 200 and not r.errors
-          and r.finish in ("stop", "length")]
-    billed_right = sum(1 for r in killed if r.request_id in rows and r.usage
-                       and rows[r.request_id].completion_tokens == r.usage["completion_tokens"])
-    return {"drill": "Engine replica SIGKILL, " + ("streams" if stream else "non-stream"),
-            "requests": len(killed), "replicas serving": len(spread) if spread else "-", "normal finish": len(ok),
-            "error events / failed": sum(len(r.errors) for r in killed) + sum(r.failure is not None or r.status != 200
-                                                                           for r in killed),
-            "text = unkilled run": sum(a.text == b.text for a, b in zip(killed, reference)),
-            "moved (ledger)": sum(1 for row in rows.values() if row.migrated_prompt_tokens),
-            "ledger rows = received": f"{billed_right}/{len(rows)}" if rows else "-"}
+    return outcome_row("Engine replica SIGKILL, " + ("streams" if stream else "non-stream"), killed, reference,
+                       rows, spread)
 
 
 def ingress_drill(args, keys: list[str]) -> dict:
