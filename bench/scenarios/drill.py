@@ -38,7 +38,9 @@ from pathlib import Path
 
 import httpx
 
+from bench.processes import BIN
 from bench.report import Table
+from bench.serve_run import serve_cli_env, set_engine_replicas
 
 MODEL = "SmolLM2-135M-Instruct"
 
@@ -182,23 +184,16 @@ def outcome_row(name: str, faulted: list[Request], reference: list[Request], row
 
 
 def serve_deploy(config: dict, path: Path) -> None:
-    """`serve deploy` as an operator runs it (the cluster's token auth, as `serve run` starts it)."""
+    """`serve deploy` as an operator runs it."""
     import yaml
 
     path.write_text(yaml.safe_dump(config))
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "ray.serve.scripts", "deploy", str(path)], capture_output=True,
-                          text=True, env={**os.environ, "RAY_AUTH_MODE": "token"})
+    done = subprocess.run([str(BIN / "serve"), "deploy", str(path)], capture_output=True, text=True,
+                          env=serve_cli_env())
     if done.returncode != 0:
         raise SystemExit(f"serve deploy failed: {done.stderr[-2000:]}")
     print(f"  serve deploy {path.name}: {time.monotonic() - started:.0f} s", file=sys.stderr)
-
-
-def engine_count(config: dict, n: int) -> dict:
-    app = config["applications"][0]
-    engine = next(d for d in app.setdefault("deployments", []) if d["name"] == "Engine")
-    engine["num_replicas"] = n
-    return config
 
 
 def deploy_drill(args, keys: list[str], change) -> dict:
@@ -224,7 +219,7 @@ def deploy_drill(args, keys: list[str], change) -> dict:
 
 
 def scale_down_drill(args, keys: list[str]) -> dict:
-    return deploy_drill(args, keys, lambda config: (engine_count(config, 1), "scale-down 2 -> 1 Engine replicas, streams"))
+    return deploy_drill(args, keys, lambda config: (set_engine_replicas(config, 1), "scale-down 2 -> 1 Engine replicas, streams"))
 
 
 def redeploy_drill(args, keys: list[str]) -> dict:
