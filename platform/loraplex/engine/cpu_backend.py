@@ -9,23 +9,19 @@ Each is a default: a variable the operator set (in the replica's runtime_env, or
   (engines_on_node). Ray sets it to the replica's num_cpus (1 in the CPU profile) and EngineCore
   inherits it, so a lone replica computed on one thread of two; a share of all cores for each of
   several replicas would spin more OpenMP threads than cores. The front door (Ingress, proxy, Ray) is not
-  given cores of its own here: it time-slices with the Engine's threads (on 2 cores, with the
-  Ingress carrying the requests, two threads gave 1.10-1.30x bare vLLM's output tok/s where one
-  gave 0.73-0.85x: docs/operations.md, "Threads and dtype").
+  given cores of its own here: it time-slices with the Engine's threads (engine.cpu_nice puts
+  them below it; the measurements: docs/operations.md, "Threads and dtype").
   An operator's OMP_NUM_THREADS counts only if it was in the process's environment when it
   started (runtime_env env_vars, or the shell of `serve run`): Ray's own is set inside the worker.
 - VLLM_CPU_OMP_THREADS_BIND=nobind: vLLM's "auto" binds the model's threads to the same cores in
   every engine of a node (all but the last), so two Engine replicas on one node time-slice one
-  core while the other idles (measured on 2 cores: 1.9x the throughput with nobind,
-  docs/benchmarks.md, "Overload").
+  core while the other idles (docs/benchmarks.md, "Overload").
 - VLLM_ENABLE_V1_MULTIPROCESSING=0: vLLM's CPU platform then keeps the model's worker inside the
   EngineCore process (the "uni" executor) instead of a process of its own. AsyncLLM still runs
   EngineCore as its own process (it always does); what goes is the hop between EngineCore and
-  the worker, where EngineCore spins for up to a second on shared memory waiting for each step
-  (0.5-0.75 of a core measured under load here, next to a worker that got 0.65-0.8 of its core).
-  On 2 cores, one tenant at a dispatch limit of 8: 62.0 -> 74.3 output tok/s (16 in flight),
-  51.2 -> 68.7 (48 in flight) (docs/benchmarks.md, "The worker inside EngineCore"). vLLM's CPU
-  platform forces the worker process only to set OpenMP's binding for it, which nobind skips.
+  the worker, where EngineCore spins for up to a second on shared memory waiting for each step,
+  taking CPU from the worker (docs/benchmarks.md, "vLLM's model worker inside EngineCore"). vLLM's
+  CPU platform forces the worker process only to set OpenMP's binding for it, which nobind skips.
 """
 
 from __future__ import annotations
