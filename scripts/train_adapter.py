@@ -43,7 +43,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--targets", default="q_proj,v_proj", help="comma-separated target modules")
     p.add_argument("--batch-size", type=int, default=4)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)),
+                   help="torch CPU threads (default: every core this process may use)")
     p.add_argument("--check", action="append", default=[],
                    help="prompt to greedy-decode with the trained adapter afterwards (repeatable)")
     return p.parse_args()
