@@ -27,10 +27,11 @@ class Seeded:
 
 def seeded_config(state: Path, *, uploads: dict[str, str], dedicated: list[str], tenants=("owner",),
                   engine_cpus: float = 1.0, dedicated_cpus: float = 0.5, ingress_cpus: float = 0.5,
-                  accounting: dict | None = None) -> Seeded:
+                  accounting: dict | None = None, engine_kwargs: dict | None = None) -> Seeded:
     """The shipped serve_config.yaml with its state in `state`. `tenants[0]` owns `uploads` (adapter
     name -> adapters/recipes recipe); the names in `dedicated` are marked dedicated in the config,
-    each on a replica of `dedicated_cpus`."""
+    each on a replica of `dedicated_cpus`; `engine_kwargs` are added to the engine's (the merged
+    replicas' too)."""
     from loraplex.config import PlatformConfig
     from loraplex.db.engine import make_engine
     from loraplex.registry.registry import build_registry
@@ -42,6 +43,7 @@ def seeded_config(state: Path, *, uploads: dict[str, str], dedicated: list[str],
     args["registry"]["deletion_poll_s"] = 1
     args["engine"]["model"] = str(ROOT / args["engine"]["model"])
     args["engine_deployment"]["num_cpus"] = engine_cpus
+    args["engine"]["engine_kwargs"] = {**args["engine"].get("engine_kwargs", {}), **(engine_kwargs or {})}
     args["ingress"]["num_cpus"] = ingress_cpus
     db = make_engine(args["database_url"])
     service = TenantService(db)

@@ -80,6 +80,8 @@ class StreamingChat(threading.Thread):
         try:
             with httpx.stream("POST", f"{self.base_url}/v1/chat/completions", json=body, timeout=120,
                               headers={"Authorization": f"Bearer {self.key}"}) as reply:
+                if reply.status_code != 200:  # refused before it started: say by whom and why
+                    raise RuntimeError(f"{reply.status_code} {dict(reply.headers)} {reply.read()[:500]!r}")
                 self.request_id = reply.headers["x-loraplex-request-id"]
                 for line in reply.iter_lines():
                     if line.startswith("data: "):
