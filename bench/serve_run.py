@@ -3,6 +3,7 @@ and the e2e tests share (start marked, wait for /readyz, stop as Ctrl-C does, le
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from pathlib import Path
@@ -13,6 +14,20 @@ import httpx
 from bench.processes import BIN, ROOT, port_in_use, start_marked, stop_marked
 
 RUN_MARK = "LORAPLEX_SERVE_RUN"  # every process of one serve run has RUN_MARK=<its mark>
+
+
+def serve_cli_env() -> dict:
+    """The environment for Ray's `serve` CLI against a `serve run` cluster: it starts Ray with token
+    auth (the token in ~/.ray/auth_token), which the CLI sends only when told the cluster uses it."""
+    return {**os.environ, "RAY_AUTH_MODE": "token"}
+
+
+def set_engine_replicas(config: dict, n: int) -> dict:
+    """Set the Engine replica count where an operator does: the app's `deployments:` entry."""
+    app = config["applications"][0]
+    engine = next(d for d in app.setdefault("deployments", []) if d["name"] == "Engine")
+    engine["num_replicas"] = n
+    return config
 
 
 class ServeRun:

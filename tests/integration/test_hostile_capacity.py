@@ -73,8 +73,7 @@ def test_wide_requests_are_refused_by_their_caps_and_the_bystander_is_served(bas
     assert_bystander_unharmed(result)
 
 
-def test_slow_bodies_hold_only_their_tenants_slots_and_the_bystander_is_served(base_url, model_name,
-                                                                                       bystander):
+def test_slow_bodies_hold_only_their_tenants_slots_and_the_bystander_is_served(base_url, model_name, bystander):
     # 64 connections: more than the 2 x 24 ingress slots (conftest); each refused one reconnects ~6 s later
     # (~10 refused requests a second: at ~30 a second their own CPU took the bystander to 2.3x on 2 cores)
     result = run(lambda ctx: slow_bodies(ctx, connections=64, reconnect_s=6.0), base_url, model_name, bystander)

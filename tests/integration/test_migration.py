@@ -163,6 +163,7 @@ def usage_rows(state, ids: list[str], streams: list | None = None) -> dict:
         with db.connect() as conn:
             return {r.request_id: r for r in conn.execute(
                 select(usage_records).where(usage_records.c.request_id.in_(ids)))}
+
     def all_rows():
         found = rows()
         return found if len(found) == len(ids) else None

@@ -242,7 +242,12 @@ class EngineConfig(BaseModel):
         "max_cpu_loras: least recently used idle, unpinned adapters go first; null: no byte bound.",
     )
     max_lora_rank: int = Field(16, gt=0, description="Highest adapter rank accepted.")
-    dtype: str = Field("auto", description="Weight/activation dtype (auto, bfloat16, float16).")
+    dtype: str = Field("auto", description="Weight/activation dtype (auto, float32, bfloat16, float16); auto on the "
+                       "CPU backend: bfloat16 if the CPU has native bf16 (avx512_bf16 / amx_bf16), else float32.")
+    cpu_nice: int = Field(
+        4, ge=0, le=19,
+        description="CPU backend: steps of niceness vLLM's EngineCore runs below the replica (Ray runs replicas "
+        "and Serve's proxy at 15; at most 19), so the front door gets a core first; 0 leaves it equal.")
     gpu_memory_utilization: float = Field(
         0.9,
         gt=0,

@@ -26,21 +26,24 @@ from __future__ import annotations
 
 import torch
 
-def lora_product(inputs: torch.Tensor, weights: torch.Tensor, indices: torch.Tensor,
-                 dtype: torch.dtype) -> torch.Tensor:
-    """Row i of the result is `weights[indices[i]] @ inputs[i]` (zero where indices[i] < 0), in
-    `dtype`; what the original ops' einsum over gathered weights gives, without the gather."""
+def lora_product(inputs: torch.Tensor, weights: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
+    """Row i of the result is `weights[indices[i]] @ inputs[i]` (zero where indices[i] < 0), what the
+    original ops' einsum over gathered weights gives, without the gather. Computed in the weights'
+    dtype, which is the engine's (vLLM stacks adapters in the model's dtype): vLLM's ops compute in
+    the output's, and the shrink's output is a float32 buffer, so in a bfloat16 engine they copied
+    each slot's weights to float32 on every call and left bf16 arithmetic unused. The caller
+    stores the result into its output, in the output's dtype."""
     w = weights.squeeze(1) if weights.dim() == 4 else weights  # (slots, out, in)
-    x = inputs.to(dtype)
+    x = inputs.to(w.dtype)
     n = indices.shape[0]
     if n == 0:
         return x.new_zeros((0, w.shape[1]))
     first, last = int(indices.min()), int(indices.max())
     if first == last:  # every row on one slot (or none): the usual batch here
-        return x.new_zeros((n, w.shape[1])) if first < 0 else x @ w[first].to(dtype).T
+        return x.new_zeros((n, w.shape[1])) if first < 0 else x @ w[first].T
     out = x.new_zeros((n, w.shape[1]))
     for slot, rows in _groups(indices):
-        out.index_copy_(0, rows, x.index_select(0, rows) @ w[slot].to(dtype).T)
+        out.index_copy_(0, rows, x.index_select(0, rows) @ w[slot].T)
     return out
 
 
@@ -60,12 +63,12 @@ def _groups(indices: torch.Tensor) -> list[tuple[int, torch.Tensor]]:
 
 
 def bgmv_shrink(inputs, lora_b_weights, output_tensor, lora_indices_tensor, scaling: float = 1.0):
-    outputs = lora_product(inputs, lora_b_weights, lora_indices_tensor, output_tensor.dtype)
+    outputs = lora_product(inputs, lora_b_weights, lora_indices_tensor)
     output_tensor[:, : outputs.shape[1]] = scaling * outputs[:]
 
 
 def bgmv_expand(inputs, lora_b_weights, output_tensor, lora_indices_tensor, add_inputs: bool = True):
-    outputs = lora_product(inputs, lora_b_weights, lora_indices_tensor, output_tensor.dtype)
+    outputs = lora_product(inputs, lora_b_weights, lora_indices_tensor)
     limit = output_tensor.shape[0]  # the original's handling of a one-row input, kept as it is
     if outputs.shape[0] == 1 and output_tensor.shape[0] != 1:
         limit = 1
@@ -78,7 +81,7 @@ def bgmv_expand(inputs, lora_b_weights, output_tensor, lora_indices_tensor, add_
 
 def bgmv_expand_slice(inputs, lora_b_weights, output_tensor, lora_indices_tensor, slice_offset: int,
                       slice_size: int, add_inputs: bool = True):
-    outputs = lora_product(inputs, lora_b_weights, lora_indices_tensor, output_tensor.dtype)
+    outputs = lora_product(inputs, lora_b_weights, lora_indices_tensor)
     if add_inputs:
         output_tensor[:, slice_offset: slice_offset + slice_size] += outputs[:]
     else:

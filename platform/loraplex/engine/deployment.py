@@ -15,7 +15,7 @@ from loraplex import store_io
 from loraplex.dedicated.replica import merged_engine_config, path_refusal
 from loraplex.engine.caller_watch import CallerWatch
 from loraplex.engine.config import EngineDeploymentConfig
-from loraplex.engine.cpu_backend import pin_to_cpus
+from loraplex.engine.cpu_backend import EngineDeployment, pin_to_cpus, share_cores
 from loraplex.engine.dispatch_limit import AdaptiveLimit, FixedLimit
 from loraplex.engine.engine_counters import EngineStatsReader
 from loraplex.engine.fair_queue import Entry, FairQueue
@@ -35,6 +35,46 @@ if TYPE_CHECKING:  # annotations only: the root config imports engine/config.py,
     from loraplex.dedicated.targets import DedicatedTarget
 
 logger = logging.getLogger(__name__)
+
+
+def _engine_deployments(pinned: bool) -> tuple[EngineDeployment, list[EngineDeployment], float] | None:
+    """This replica's Engine deployment, the other Engine deployments on the cluster as Serve's
+    controller has them (every deployment but the Ingress of each LoRAPlex app: the pools and the
+    dedicated versions), and this node's logical CPUs; None when Serve cannot say (the replica
+    then keeps its whole pool's cores)."""
+    import ray
+    from ray.serve.context import _get_global_client
+
+    try:
+        context = serve.get_replica_context()
+        apps = _get_global_client().get_serve_details()["applications"]
+        node = ray.get_runtime_context().get_node_id()
+        node_cpus = next(n["Resources"].get("CPU", 0.0) for n in ray.nodes() if n["NodeID"] == node)
+    except Exception:  # noqa: BLE001 - a best effort: the controller busy or a field renamed
+        logger.warning("Engine replica: Serve's deployment details unreadable; its vLLM takes every "
+                       "core of its pool", exc_info=True)
+        return None
+    mine, others = None, []
+    for app_name, app in apps.items():
+        import_path = ((app.get("deployed_app_config") or {}).get("import_path") or "")
+        if app_name != context.app_name and not import_path.startswith("loraplex."):
+            continue
+        for name, details in app["deployments"].items():
+            if name == "Ingress":
+                continue
+            config = details["deployment_config"]
+            scaling = config.get("autoscaling_config") or {}
+            replicas = scaling.get("max_replicas") or config.get("num_replicas")
+            is_mine = app_name == context.app_name and name == context.deployment
+            entry = EngineDeployment(
+                max_replicas=int(replicas) if isinstance(replicas, (int, float)) else details["target_num_replicas"],
+                num_cpus=float((details.get("required_resources") or {}).get("CPU", 1.0)),
+                max_replicas_per_node=config.get("max_replicas_per_node"), pinned=pinned and is_mine)
+            if is_mine:
+                mine = entry
+            else:
+                others.append(entry)
+    return (mine, others, node_cpus) if mine else None
 
 
 class Engine:
@@ -100,6 +140,9 @@ class Engine:
         # Before vLLM starts its processes: they inherit the pool's cores (several bases on one node).
         if (pinned := pin_to_cpus(deployment.cpu_affinity)) is not None:
             logger.info("Engine replica %s of %s pinned to CPUs %s", replica_id, self.base_model, sorted(pinned))
+        if replica_id != "local" and (here := await asyncio.to_thread(_engine_deployments, bool(pinned))):
+            logger.info("Engine replica %s shares its cores with up to %d Engine replicas",
+                        replica_id, share_cores(*here))
         self.engine = engine_cls(self.engine_config(config), replica_id=replica_id, adapter_store=store,
                                  metrics=self.metrics.replica)
         await self.engine.start()

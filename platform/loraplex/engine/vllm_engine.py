@@ -27,7 +27,7 @@ from vllm.usage.usage_lib import UsageContext
 from vllm.utils.argparse_utils import FlexibleArgumentParser
 from vllm.v1.executor import Executor
 
-from loraplex.engine.cpu_backend import set_cpu_backend_env
+from loraplex.engine.cpu_backend import renice_children, resolve_cpu_dtype, set_cpu_backend_env
 from loraplex.engine.tenant_scheduler import (BATCH_ARG, CONFIG_KEY, NO_TENANT, TENANT_ARG, WEIGHT_ARG,
                                               scheduler_cls_for)
 from loraplex.engine.loaded_adapters import AdapterGone, LoadedAdapters
@@ -41,6 +41,9 @@ if TYPE_CHECKING:  # annotations only: at run time engine/ does not import the c
     from loraplex.engine.config import EngineConfig
 
 logger = logging.getLogger(__name__)
+# What the replica chose for vLLM at start (threads, dtype): in the replica's Serve log, which
+# only Serve's logger reaches (as routing/serve_router.py's).
+start_log = logging.getLogger("ray.serve")
 
 EngineItem = Union[str, dict, EngineError]
 # vLLM finish reasons -> the ledger's statuses; any other ending reason is "finished".
@@ -86,8 +89,12 @@ class VLLMEngine:
         self._orphan_guard = start_guard()
         added = set_cpu_backend_env()
         if added:  # docs/operations.md: set either in the replica's runtime_env to choose yourself
-            logger.info("vLLM CPU backend: %s", " ".join(f"{k}={v}" for k, v in added.items()))
+            start_log.info("vLLM CPU backend: %s", " ".join(f"{k}={v}" for k, v in added.items()))
         args = self.config.engine_args()
+        if _on_cpu():  # vLLM's auto takes the model's dtype (bfloat16), emulated and slow on most CPUs
+            args["dtype"], why = resolve_cpu_dtype(args.get("dtype", "auto"))
+            if why:
+                start_log.info("vLLM CPU backend: dtype auto -> %s: %s", args["dtype"], why)
         if self.config.enable_lora:  # lists vLLM's GPU slots (lora_residency), unless the operator has one
             args.setdefault("worker_extension_cls", EXTENSION)
         self._residency_rpc = args.get("worker_extension_cls") == EXTENSION
@@ -104,6 +111,10 @@ class VLLMEngine:
             vllm_config=vllm_config, executor_class=Executor.get_class(vllm_config),
             log_requests=engine_args.enable_log_requests, log_stats=not engine_args.disable_log_stats,
             usage_context=UsageContext.ENGINE_CONTEXT)  # AsyncLLM.from_engine_args, with our scheduler
+        if _on_cpu() and self.config.cpu_nice:  # the front door shares these cores (docs/operations.md)
+            reniced = renice_children(self.config.cpu_nice, skip={self._orphan_guard.pid})
+            start_log.info("vLLM CPU backend: EngineCore %s %d steps nicer than the replica", reniced,
+                           self.config.cpu_nice)
         state = State()
         await init_app_state(
             self.llm,
@@ -283,6 +294,12 @@ class VLLMEngine:
             self.llm.shutdown()
         if self._orphan_guard is not None:
             self._orphan_guard.kill()
+
+
+def _on_cpu() -> bool:
+    from vllm.platforms import current_platform
+
+    return current_platform.is_cpu()
 
 
 def _renamed(item: EngineItem, served_as: str, requested_as: str) -> EngineItem:

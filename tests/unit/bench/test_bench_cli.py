@@ -100,11 +100,6 @@ def test_a_scenario_end_to_end_prints_its_table_and_writes_the_same_rows(tmp_pat
     assert doc["argv"] == ["--local", "--requests", "20", "--json", str(path)]
 
 
-# Options the docs show that this checkout's scenarios do not have yet: benchmarks.md's issue 47 section
-# shows branch cpu47b's runs (its loadtest and base_models options). Option: takes a value.
-NOT_HERE_YET = {"--platform-variant": True, "--rounds": True, "--cold-warm": False, "--lora-prompts": True}
-
-
 def doc_commands() -> list[tuple[str, list[str]]]:
     """Every `python -m bench ...` in README.md and docs/*.md: in code blocks (continued lines joined,
     comments cut) and in `inline code`."""
@@ -119,24 +114,12 @@ def doc_commands() -> list[tuple[str, list[str]]]:
     return found
 
 
-def without_options_not_here_yet(argv: list[str]) -> list[str]:
-    out, skip = [], False
-    for arg in argv:
-        if skip:
-            skip = False
-        elif arg.split("=")[0] in NOT_HERE_YET:
-            skip = NOT_HERE_YET[arg.split("=")[0]] and "=" not in arg
-        else:
-            out.append(arg)
-    return out
-
-
 def test_every_command_the_docs_show_parses():
     commands = doc_commands()
     assert len(commands) > 30 and {argv[0] for _, argv in commands} == set(cli.SCENARIOS)
     for page, argv in commands:
         parser, _ = cli.scenario_parser(argv[0])
         try:
-            parser.parse_args(without_options_not_here_yet(argv[1:]))
+            parser.parse_args(argv[1:])
         except SystemExit:
             pytest.fail(f"{page}: python -m bench {shlex.join(argv)} does not parse")

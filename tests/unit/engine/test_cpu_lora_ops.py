@@ -108,3 +108,22 @@ def test_a_batch_updated_in_place_is_grouped_anew():
     indices.copy_(torch.tensor([1, 0, 1, 0]))
     cpu_lora_ops.bgmv_shrink(x, a, out, indices, 1.0)
     assert out.squeeze(1).tolist() == [2.0, 0.0, 2.0, 0.0]
+
+
+def test_the_ops_compute_in_the_engines_dtype_and_give_the_float32_result_within_bf16_rounding():
+    """A bfloat16 engine stacks bf16 adapters: the product is bf16 arithmetic (no float32 copy of
+    the slot's weights per call), stored into the op's output (the shrink's float32 buffer)."""
+    torch.manual_seed(0)
+    indices = torch.tensor([1, 1, -1, 0])
+    x, a = torch.randn(4, 64), torch.randn(2, 8, 64)
+    assert cpu_lora_ops.lora_product(x.bfloat16(), a.bfloat16(), indices).dtype == torch.bfloat16
+    assert cpu_lora_ops.lora_product(x, a, indices).dtype == torch.float32
+    exact, bf16 = torch.zeros(4, 8), torch.zeros(4, 8)
+    cpu_lora_ops.bgmv_shrink(x, a, exact, indices, 0.5)
+    cpu_lora_ops.bgmv_shrink(x.bfloat16(), a.bfloat16(), bf16, indices, 0.5)
+    assert bf16.dtype == torch.float32
+    torch.testing.assert_close(bf16, exact, rtol=0.05, atol=0.2)
+    b, y_exact, y_bf16 = torch.randn(2, 16, 8), torch.zeros(4, 16), torch.zeros(4, 16, dtype=torch.bfloat16)
+    cpu_lora_ops.bgmv_expand(exact, b, y_exact, indices, True)
+    cpu_lora_ops.bgmv_expand(bf16, b.bfloat16(), y_bf16, indices, True)
+    torch.testing.assert_close(y_bf16.float(), y_exact, rtol=0.05, atol=0.5)

@@ -54,3 +54,16 @@ def test_plot_is_a_png_with_or_without_slo_lines(tmp_path):
     assert out == tmp_path / "curve.png" and out.read_bytes()[:8] == PNG
     report.plot({"x": LEVELS}, SLO(None, None), tmp_path / "p.png", "rate")
     assert (tmp_path / "p.png").read_bytes()[:8] == PNG
+
+
+def test_the_ratio_table_puts_each_target_against_each_bare_vllm_on_the_same_workload():
+    def lv(tok_s, ttft, level=16):
+        return {"level": level, "output_tokens_per_s": tok_s, "ttft_p50": ttft, "tpot_p50": 0.1}
+    results = {"loraplex": {"base r0 cold": {"levels": [lv(120.0, 1.0)]}, "base r0 warm": {"levels": [lv(90.0, 2.0)]}},
+               "vllm-defaults": {"base r0 cold": {"levels": [lv(100.0, 2.0)]}, "base r0 warm": {"levels": [lv(100.0, 1.0)]}},
+               "vllm-same-args": {"base r0 cold": {"levels": [lv(60.0, 4.0)]}}}
+    table = report.ratio_table(results, ["vllm-defaults", "vllm-same-args"])
+    lines = table.splitlines()
+    assert "out tok/s / vllm-defaults" in lines[0] and "TTFT P50 / vllm-same-args" in lines[0]
+    assert "| base r0 cold | loraplex | 120.0 | 1.00 | 100.0 | 1.200x | 0.500x | 2.000x | 0.250x |" in lines
+    assert "| base r0 warm | loraplex | 90.0 | 2.00 | 100.0 | 0.900x | 2.000x | - | - |" in lines

@@ -31,6 +31,27 @@ def test_bare_vllm_gets_the_serve_configs_engine_args():
     assert "--no-enable-prefix-caching" in extra and extra[extra.index("--compilation-config") + 1] == '{"level": 0}'
 
 
+def test_bare_vllm_at_its_defaults_and_with_the_engines_dtype_threads_and_environment(monkeypatch):
+    from loraplex.engine.cpu_backend import CPU_BACKEND_ENV, node_cpus, resolve_cpu_dtype
+
+    for var in ("OMP_NUM_THREADS", *CPU_BACKEND_ENV):
+        monkeypatch.delenv(var, raising=False)
+    _, args = targets.load_serve_config(ROOT / "serve_config.yaml")
+    eng = targets.engine_config(args, ROOT)
+    shipped = eng.engine_args()
+    defaults, env = targets.bare_vllm_launch(eng, "defaults")
+    assert env == {} and "dtype" not in defaults  # vLLM's own dtype and threads
+    assert defaults == {k: v for k, v in shipped.items() if k != "dtype"}
+    same, env = targets.bare_vllm_launch(eng, "same-args")
+    assert same["dtype"] == resolve_cpu_dtype(shipped["dtype"])[0] != "auto"
+    assert env == {"OMP_NUM_THREADS": str(len(node_cpus())), **CPU_BACKEND_ENV}
+    assert targets.bare_vllm_launch(eng, "same-args", pool_cpus=[1])[1]["OMP_NUM_THREADS"] == "1"
+    monkeypatch.setenv("OMP_NUM_THREADS", "7")  # the caller's own setting is kept
+    assert "OMP_NUM_THREADS" not in targets.bare_vllm_launch(eng, "same-args")[1]
+    with pytest.raises(SystemExit, match="one of defaults, same-args"):
+        targets.bare_vllm_launch(eng, "tuned")
+
+
 @pytest.mark.parametrize("slo,expect", [
     ({}, {}),
     ({"ttft_p95_s": 1.5, "tpot_p95_ms": 80}, {"ttft_p95": 1.5, "tpot_p95": 0.08}),
