@@ -163,6 +163,9 @@ class Engine:
         # before the controller's kill, which comes before __del__ (engine/hand_back.py).
         stopping = stopping or serve_stopping()
         self._hand_back = None
+        if stopping is None and replica_id != "local":
+            logger.warning("Engine replica %s cannot read Serve's stop flag (another Ray version?): a call "
+                           "outlasting the graceful period is cut by the kill and moved as after a crash", replica_id)
         if stopping is not None:
             clock = HandBackClock(deployment.graceful_shutdown_timeout_s)
             self._hand_back = asyncio.create_task(self._hand_back_when_due(stopping, clock))
