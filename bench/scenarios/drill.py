@@ -43,6 +43,7 @@ from bench.report import Table
 from bench.serve_run import serve_cli_env, set_engine_replicas
 
 MODEL = "SmolLM2-135M-Instruct"
+REQUESTS = "_requests"  # a drill row's per-request outcomes: in the JSON output (--json), not in the table
 
 
 def prompts(n: int) -> list[str]:
@@ -68,6 +69,19 @@ class Request(threading.Thread):
         self.base_url, self.key, self.prompt, self.max_tokens, self.stream = base_url, key, prompt, max_tokens, stream
         self.text, self.finish, self.errors, self.usage, self.status = "", None, [], None, None
         self.tokens, self.request_id, self.failure = 0, None, None
+        self.started = self.first_at = self.last_at = None  # time.time() of the send, first and last text
+
+    def outcome(self, row=None) -> dict:
+        """What this request's client saw (and its usage record, `row`), for the drill's JSON output."""
+        seen = {"request_id": self.request_id, "status": self.status, "finish": self.finish, "tokens": self.tokens,
+                "errors": self.errors, "failure": repr(self.failure) if self.failure is not None else None,
+                "started": self.started, "first_token_s": _since(self.started, self.first_at),
+                "last_token_s": _since(self.started, self.last_at)}
+        if row is not None:
+            seen["ledger"] = {"replica_id": row.replica_id, "status": row.status,
+                              "completion_tokens": row.completion_tokens,
+                              "migrated_prompt_tokens": row.migrated_prompt_tokens}
+        return seen
 
     def run(self):
         body = {"model": MODEL, "messages": [{"role": "user", "content": self.prompt}], "temperature": 0,
@@ -75,6 +89,7 @@ class Request(threading.Thread):
         if self.stream:
             body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
         headers = {"Authorization": f"Bearer {self.key}"}
+        self.started = time.time()
         try:
             if not self.stream:
                 reply = httpx.post(f"{self.base_url}/v1/chat/completions", json=body, headers=headers, timeout=600)
@@ -97,10 +112,16 @@ class Request(threading.Thread):
                     if event.get("usage"):
                         self.usage, self.tokens = event["usage"], event["usage"]["completion_tokens"]
                     for choice in event["choices"]:
-                        self.text += choice["delta"].get("content") or ""
+                        if choice["delta"].get("content"):
+                            self.text += choice["delta"]["content"]
+                            self.first_at, self.last_at = self.first_at or time.time(), time.time()
                         self.finish = choice["finish_reason"] or self.finish
         except Exception as exc:
             self.failure = exc
+
+
+def _since(start: float | None, at: float | None) -> float | None:
+    return round(at - start, 2) if start is not None and at is not None else None
 
 
 def send_requests(args, keys: list[str], stream: bool, kill=None, max_tokens: int | None = None) -> tuple[list[Request], float | None]:
@@ -180,7 +201,8 @@ def outcome_row(name: str, faulted: list[Request], reference: list[Request], row
                                                                             for r in faulted),
             "text = unkilled run": sum(a.text == b.text for a, b in zip(faulted, reference)),
             "moved (ledger)": sum(1 for row in rows.values() if row.migrated_prompt_tokens),
-            "ledger rows = received": f"{billed_right}/{len(rows)}" if rows else "-"}
+            "ledger rows = received": f"{billed_right}/{len(rows)}" if rows else "-",
+            REQUESTS: [r.outcome(rows.get(r.request_id)) for r in faulted]}
 
 
 def serve_deploy(config: dict, path: Path) -> None:
@@ -193,7 +215,8 @@ def serve_deploy(config: dict, path: Path) -> None:
                           env=serve_cli_env())
     if done.returncode != 0:
         raise SystemExit(f"serve deploy failed: {done.stderr[-2000:]}")
-    print(f"  serve deploy {path.name}: {time.monotonic() - started:.0f} s", file=sys.stderr)
+    print(f"  serve deploy {path.name}: {time.monotonic() - started:.0f} s, "
+          f"done at {time.strftime('%H:%M:%S', time.gmtime())} UTC", file=sys.stderr)
 
 
 def deploy_drill(args, keys: list[str], change) -> dict:
@@ -292,9 +315,15 @@ def run(args, out) -> None:
 
     keys = [new_tenant_key(args.base_url, args.admin_token, f"drill-{int(time.time())}-{i}") for i in range(args.tenants)]
     rows = []
+    out.data["requests"] = {}
     for drill in args.drills.split(","):
         print(f"drill {drill} ...", file=sys.stderr)
-        rows.append(DRILLS[drill](args, keys))
+        row = DRILLS[drill](args, keys)
+        requests = out.data["requests"][drill] = row.pop(REQUESTS, [])
+        for r in requests:  # why a request did not end normally, as its client saw it
+            if r["errors"] or r["failure"] or r["status"] != 200 or r["finish"] not in ("stop", "length"):
+                print(f"  {drill}: {json.dumps(r)}", file=sys.stderr)
+        rows.append(row)
         time.sleep(5)
     columns = list(dict.fromkeys(c for row in rows for c in row))
     out.table(Table("", [(c, c) for c in columns], rows))

@@ -6,7 +6,7 @@ import asyncio
 import json
 import logging
 import time
-from typing import TYPE_CHECKING, Any, AsyncIterator
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
 
 from ray import serve
 from vllm.utils.gc_utils import freeze_gc_heap
@@ -19,6 +19,7 @@ from loraplex.engine.cpu_backend import EngineDeployment, pin_to_cpus, share_cor
 from loraplex.engine.dispatch_limit import AdaptiveLimit, FixedLimit
 from loraplex.engine.engine_counters import EngineStatsReader
 from loraplex.engine.fair_queue import Entry, FairQueue
+from loraplex.engine.hand_back import HandBackClock, serve_stopping
 from loraplex.engine.metering import Meter
 from loraplex.contract import (SSE_DONE, AdapterTarget, EngineCall, EngineChunk, EngineError, ReplicaStopping,
                                RequestUsage, sse_error)
@@ -35,6 +36,8 @@ if TYPE_CHECKING:  # annotations only: the root config imports engine/config.py,
     from loraplex.dedicated.targets import DedicatedTarget
 
 logger = logging.getLogger(__name__)
+
+HAND_BACK_POLL_S = 0.25  # how often a replica reads Serve's stop flag (engine/hand_back.py)
 
 
 def _engine_deployments(pinned: bool) -> tuple[EngineDeployment, list[EngineDeployment], float] | None:
@@ -82,7 +85,8 @@ class Engine:
     `metrics_sink` so they can read what the replica records (default: Ray's metrics)."""
 
     async def __init__(self, config: PlatformConfig, engine_cls: type = VLLMEngine, metrics_sink=None,
-                       home_node_id: str | None = None, dedicated: DedicatedTarget | None = None):
+                       home_node_id: str | None = None, dedicated: DedicatedTarget | None = None,
+                       stopping: Callable[[], bool] | None = None):
         from loraplex.accounting.ledger import UsageLedger
         from loraplex.cluster import check_model_on_this_node, check_on_replica, for_this_node
         from loraplex.db.engine import make_engine
@@ -155,6 +159,16 @@ class Engine:
         )
         self.meter = Meter(self.ledger, self.metrics.requests, self.base_model)
         self._free_deleted = asyncio.create_task(self._free_deleted_adapters(registry.deletion_poll_s))
+        # Serve's stop, read from its flag (`stopping` in tests): the calls still running go back
+        # before the controller's kill, which comes before __del__ (engine/hand_back.py).
+        stopping = stopping or serve_stopping()
+        self._hand_back = None
+        if stopping is None and replica_id != "local":
+            logger.warning("Engine replica %s cannot read Serve's stop flag (another Ray version?): a call "
+                           "outlasting the graceful period is cut by the kill and moved as after a crash", replica_id)
+        if stopping is not None:
+            clock = HandBackClock(deployment.graceful_shutdown_timeout_s)
+            self._hand_back = asyncio.create_task(self._hand_back_when_due(stopping, clock))
         self._loop = asyncio.get_running_loop()
         self.publisher = None
         if self.metrics.enabled:
@@ -228,6 +242,12 @@ class Engine:
                 self.callers.unwatch(watched)
                 yield self._queue_refusal(entry)
                 return
+        if self.stopping:  # handed back already (hand_back.py): nothing ran here, it goes elsewhere whole
+            self.callers.unwatch(watched)
+            if entry is not None:
+                self.fair_queue.finish(entry)
+            raise ReplicaStopping(f"Engine replica {self.replica_id} is stopping; request {call.request_id} "
+                                  "did not start")
         if call.resumed is not None:
             self.migrated_in += 1
         task = asyncio.current_task()
@@ -514,12 +534,27 @@ class Engine:
                     logger.warning("cannot check for deleted adapters, the database is unavailable (%r); "
                                    "retrying every %g s", exc, period_s)
 
-    async def __del__(self):
-        # Serve calls this once the graceful period is over: hand the calls still running back to
-        # their ingresses (they move them), before vLLM goes down under them.
+    def hand_back_running(self) -> None:
+        """End every call running here with ReplicaStopping: their ingresses move them (generate)."""
         self.stopping = True
         for task in list(self.running):
             task.cancel()
+
+    async def _hand_back_when_due(self, stopping: Callable[[], bool], clock: HandBackClock) -> None:
+        while not clock.due(stopping(), time.monotonic()):
+            await asyncio.sleep(HAND_BACK_POLL_S)
+        logger.warning("Engine replica %s is stopping: handing %d running calls back to their ingresses "
+                       "%.0f s into its graceful period", self.replica_id, len(self.running), clock.delay_s)
+        while True:  # and any the fair queue dispatches later, until Serve ends the replica
+            self.hand_back_running()
+            await asyncio.sleep(HAND_BACK_POLL_S)
+
+    async def __del__(self):
+        # Serve calls this once no request runs here (or, a replica it stops, after the hand-back):
+        # hand any call still running back to its ingress, before vLLM goes down under it.
+        if getattr(self, "_hand_back", None) is not None:
+            self._hand_back.cancel()
+        self.hand_back_running()
         deadline = time.monotonic() + 5.0
         while self.running and time.monotonic() < deadline:
             await asyncio.sleep(0.05)

@@ -137,6 +137,9 @@ def shared_limiter(config: PlatformConfig, app_name: str, holder: str):
     return Limiter(backend, cfg, holder=holder)
 
 
+GRACE_MARGIN_S = 10.0  # past the last deadline: the deadline's own error event and the usage record
+
+
 def ingress_deployment(config: IngressDeploymentConfig):
     return serve.deployment(
         serve.ingress()(Ingress),
@@ -145,5 +148,9 @@ def ingress_deployment(config: IngressDeploymentConfig):
         # Far above the app's own bound (ingress/overload.py), which refuses at once: a replica
         # at Serve's bound stalls the HTTP proxy's routing to it.
         max_ongoing_requests=serve_max_ongoing_requests(config.max_ongoing_requests),
+        # A stopping Ingress replica (scale-down, `serve deploy` of a new version) holds its clients'
+        # connections, which no other process can finish: it waits for them, and none outlives its
+        # deadline. Serve's default (20 s) cut every longer stream. It waits only while requests run.
+        graceful_shutdown_timeout_s=config.request_timeout_s + GRACE_MARGIN_S,
         ray_actor_options={"num_cpus": config.num_cpus},
     )

@@ -320,14 +320,14 @@ def make_config(tmp_path, **deployment) -> PlatformConfig:
     })
 
 
-async def start_replica(tmp_path, engine_config: dict | None = None, **deployment) -> Engine:
+async def start_replica(tmp_path, engine_config: dict | None = None, stopping=None, **deployment) -> Engine:
     store = FakeAdapterStore(tmp_path)
     engine_cls = type("VLLMEngineOverFakeVLLM", (VLLMEngineOverFakeVLLM,), {"fake_store": store})
     engine = Engine.__new__(Engine)
     config = make_config(tmp_path, **deployment)
     if engine_config:
         config = config.model_copy(update={"engine": config.engine.model_copy(update=engine_config)})
-    await engine.__init__(config, engine_cls=engine_cls)
+    await engine.__init__(config, engine_cls=engine_cls, stopping=stopping)
     return engine
 
 
@@ -1019,3 +1019,35 @@ async def test_a_stream_running_when_the_replica_stops_is_handed_back_unmetered(
     assert fake.aborted == [["cmpl-req-moving-0"]]
     with replica.ledger.engine.connect() as conn:
         assert conn.execute(select(usage_records)).all() == []
+
+
+async def test_a_stream_outlasting_the_graceful_period_is_handed_back_before_it_ends(tmp_path):
+    """Serve drains a stopping replica for its whole graceful period and calls __del__ only after,
+    at the controller's kill deadline: a call that outlasts the period would die with the replica.
+    The replica hands it back itself, engine/hand_back.py's margin before the period ends (here
+    half of 2 s), with no __del__; a call that arrives after that does not start here."""
+    from loraplex.contract import ReplicaStopping
+
+    serve_stops = [False]
+    replica = await start_replica(tmp_path, stopping=lambda: serve_stops[0], graceful_shutdown_timeout_s=2.0)
+    fake = llm(replica)
+    fake.script = Script(prompt_len=5, cached=0, tokens=50, stall_after=3)
+    gen = replica.generate(make_call("req-moving"), chat())
+
+    async def consume():  # as Serve's task drives the replica's generator
+        return [item async for item in gen]
+
+    task = asyncio.create_task(consume())
+    await wait_for(lambda: replica.in_flight.total == 1 and fake.get_num_unfinished_requests() == 1, "the call running")
+    serve_stops[0] = True
+    await asyncio.sleep(0.2)
+    assert not task.done()  # the graceful period's first half: it may still end here on its own
+    with pytest.raises(ReplicaStopping):
+        await asyncio.wait_for(task, DEADLINE_S)
+    assert fake.aborted == [["cmpl-req-moving-0"]]
+    with pytest.raises(ReplicaStopping):
+        await drain(replica.generate(make_call("req-late"), chat()))
+    assert len(fake.generate_calls) == 1
+    with replica.ledger.engine.connect() as conn:
+        assert conn.execute(select(usage_records)).all() == []
+    await replica.__del__()
