@@ -18,7 +18,9 @@ vLLM glue (tenant_scheduler.py) describes the step's work and applies the plan.
   (`StepCost.decode_capacity`) and shared the same way, tier then counter, max-min by weight: the
   light tenant's decodes all run, and of the heavy tenant's its oldest (so they finish, as they
   would have had it been alone with a smaller batch; taking turns made all of them slow, and in
-  a 20-tenant overload none finished). The held ones keep their KV blocks and slots.
+  a 20-tenant overload none finished). The held ones keep their KV blocks and slots. A decode
+  held `MAX_HELD_STEPS` steps in a row goes first among its tenant's: oldest first alone held a
+  tenant's newer stream for its older one's whole length (a stall of minutes, to its deadline).
 - The budget is split across tenants by their virtual counters: tenants in order of tier (the
   request's vLLM priority), then counter; as many as the budget can give `floor` tokens each are
   served this step, max-min fair by weight (a short prompt gets all it needs, the rest share the
@@ -36,6 +38,11 @@ from dataclasses import dataclass, field
 from typing import Iterable, Optional
 
 from loraplex.engine.tenant_counters import TenantCounters
+
+# Steps in a row a decode may be held before it goes first among its tenant's: its stream stalls
+# at most this many steps (~2 s at the CPU profile's 0.24 s step target), and the tenant's oldest
+# keep most of its share (all but one step in 9 when it has one decode more than fits).
+MAX_HELD_STEPS = 8
 
 
 @dataclass(frozen=True)
@@ -61,6 +68,7 @@ class DecodeWork:
     tier: int
     arrival: float  # a tenant's oldest decodes go first
     weight: float = 1.0
+    held_steps: int = 0  # steps in a row this decode was held out of the step, up to the last one
 
 
 @dataclass
@@ -81,11 +89,12 @@ def is_shared(decode_tenants: Iterable[str], work: Iterable[PromptWork], recent:
 def keep_decodes(decodes: list[DecodeWork], counters: TenantCounters, cap: int) -> set[str]:
     """The decodes a shared step carries when it cannot carry them all: `cap` of them, split across
     tenants in order of tier then counter, max-min by weight (a tenant with few gets all of them),
-    and within a tenant its oldest first."""
+    and within a tenant those held MAX_HELD_STEPS steps in a row first (the longest held first),
+    then its oldest."""
     if len(decodes) <= cap:
         return {d.key for d in decodes}
     by_tenant: dict[str, list[DecodeWork]] = {}
-    for d in sorted(decodes, key=lambda d: (d.arrival, d.key)):
+    for d in sorted(decodes, key=_decode_order):
         by_tenant.setdefault(d.tenant, []).append(d)
     kept: set[str] = set()
     left = max(cap, 1)
@@ -100,6 +109,11 @@ def keep_decodes(decodes: list[DecodeWork], counters: TenantCounters, cap: int) 
         if left <= 0:
             break
     return kept
+
+
+def _decode_order(d: DecodeWork) -> tuple:
+    """A tenant's decodes in the order its share of a step takes them: held too long, then oldest."""
+    return -d.held_steps if d.held_steps >= MAX_HELD_STEPS else 0, d.arrival, d.key
 
 
 def plan_step(decode_tenants: list[str], work: list[PromptWork], counters: TenantCounters,

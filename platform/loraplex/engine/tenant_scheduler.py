@@ -161,6 +161,8 @@ class TenantFairness:
         work = [_work(r, True) for r in prefills] + [_work(r, False) for r in waiting]
         recent = self._recent({_tenant(r) for r in running} | {w.tenant for w in work}, started)
         held_decodes = self._over_step_target(decodes, work, recent)
+        for r in decodes:  # steps in a row each was held (keep_decodes bounds them)
+            r.loraplex_held_steps = getattr(r, "loraplex_held_steps", 0) + 1 if r.request_id in held_decodes else 0
         if held_decodes:  # their tenants still share the step
             recent += [_tenant(r) for r in decodes if r.request_id in held_decodes]
             decodes = [r for r in decodes if r.request_id not in held_decodes]
@@ -243,15 +245,16 @@ class TenantFairness:
         """Decodes a shared step leaves out because, with them all, its decodes alone (and the least
         prompt work, when some waits) would run past the step's target: a backlogged tenant's full
         batch beside a light tenant's few made every step of this CPU 0.3 s, the whole TPOT target.
-        Who waits is step_plan.keep_decodes' choice (the heaviest tenant's newest)."""
+        Who waits is step_plan.keep_decodes' choice (the heaviest tenant's newest, never more than
+        MAX_HELD_STEPS steps in a row)."""
         s = self.settings
         if s.step_target_s is None or not is_shared((_tenant(r) for r in decodes), work, recent):
             return set()
         cap = self.cost.decode_capacity(s.step_target_s, s.min_prompt_tokens if work else 0)
         if len(decodes) <= cap:
             return set()
-        kept = keep_decodes([DecodeWork(r.request_id, _tenant(r), tier(r), r.arrival_time, r.loraplex_weight)
-                             for r in decodes], self.counters, cap)
+        kept = keep_decodes([DecodeWork(r.request_id, _tenant(r), tier(r), r.arrival_time, r.loraplex_weight,
+                                        getattr(r, "loraplex_held_steps", 0)) for r in decodes], self.counters, cap)
         return {r.request_id for r in decodes if r.request_id not in kept}
 
     def _over_lora_slots(self, waiting: list, held: set[str], rank: dict[str, int]) -> set[str]:

@@ -3,7 +3,7 @@
 import pytest
 
 from loraplex.engine.step_cost import Coefficients, StepCost
-from loraplex.engine.step_plan import DecodeWork, PromptWork, keep_decodes, plan_step
+from loraplex.engine.step_plan import MAX_HELD_STEPS, DecodeWork, PromptWork, keep_decodes, plan_step
 from loraplex.engine.tenant_counters import TenantCounters
 
 
@@ -178,6 +178,26 @@ def test_a_shared_steps_decodes_past_its_cap_go_by_tier_then_counter_max_min_by_
     assert keep_decodes(tiers, counters, 2) == {"o0", "h0"}
     assert keep_decodes(tiers, counters, 3) == {"o0", "h0", "h1"}
 
+
+
+def test_a_decode_held_max_held_steps_in_a_row_goes_first_within_its_tenants_share():
+    counters = TenantCounters()
+    counters.charge("heavy", 5.0)
+
+    def decodes(held_steps):
+        return ([DecodeWork(f"h{i}", "heavy", 0, arrival=i, held_steps=held_steps.get(i, 0)) for i in range(10)]
+                + [DecodeWork(f"c{i}", "chat", 0, arrival=0) for i in range(2)])
+
+    assert keep_decodes(decodes({}), counters, 6) == {"c0", "c1", "h0", "h1", "h2", "h3"}
+    # Held one step short of the bound: still the oldest first.
+    assert keep_decodes(decodes({9: MAX_HELD_STEPS - 1}), counters, 6) == {"c0", "c1", "h0", "h1", "h2", "h3"}
+    # At the bound it goes first, in place of its tenant's newest kept one; the other tenant's
+    # share is the same (the bound moves a tenant's turn among its own decodes, never across tenants).
+    kept = keep_decodes(decodes({9: MAX_HELD_STEPS, 5: MAX_HELD_STEPS + 3}), counters, 6)
+    assert kept == {"c0", "c1", "h5", "h9", "h0", "h1"}  # the longest held first, then the oldest
+    # A tenant with no share this step (last by counter, one decode for each tenant before it) gets none from it.
+    counters.charge("other", 1.0)
+    assert keep_decodes(decodes({9: 100}) + [DecodeWork("o0", "other", 0, arrival=0)], counters, 2) == {"c0", "o0"}
 
 def test_a_shared_steps_prompt_budget_is_split_by_weight():
     plan = plan_step(["x"], [PromptWork("h1", "heavy", 0, 3000, False, 0.0, weight=2.0),

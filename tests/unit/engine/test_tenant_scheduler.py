@@ -16,6 +16,7 @@ from bench.fake_steps import fake_step as step
 from bench.fake_steps import make_scheduler
 from loraplex.engine.config import TenantSchedulerConfig
 from loraplex.engine.step_cost import Coefficients
+from loraplex.engine.step_plan import MAX_HELD_STEPS
 from loraplex.engine.tenant_scheduler import CONFIG_KEY, TenantScheduler
 
 from model_dir import default_model_dir
@@ -255,3 +256,27 @@ def test_requests_held_out_of_a_step_keep_their_slots():
         tokens = step(s)
         assert len(s.running) <= 3
     assert first.request_id in tokens and second.request_id not in tokens  # waits for a slot
+
+
+def test_no_decode_is_held_more_than_max_held_steps_in_a_row_while_its_tenant_has_a_share():
+    # Issue 55: 10 streams of 6 tenants (4 with two, 2 with one) on a CPU where 5 decodes fill the
+    # step target (0.04 s + 5 x 0.04 s = 0.24 s). Each tenant's oldest first, always, held the
+    # newer stream of each two-stream tenant in every step until its older one ended.
+    s = scheduler()
+    s.cost.prior = Coefficients(base_s=0.04, per_decode_s=0.04, per_prompt_s=0.001)
+    streams = [request(f"t{t}", 16, max_tokens=200, arrival=float(i))
+               for i, t in enumerate([0, 0, 1, 1, 2, 2, 3, 3, 4, 5])]
+    for r in streams:
+        s.add_request(r)
+    decoding(s, *streams)
+    held = {r.request_id: 0 for r in streams}
+    longest = dict(held)
+    for _ in range(60):
+        tokens = step(s)
+        assert len(tokens) == 5  # the step target still holds: 5 decodes a step
+        for rid in held:
+            held[rid] = 0 if rid in tokens else held[rid] + 1
+            longest[rid] = max(longest[rid], held[rid])
+    # A tenant gets a decode in 5 steps of 6 (by counter), first to one held MAX_HELD_STEPS steps
+    # in a row: no stream waits past that but for a step in which its tenant had none.
+    assert max(longest.values()) <= MAX_HELD_STEPS + 1, longest
