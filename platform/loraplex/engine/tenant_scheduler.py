@@ -245,8 +245,7 @@ class TenantFairness:
         """Decodes a shared step leaves out because, with them all, its decodes alone (and the least
         prompt work, when some waits) would run past the step's target: a backlogged tenant's full
         batch beside a light tenant's few made every step of this CPU 0.3 s, the whole TPOT target.
-        Who waits is step_plan.keep_decodes' choice (the heaviest tenant's newest, never more than
-        MAX_HELD_STEPS steps in a row)."""
+        Who waits is step_plan.keep_decodes' choice (the heaviest tenant's newest)."""
         s = self.settings
         if s.step_target_s is None or not is_shared((_tenant(r) for r in decodes), work, recent):
             return set()
