@@ -21,6 +21,7 @@ from bench.report import Output
 SCENARIOS = {
     "adapters": "adapter hot-loading: cold vs warm first request, 1,000+ adapters served",
     "admission": "what a tenant-limit check adds to each request",
+    "autoscaling": "Serve's autoscaling of the Engine pool: up under a load ramp, down after, no request failed",
     "base_models": "base-model builds (float32, int8, int4) side by side in vLLM: speed, memory, agreement",
     "batch": "a batch beside a rising and falling online load: what it costs the online tenant",
     "cpu_lora_ops": "vLLM's CPU LoRA ops against LoRAPlex's grouped ones, one forward pass",

@@ -13,19 +13,16 @@ In order, on one cluster (an engine start costs a minute here):
 4. the second node's raylet is killed: its streams move to the surviving replica and finish as
    one reply (issue 48's migration), billed once; its tenants move there and the platform keeps
    serving;
-5. autoscaling (Serve's autoscaling_config in the `deployments:` entry, applied in place): down
-   to the minimum when idle, a third node joins, up onto it under a bounded load ramp, back
-   down after it with no failed request, tenants kept on their replicas across each step (the
-   shares are printed).
+
+Serve's autoscaling of the pool (up under a load ramp, down after it) is a benchmark, not a CI test:
+`python -m bench autoscaling` (docs/benchmarks.md).
 """
 
-import collections
 import contextlib
 import json
 import secrets
 import sys
 import threading
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -59,18 +56,12 @@ APP = "loraplex"
 BUCKET = "loraplex-cluster"
 ADMIN_TOKEN = secrets.token_urlsafe(16)
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
-# Serve's autoscaling, short delays so a test sees each step.
-AUTOSCALING = {"min_replicas": 1, "max_replicas": 2, "target_ongoing_requests": 1,
-               "upscale_delay_s": 2, "downscale_delay_s": 8, "look_back_period_s": 3}
-
-
-def autoscaling(**changes) -> dict:
-    return {"autoscaling_config": {**AUTOSCALING, **changes}}
-# A fixed pool of two, also through autoscaling_config (min = max): Serve 2.60 hashes whether an
-# entry has an autoscaling_config into the app's code version, so switching between
-# `num_replicas` and `autoscaling_config` would replace every replica; changing the bounds is
-# applied in place.
-TWO = {"autoscaling_config": {**AUTOSCALING, "min_replicas": 2, "max_replicas": 2}}
+# A fixed pool of two through Serve's autoscaling_config (min = max), as an autoscaled pool is
+# deployed: Serve 2.60 hashes whether an entry has an autoscaling_config into the app's code
+# version, so an operator switching between `num_replicas` and `autoscaling_config` replaces
+# every replica, while changing the bounds is applied in place.
+TWO = {"autoscaling_config": {"min_replicas": 2, "max_replicas": 2, "target_ongoing_requests": 1,
+                              "upscale_delay_s": 2, "downscale_delay_s": 8, "look_back_period_s": 3}}
 INGRESS = {"name": "Ingress", "num_replicas": 1,
            "ray_actor_options": {"num_cpus": 0.25, "resources": {"node_head": 0.01}}}
 
@@ -122,16 +113,6 @@ def running_exactly(n: int):
     replicas = engine_replicas()
     running = {r: node for r, (state, node) in replicas.items() if state == "RUNNING"}
     return running if len(running) == len(replicas) == n else None
-
-
-def wait_for_replicas(n: int, timeout_s: float, what: str) -> dict[str, str]:
-    """Until exactly n Engine replicas, all running; on a timeout, say what Serve reports."""
-    try:
-        return wait_until(lambda: running_exactly(n), timeout_s, what, interval_s=1)
-    except AssertionError as exc:
-        engine = serve_details()["applications"][APP]["deployments"]["Engine"]
-        raise AssertionError(f"{exc}; Serve: {engine['status']} {engine['message']!r}, replicas "
-                             f"{engine_replicas()}") from None
 
 
 @pytest.fixture(scope="module")
@@ -329,148 +310,3 @@ def test_losing_a_node_moves_its_tenants_to_the_survivor_and_keeps_serving(env):
         row = rows[stream.request_id]
         assert (row.status, row.completion_tokens, row.replica_id) == ("length", STREAM_TOKENS, survivor), row
         assert row.migrated_prompt_tokens > 0, row
-
-
-class Load:
-    """Closed-loop clients over a set of tenants, added one by one (a bounded ramp)."""
-
-    def __init__(self, tenants: dict[str, str], max_tokens: int):
-        self.tenants, self.max_tokens = tenants, max_tokens
-        self.results: list[tuple[str, int, str, float]] = []  # (tenant, status, request id, end time)
-        self.clients: list[tuple[threading.Thread, threading.Event]] = []
-        self.lock = threading.Lock()
-
-    def add_client(self) -> None:
-        stop = threading.Event()
-        thread = threading.Thread(target=self._client, args=(len(self.clients), stop), daemon=True)
-        self.clients.append((thread, stop))
-        thread.start()
-
-    def running(self) -> int:
-        return sum(not stop.is_set() for _, stop in self.clients)
-
-    def remove_clients(self, n: int) -> None:
-        for _, stop in [c for c in self.clients if not c[1].is_set()][:n]:
-            stop.set()
-
-    def _client(self, i: int, stop: threading.Event) -> None:
-        names = sorted(self.tenants)
-        n = i
-        while not stop.is_set():
-            tenant = names[n % len(names)]
-            n += 1
-            try:
-                reply = chat(self.tenants[tenant], max_tokens=self.max_tokens, ignore_eos=True)
-                status, rid = reply.status_code, reply.headers.get("x-loraplex-request-id", "")
-            except httpx.HTTPError as exc:
-                status, rid = 0, repr(exc)
-            with self.lock:
-                self.results.append((tenant, status, rid, time.monotonic()))
-
-    def served_after(self, t: float) -> int:
-        return sum(1 for _, status, _, end in self.results if status == 200 and end > t)
-
-    def finish(self) -> None:
-        self.remove_clients(len(self.clients))
-        for thread, _ in self.clients:
-            thread.join(timeout=180)
-            assert not thread.is_alive(), "a request hung"
-
-
-def replicas_of(env, results, since: float = 0.0, until: float = float("inf")) -> dict[str, collections.Counter]:
-    """tenant -> how many of its requests that ended in [since, until) each replica served."""
-    picked = [(t, rid) for t, status, rid, end in results if status == 200 and since <= end < until]
-    served = served_by(env, [rid for _, rid in picked])
-    counts: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
-    for tenant, rid in picked:
-        counts[tenant][served[rid]] += 1
-    return counts
-
-
-def home(counts: dict[str, collections.Counter]) -> dict[str, str]:
-    """tenant -> the replica that served most of its requests."""
-    return {t: c.most_common(1)[0][0] for t, c in counts.items()}
-
-
-def kept(before: dict[str, str], after: dict[str, str]) -> tuple[int, int]:
-    common = set(before) & set(after)
-    return sum(before[t] == after[t] for t in common), len(common)
-
-
-def test_autoscaling_goes_up_under_load_and_back_down_without_failing_a_request(env):
-    """After the node loss: one replica runs, Serve cannot place the second (one per node).
-    Autoscaling bounds 1..2 (in place), a new node joins, a load ramp makes Serve add a replica
-    there, and once the load stops Serve removes one, draining it. Every config change below is
-    to the values of the Engine's autoscaling_config: applied in place, no replica restarts."""
-    running = {r for r, (state, _) in engine_replicas().items() if state == "RUNNING"}
-    deploy(env, autoscaling())
-    # Idle: Serve scales down to min_replicas (the replica it could not place goes first).
-    [first] = wait_for_replicas(1, 180, "the idle pool to scale down to min_replicas")
-    assert first in running  # the running replica was kept, not restarted
-
-    # Adding a node: `ray start --address` with the same environment; nothing is copied to it.
-    third = env.cluster.add_node("n3", num_cpus=2, resources={"node_n3": 1})
-    env.cluster.wait_nodes(2)
-
-    # On these two shared cores a busy engine starves one that is starting: the load pauses
-    # while the added engine loads, and a long downscale delay keeps Serve's decision meanwhile.
-    deploy(env, autoscaling(downscale_delay_s=600))
-    tenants = dict(new_tenant(BASE_URL, ADMIN_TOKEN, f"scale-{i}") for i in range(8))
-    load = Load(tenants, max_tokens=48)
-    load.add_client()  # until every tenant was served once, on the one replica
-    wait_until(lambda: len({t for t, s, _, _ in load.results if s == 200}) == len(tenants), 120,
-               "every tenant served once")
-    start = time.monotonic()
-    # The ramp: one more client every 2 s, up to 4 (Serve's target is 1 ongoing request per
-    # replica), until Serve decides to add a replica.
-    while len(engine_replicas()) < 2:
-        if len(load.clients) < 4:
-            load.add_client()
-        assert time.monotonic() - start < 120, "Serve did not add a replica under the load ramp"
-        time.sleep(1)
-    decided_at = time.monotonic()
-    load.remove_clients(load.running())
-    up = wait_for_replicas(2, 420, "the added replica to run")
-    joined_at = time.monotonic()
-    [second] = set(up) - {first}
-    assert up[second] == third.node_id  # placed on the node that joined
-    for _ in range(3):
-        load.add_client()
-    wait_until(lambda: load.served_after(joined_at) >= 24, 180, "24 requests served with two replicas")
-    load.finish()
-    stopped_at = time.monotonic()
-    before_up = home(replicas_of(env, load.results, until=decided_at))
-    with_two = replicas_of(env, load.results, since=joined_at)
-    during_up = home(with_two)
-    assert any(c[second] for c in with_two.values())  # the added replica took part of the load
-
-    # A trickle while Serve scales back down (delay back to seconds): requests on the replica it
-    # stops must finish.
-    trickle = Load(tenants, max_tokens=8)
-    trickle.add_client()
-    deploy(env, autoscaling())
-    [survivor] = wait_for_replicas(1, 180, "Serve to remove a replica after the load stopped")
-    removed_at = time.monotonic()
-    wait_until(lambda: trickle.served_after(removed_at) >= len(tenants), 120, "a trickle round on the replica left")
-    trickle.finish()
-    after_down = home(replicas_of(env, trickle.results, since=removed_at))
-
-    failed = [r for r in load.results + trickle.results if r[1] != 200]
-    assert not failed, f"requests failed while scaling: {failed[:5]}"
-    up_kept, up_n = kept(before_up, during_up)
-    down_kept, down_n = kept(during_up, after_down)
-    could_keep = sum(1 for t in after_down if during_up.get(t) == survivor)
-    spilled = sum(1 for c in with_two.values() if c[second])
-    still_served = sum(1 for t, c in with_two.items() if c[before_up.get(t)])
-    print(f"\nautoscaling: 1 -> 2 replicas: {up_kept}/{up_n} tenants kept their replica for most of "
-          f"their requests, {still_served}/{up_n} for some ({spilled} sent some to the new one); 2 -> 1: "
-          f"{down_kept}/{down_n} kept ({could_keep} could: the others' replica was removed"
-          f"{', the one added' if survivor == first else ''}); {len(load.results)} + {len(trickle.results)} "
-          f"requests, none failed; Serve added a replica {decided_at - start:.0f} s into the ramp (running "
-          f"{joined_at - decided_at:.0f} s later) and removed one {removed_at - stopped_at:.0f} s after "
-          f"the load stopped")
-    # Growing the pool keeps most tenants where they were: a tenant that spilled onto the added
-    # replica goes back to its first one while the two carry about as much (holder age).
-    assert up_kept * 2 > up_n, f"only {up_kept}/{up_n} tenants kept their replica when a replica joined"
-    # Scaling down moves only the removed replica's tenants.
-    assert all(after_down[t] == survivor for t in after_down if during_up.get(t) == survivor)
