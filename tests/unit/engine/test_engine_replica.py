@@ -997,6 +997,21 @@ async def test_a_lora_replica_refuses_a_call_sent_down_the_merged_path(replica):
     assert llm(replica).generate_calls == [] and ledger_rows(replica) == []
 
 
+async def stalled_stream(replica, request_id: str) -> asyncio.Task:
+    """A stream of `request_id` running on `replica`, stalled after 3 tokens, driven by a task as
+    Serve's task drives the replica's generator; returned once vLLM runs it."""
+    fake = llm(replica)
+    fake.script = Script(prompt_len=5, cached=0, tokens=50, stall_after=3)
+    gen = replica.generate(make_call(request_id), chat())
+
+    async def consume():
+        return [item async for item in gen]
+
+    task = asyncio.create_task(consume())
+    await wait_for(lambda: replica.in_flight.total == 1 and fake.get_num_unfinished_requests() == 1, "the call running")
+    return task
+
+
 async def test_a_stream_running_when_the_replica_stops_is_handed_back_unmetered(tmp_path):
     """Serve stopping the replica (scale-down, redeploy) after its graceful period: a call still
     running ends with ReplicaStopping for its ingress to move (ingress/migration.py), its vLLM
@@ -1005,14 +1020,7 @@ async def test_a_stream_running_when_the_replica_stops_is_handed_back_unmetered(
 
     replica = await start_replica(tmp_path)
     fake = llm(replica)
-    fake.script = Script(prompt_len=5, cached=0, tokens=50, stall_after=3)
-    gen = replica.generate(make_call("req-moving"), chat())
-
-    async def consume():  # as Serve's task drives the replica's generator
-        return [item async for item in gen]
-
-    task = asyncio.create_task(consume())
-    await wait_for(lambda: replica.in_flight.total == 1 and fake.get_num_unfinished_requests() == 1, "the call running")
+    task = await stalled_stream(replica, "req-moving")
     await replica.__del__()
     with pytest.raises(ReplicaStopping):
         await task
@@ -1031,14 +1039,7 @@ async def test_a_stream_outlasting_the_graceful_period_is_handed_back_before_it_
     serve_stops = [False]
     replica = await start_replica(tmp_path, stopping=lambda: serve_stops[0], graceful_shutdown_timeout_s=2.0)
     fake = llm(replica)
-    fake.script = Script(prompt_len=5, cached=0, tokens=50, stall_after=3)
-    gen = replica.generate(make_call("req-moving"), chat())
-
-    async def consume():  # as Serve's task drives the replica's generator
-        return [item async for item in gen]
-
-    task = asyncio.create_task(consume())
-    await wait_for(lambda: replica.in_flight.total == 1 and fake.get_num_unfinished_requests() == 1, "the call running")
+    task = await stalled_stream(replica, "req-moving")
     serve_stops[0] = True
     await asyncio.sleep(0.2)
     assert not task.done()  # the graceful period's first half: it may still end here on its own
