@@ -44,7 +44,9 @@ def platform_args(state: Path, model_dir: Path, interval: float, streaming: dict
         "engine": {"model": str(model_dir), "max_num_seqs": max_streams,
                    "engine_kwargs": {"benchmark_token_interval_s": interval}},
         "engine_deployment": engine_deployment,
-        "ingress": {"max_ongoing_requests": max_streams + 64},
+        # One tenant opens every stream at once: past the default bound of bodies arriving at once
+        # per tenant (64), the rest would be refused (429 body_reads) while the first are read.
+        "ingress": {"max_ongoing_requests": max_streams + 64, "max_body_reads_per_tenant": max_streams},
     }, state)
 
 

@@ -144,6 +144,7 @@ class Limiter:
         self._sweeper: Optional[asyncio.Task] = None
         self._tasks: set[asyncio.Task] = set()
         self._returning: dict[str, set[asyncio.Task]] = {}  # tenant -> its give-back calls not yet answered
+        self._acquiring: dict[str, set[asyncio.Future]] = {}  # tenant -> its acquire calls not yet answered
 
     # -- the request path -------------------------------------------------------------------------
     async def hold(self, principal) -> Admission:
@@ -217,7 +218,7 @@ class Limiter:
                        held: Admission = OPEN) -> Admission:
         """Spend `amounts` from the tenant's lease, leasing more from the shared state as needed.
         `held`'s units count towards them if it is on the same lease (else it is released)."""
-        for _ in range(3):
+        for attempt in range(3):
             lease, need = self._shortfall(tenant, limits, amounts, held)
             while need and self._returning.get(tenant):
                 # Asked before our give-backs land, the shared state still counts the units they
@@ -228,7 +229,7 @@ class Limiter:
                 break
             want = {r: max(n, math.ceil(limits[r] * self.config.slice_fraction)) for r, n in need.items()}
             try:
-                result = await self.backend.acquire(tenant, self.holder, limits, need, want)
+                result = await self._ask(tenant, self.backend.acquire(tenant, self.holder, limits, need, want))
             except BackendUnavailable as exc:
                 held.release()
                 return self._unavailable(tenant, exc)
@@ -239,6 +240,13 @@ class Limiter:
                 held.release()
                 return self._unavailable(tenant, result["unavailable"])
             if "refused" in result:
+                # A burst's acquires each lease a slice: the shared state may be spent by grants that
+                # landed here meanwhile, or are still on their way, with units to spare. Look again.
+                others = set(self._acquiring.get(tenant, ()))
+                if others:
+                    await asyncio.wait(others)
+                if attempt < 2 and (others or not self._shortfall(tenant, limits, amounts, held)[1]):
+                    continue
                 raise LimitExceeded(result["refused"], result["retry_after"], result["message"])
             current = self.leases.get(tenant)
             if current is not lease or (lease.epoch is not None and lease.epoch != result["epoch"]):
@@ -261,6 +269,18 @@ class Limiter:
             lease.in_flight += 1
         lease.last_used = self.clock()
         return Admission(self, tenant, lease, amounts, charge, request_id)
+
+    async def _ask(self, tenant: str, acquire) -> Any:
+        """Await the shared state's answer to `acquire`, counted among the tenant's calls in flight."""
+        call = asyncio.ensure_future(acquire)
+        pending = self._acquiring.setdefault(tenant, set())
+        pending.add(call)
+        try:
+            return await call
+        finally:
+            pending.discard(call)
+            if not pending:
+                self._acquiring.pop(tenant, None)
 
     def _shortfall(self, tenant: str, limits: dict, amounts: dict, held: Admission) -> tuple[Lease, dict]:
         """The tenant's lease under `limits` and what it lacks of `amounts` (`held`'s units count

@@ -171,6 +171,34 @@ def test_two_replicas_never_admit_more_than_the_limit_together():
     assert run(go()) == 10
 
 
+class SlowBackend(LocalBackend):
+    """Answers after the event loop has run the other callers: a burst's acquires all in flight."""
+
+    async def acquire(self, *args):
+        await asyncio.sleep(0.01)
+        return await super().acquire(*args)
+
+
+@pytest.mark.parametrize("limit,burst", [(64, 24), (16, 16)])
+def test_a_burst_under_the_concurrency_limit_is_admitted_whole(limit, burst):
+    """Each of a burst's first requests leases a slice (5% of 64: 4 slots) before any grant lands:
+    16 grants spend the shared 64 and the 17th is refused, though the lease holds 48 spare."""
+    clock = Clock()
+    lim = Limiter(SlowBackend(LimiterCore(), clock=clock), LimiterConfig(), holder="r0", clock=clock)
+    p = principal(max_concurrent_requests=limit)
+
+    async def go():
+        results = await asyncio.gather(*(lim.admit(p, call(rid=str(i))) for i in range(burst)),
+                                       return_exceptions=True)
+        refused = [r for r in results if isinstance(r, BaseException)]
+        over = await asyncio.gather(lim.admit(p, call(rid="over")), return_exceptions=True) if burst == limit else []
+        return refused, over
+
+    refused, over = run(go())
+    assert refused == []
+    assert all(isinstance(r, LimitExceeded) and r.code == "concurrency_limit" for r in over)  # the limit still holds
+
+
 def test_idle_slices_go_back_after_lease_s_so_the_other_replica_can_use_them():
     backend, (a, b), clock = setup(n=2, slice_fraction=1.0, lease_s=1.0)
     p = principal(max_concurrent_requests=2)
