@@ -20,3 +20,13 @@ def pytest_runtest_makereport(item, call):
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         report.outcome = "failed"
         report.longrepr = f"skipped in CI, which must not skip: {reason}"
+
+
+def pytest_collection_finish(session):
+    """Tests on the real engine upload the demo adapters: on a fresh checkout, train them on one
+    thread while the unit tests (collected first, one core) run, not in the first test that needs them."""
+    if not session.config.option.collectonly and any("tests/unit/" not in item.nodeid for item in session.items):
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: bench/
+        from bench.demo_adapters import train_in_background
+        train_in_background(["pirate", "banana"])
+

@@ -141,6 +141,10 @@ def test_two_ingress_replicas_admit_no_more_than_the_limit_together(base_url, ad
 
     tid, key = tenant(admin, "limits-replicas", requests_per_minute=8)
     with ThreadPoolExecutor(16) as pool:
+        # The key verified on both ingress replicas first (Serve spreads these over both): else the
+        # replica that created it admits the whole bucket while the other still checks the key.
+        models = list(pool.map(lambda _: httpx.get(f"{base_url}/v1/models", headers=key, timeout=60), range(16)))
+        assert {r.status_code for r in models} == {200}
         codes = list(pool.map(lambda _: chat(base_url, key, model_name).status_code, range(24)))
     assert set(codes) <= {200, 429}
     assert 1 <= codes.count(200) <= 8, codes
