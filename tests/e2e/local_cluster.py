@@ -176,7 +176,9 @@ class LocalRayCluster:
                     os.killpg(node.proc.pid, signal.SIGTERM)
                 except OSError:
                     pass
-        deadline = time.monotonic() + 20
+        # A few seconds to exit, then SIGKILL: nothing of a test cluster needs a graceful end (CI
+        # time: `ray start --block` sat out all of a 20 s wait).
+        deadline = time.monotonic() + 5
         while any(n.proc.poll() is None for n in self.nodes) and time.monotonic() < deadline:
             time.sleep(0.5)
         for node in self.nodes:

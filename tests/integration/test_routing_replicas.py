@@ -25,6 +25,7 @@ pytestmark = pytest.mark.integration
 APP = "routing"
 PREFIX = "/routing"
 TENANTS = 12
+REPLICAS = 2  # scaled to one fewer and back
 
 
 def routing_args(state) -> dict:
@@ -74,14 +75,14 @@ def running_exactly(n: int):
 
 @pytest.fixture(scope="module")
 def routed(serve_app, tmp_path_factory):
-    """(base_url, state dir): the routing app with three Engine replicas."""
+    """(base_url, state dir): the routing app with REPLICAS Engine replicas."""
     from ray import serve
 
     state = tmp_path_factory.mktemp("routing-state")
-    deploy(state, 3)
+    deploy(state, REPLICAS)
     base_url = serve_app[0].rstrip("/") + PREFIX
     wait_ready(base_url, timeout_s=900)
-    wait_until(lambda: running_exactly(3), 300, "three running Engine replicas")
+    wait_until(lambda: running_exactly(REPLICAS), 300, f"{REPLICAS} running Engine replicas")
     yield base_url, state
     serve.delete(APP)
 
@@ -140,23 +141,23 @@ def test_scaling_in_place_moves_only_the_tenants_it_must(routed, model_name):
     def new_tenants(first: int, n: int) -> dict[int, str]:
         return {t: new_tenant_key(admin, f"route-{t}") for t in range(first, first + n)}
 
-    # Tenants until every one of the three replicas is home to at least one, so that whichever
+    # Tenants until every one of the replicas is home to at least one, so that whichever
     # replica Serve removes, some tenants must move.
     keys: dict[int, str] = {}
     home: dict[int, str] = {}
-    while len(set(home.values())) < 3 and len(keys) < 4 * TENANTS:
+    while len(set(home.values())) < REPLICAS and len(keys) < 4 * TENANTS:
         batch = new_tenants(len(keys), TENANTS)
         keys.update(batch)
         home.update(homes(db, one_round(base_url, batch, model_name) + one_round(base_url, batch, model_name)))
-    assert len(set(home.values())) == 3, f"{len(keys)} tenants never reached all three replicas: {home}"
-    first_three = set(engine_replicas())
-    assert set(home.values()) == first_three
+    assert len(set(home.values())) == REPLICAS, f"{len(keys)} tenants never reached all replicas: {home}"
+    first = set(engine_replicas())
+    assert set(home.values()) == first
 
-    # 3 -> 2: Serve stops one replica and keeps the other two running (same ids).
-    deploy(state, 2)
-    survivors = wait_until(lambda: running_exactly(2), 300, "Serve to scale the Engine deployment to 2")
-    assert survivors < first_three, (survivors, first_three)
-    [removed] = first_three - survivors
+    # One fewer: Serve stops one replica and keeps the others running (same ids).
+    deploy(state, REPLICAS - 1)
+    survivors = wait_until(lambda: running_exactly(REPLICAS - 1), 300, "Serve to scale the Engine deployment down")
+    assert survivors < first, (survivors, first)
+    [removed] = first - survivors
     held = {t for t in home if home[t] == removed}
     assert held, "the removed replica held no tenant"
 
@@ -171,9 +172,9 @@ def test_scaling_in_place_moves_only_the_tenants_it_must(routed, model_name):
     assert set(now.values()) == survivors
     assert {t for t in home if now[t] != home[t]} == held, (home, now)  # exactly its tenants moved
 
-    # 2 -> 3: a new replica joins; the two running ones stay (same ids).
-    deploy(state, 3)
-    pool = wait_until(lambda: running_exactly(3), 600, "Serve to scale the Engine deployment to 3")
+    # Back: a new replica joins; the running ones stay (same ids).
+    deploy(state, REPLICAS)
+    pool = wait_until(lambda: running_exactly(REPLICAS), 600, f"Serve to scale the Engine deployment to {REPLICAS}")
     assert survivors < pool, (survivors, pool)
     [joined] = pool - survivors
 
