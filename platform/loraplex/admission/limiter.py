@@ -240,13 +240,14 @@ class Limiter:
                 held.release()
                 return self._unavailable(tenant, result["unavailable"])
             if "refused" in result:
-                # A burst's acquires each lease a slice: the shared state may be spent by grants that
-                # landed here meanwhile, or are still on their way, with units to spare. Look again.
-                others = set(self._acquiring.get(tenant, ()))
-                if others:
-                    await asyncio.wait(others)
-                if attempt < 2 and (others or not self._shortfall(tenant, limits, amounts, held)[1]):
-                    continue
+                if attempt < 2:
+                    # A burst's acquires each lease a slice: the shared state may be spent by grants
+                    # that landed here meanwhile, or are still on their way, with units to spare.
+                    others = set(self._acquiring.get(tenant, ()))
+                    if others:
+                        await asyncio.wait(others)
+                    if others or not self._shortfall(tenant, limits, amounts, held)[1]:
+                        continue  # look again
                 raise LimitExceeded(result["refused"], result["retry_after"], result["message"])
             current = self.leases.get(tenant)
             if current is not lease or (lease.epoch is not None and lease.epoch != result["epoch"]):
