@@ -7,6 +7,7 @@ which uploads them as tenants' adapters, by python -m bench adapters and the hos
 import hashlib
 import io
 import json
+import os
 import subprocess
 import sys
 import tarfile
@@ -32,17 +33,22 @@ def cached_archive(recipe: str) -> Path:
 def _train(recipe: str, threads: Optional[int] = None) -> None:
     out = cached_archive(recipe)
     CACHE.mkdir(parents=True, exist_ok=True)
-    partial = out.with_name(f"{out.name}.{threading.get_ident()}.partial")
+    partial = out.with_name(f"{out.name}.{os.getpid()}.partial")  # another process may train it too
     argv = [sys.executable, str(SCRIPT), "--data", str(RECIPES / f"{recipe}.jsonl"), "--out", str(partial)]
     subprocess.run(argv + (["--threads", str(threads)] if threads else []), check=True, capture_output=True, text=True)
     partial.rename(out)
 
 
-def train_in_background(recipes: Iterable[str], threads: int = 1) -> None:
+def recipes() -> list[str]:
+    """The demo adapters' recipes: adapters/recipes/<name>.jsonl."""
+    return sorted(p.stem for p in RECIPES.glob("*.jsonl"))
+
+
+def train_in_background(names: Iterable[str], threads: int = 1) -> None:
     """Train the recipes not cached yet, one after the other on `threads` threads, while the
     caller goes on (the test suite: its unit tests leave a core idle); trained_adapter waits."""
     global _background
-    todo = [r for r in recipes if not cached_archive(r).exists()]
+    todo = [r for r in names if not cached_archive(r).exists()]
     if not todo or _background is not None:
         return
 

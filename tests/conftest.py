@@ -27,6 +27,6 @@ def pytest_collection_finish(session):
     thread while the unit tests (collected first, one core) run, not in the first test that needs them."""
     if not session.config.option.collectonly and any("tests/unit/" not in item.nodeid for item in session.items):
         sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: bench/
-        from bench.demo_adapters import train_in_background
-        train_in_background(["pirate", "banana"])
+        from bench.demo_adapters import recipes, train_in_background
+        train_in_background(recipes())
 
