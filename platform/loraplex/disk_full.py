@@ -16,11 +16,61 @@ import logging
 import sys
 import threading
 
+from loraplex.errors import StatusError
+
 logger = logging.getLogger(__name__)
 
 SPOOL_DISK, CACHE_DISK, UPLOAD_DISK = "usage_spool", "adapter_cache", "upload_temp"  # the counter's `disk`
 DISKS = (SPOOL_DISK, CACHE_DISK, UPLOAD_DISK)
 FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+
+
+CACHE_FULL_RETRY_S = 10
+
+
+class CacheDiskFull(StatusError):
+    """503 + Retry-After: the node's adapter cache (registry.cache_dir) has no room for a version's
+    copy, even after the replica removed its idle copies (engine/loaded_adapters.py)."""
+
+    status = 503
+
+    def __init__(self, cache_dir, cause: OSError):
+        super().__init__(
+            f"The adapter cache {cache_dir} on this engine replica's node is full ({cause.strerror}), so this adapter "
+            f"version could not be loaded here. Retry in {CACHE_FULL_RETRY_S} s; adapters already loaded and base "
+            "models keep being served meanwhile.",
+            code="adapter_cache_full", headers={"Retry-After": str(CACHE_FULL_RETRY_S)},
+            reject_reason="503:adapter_cache_full")
+        self.retry_after_s = CACHE_FULL_RETRY_S
+
+
+UPLOAD_FULL_RETRY_S = 30  # other uploads' temp files go when they finish (seconds to a minute)
+
+
+class UploadTempFull(StatusError):
+    """503 + Retry-After: the ingress replica's temp space has no room for an upload's archive or its
+    unpacked files. 503 rather than 507: the space is the server's, shared by uploads in progress
+    whose files go when they end, so the same request may succeed later (and clients retry a 503)."""
+
+    status = 503
+
+    def __init__(self, temp_dir, cause: OSError):
+        super().__init__(
+            f"The upload temp space {temp_dir} on this ingress replica is full ({cause.strerror}), so the upload "
+            f"was not stored and nothing of it was kept. Retry in {UPLOAD_FULL_RETRY_S} s.",
+            code="upload_temp_full", headers={"Retry-After": str(UPLOAD_FULL_RETRY_S)},
+            reject_reason="503:upload_temp_full")
+
+
+def upload_temp_full(exc: BaseException) -> UploadTempFull | None:
+    """The 503 for an upload that failed on a full temp dir (counted), or None for any other failure."""
+    if not is_disk_full(exc):
+        return None
+    import tempfile
+
+    count_disk_full(UPLOAD_DISK, exc)
+    cause = exc if isinstance(exc, OSError) else OSError(errno.ENOSPC, "No space left on device")
+    return UploadTempFull(tempfile.gettempdir(), cause)
 
 
 def is_disk_full(exc: BaseException | None) -> bool:
