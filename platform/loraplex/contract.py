@@ -63,9 +63,10 @@ class EngineError:
     retry_after: Optional[int] = None  # seconds, for a 503 the client should retry
     # Why the replica refused, for the ledger's and the metrics' refusal reason (`503:<reason>`).
     reason: Optional[str] = None
+    code: Optional[str] = None  # the error body's `code`; None: the status
 
     def body(self) -> dict:
-        return error_body(self.message, self.status, type=self.type, param=self.param)
+        return error_body(self.message, self.status, type=self.type, param=self.param, code=self.code)
 
 
 class EngineLost(Exception):

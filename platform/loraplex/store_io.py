@@ -19,6 +19,7 @@ import sys
 import threading
 from typing import Callable, TypeVar
 
+from loraplex.disk_full import is_disk_full
 from loraplex.errors import StatusError
 
 logger = logging.getLogger(__name__)
@@ -80,8 +81,8 @@ class BoundedStore:
             logger.warning("adapter store %s: a %s took over %g s; answering 503", self.root, operation, self.timeout_s)
             raise AdapterStoreUnavailable(self.root, what, timeout_s=self.timeout_s) from None
         except Exception as exc:
-            if not is_unreachable(exc):
-                raise
+            if not is_unreachable(exc) or (operation == READ and is_disk_full(exc)):
+                raise  # a read's full disk is the reader's (its copy's destination), not the store's
             self.on_failure(operation)
             logger.warning("adapter store %s: a %s failed: %r; answering 503", self.root, operation, exc)
             raise AdapterStoreUnavailable(self.root, what, cause=exc) from exc

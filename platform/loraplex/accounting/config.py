@@ -135,6 +135,11 @@ class AccountingConfig(BaseModel):
     fsync_interval_s: float = Field(0.05, gt=0, description="Max seconds of records a power loss can take (batch mode).")
     flush_interval_s: float = Field(1.0, gt=0, description="How often the spool is copied into the database.")
     flush_batch: int = Field(1000, ge=1, description="Flush early once this many records are pending.")
+    max_unspooled_records: int = Field(
+        10_000, ge=1,
+        description="Usage records an Engine replica holds in memory while its spool's disk refuses them and the "
+        "database cannot take them either; at this many it refuses new requests with 503 usage_spool_full "
+        "rather than serve one it could not bill.")
     billing_grace_s: int = Field(3600, ge=0, description="A day is exported for billing only this long after it ends.")
     billing_source: str = Field("loraplex", description="CloudEvents `source` of billing events.")
     pricing: PricingConfig = Field(default_factory=PricingConfig, description="Token prices.")

@@ -3,6 +3,13 @@ spool segments into the database with INSERT ... ON CONFLICT (request_id) DO NOT
 moved request's record: _supersedes) and deletes
 a segment only after its transaction committed. A crash at any point leaves either the segment
 (replayed at start; duplicates are no-ops) or the committed rows: never a loss, never a double.
+
+A spool that refuses a record (its disk full or failing) does not lose it: the record is held in
+memory, appended again every fsync interval, and written straight into the database by each flush
+(the same idempotent upsert), so a full disk with a live database costs nothing. Held records are
+bounded (max_unspooled): past the bound `refusal()` says why, and the Engine replica refuses new
+requests with 503 rather than serve one it could not bill (or grow until it is killed, losing all
+it holds).
 """
 import json
 import logging
@@ -25,6 +32,7 @@ from loraplex.accounting.spool import Segment, SpoolLocked, UsageSpool
 from loraplex.accounting.tables import MIGRATIONS, usage_records, usage_rejections
 from loraplex.db.engine import DEFAULT_DB_URL, make_engine
 from loraplex.db.migrations import migrate
+from loraplex.disk_full import SPOOL_DISK, count_disk_full
 
 log = logging.getLogger(__name__)
 _PG_CHUNK = 5000  # rows per unnest INSERT
@@ -60,7 +68,7 @@ class UsageLedger:
     def __init__(self, db_url: str | None = None, spool_dir: str = "var/spool", *, engine: Engine | None = None,
                  sync_mode: str = "batch", fsync_interval_s: float = 0.05, flush_interval_s: float = 1.0,
                  flush_batch: int = 1000, run_migrations: bool = True, adopt_orphans: bool = False,
-                 adopt_interval_s: float = 60.0):
+                 adopt_interval_s: float = 60.0, max_unspooled: int = 10_000):
         self.engine = engine if engine is not None else make_engine(db_url or DEFAULT_DB_URL)
         self.spool = UsageSpool(spool_dir, sync_mode=sync_mode)
         self.rejections = RejectionCounter()
@@ -75,7 +83,12 @@ class UsageLedger:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._unspooled: list[str] = []  # records the spool refused (disk full, I/O error): retried
-        self._unspooled_lock = threading.Lock()
+        self._unspooled_lock = threading.Lock()  # guards the list (the request path appends to it)
+        # One drainer of _unspooled at a time (into the spool, or into the database): each removes
+        # from the front only what it wrote.
+        self._drain_lock = threading.Lock()
+        self.max_unspooled = max_unspooled
+        self.spool_failures = 0  # appends the spool refused, for the replica's metrics
         self.last_error: BaseException | None = None
         # For the replica's metrics: when a flush last succeeded (epoch s; 0: never), and how
         # many of the records appended here were in the database by then.
@@ -90,7 +103,7 @@ class UsageLedger:
         safe_id = re.sub(r"[^A-Za-z0-9._-]", "_", replica_id)  # Ray ids contain '#' and ':'
         return cls(None, str(Path(cfg.spool_dir) / safe_id), engine=engine, sync_mode=cfg.sync_mode,
                    fsync_interval_s=cfg.fsync_interval_s, flush_interval_s=cfg.flush_interval_s,
-                   flush_batch=cfg.flush_batch, adopt_orphans=True)
+                   flush_batch=cfg.flush_batch, adopt_orphans=True, max_unspooled=cfg.max_unspooled_records)
 
     # -- request path -------------------------------------------------------------------------
     def append(self, record: UsageRecord) -> None:
@@ -105,7 +118,8 @@ class UsageLedger:
         except OSError as e:
             with self._unspooled_lock:
                 self._unspooled.append(line)
-            self.last_error = e
+            self.last_error, self.spool_failures = e, self.spool_failures + 1
+            count_disk_full(SPOOL_DISK, e)
             log.error("usage ledger: spool append failed (%s); %d record(s) held for retry",
                       e, len(self._unspooled))
             return
@@ -113,6 +127,18 @@ class UsageLedger:
             self._pending += 1
             if self._pending >= self.flush_batch:
                 self._wake.notify()
+
+    def unspooled_records(self) -> int:
+        """Records the spool refused that are in neither the spool nor the database yet."""
+        return len(self._unspooled)
+
+    def refusal(self) -> str | None:
+        """Why a new billable request must be refused now (its record could not be kept), or None."""
+        held = len(self._unspooled)
+        if held < self.max_unspooled:
+            return None
+        return (f"the usage spool {self.spool.dir} cannot be written ({self.last_error}) and {held} usage "
+                f"records already wait in memory for it or the database (accounting.max_unspooled_records)")
 
     def pending_records(self) -> int:
         """Records appended to this ledger that a flush has not yet put in the database."""
@@ -146,20 +172,36 @@ class UsageLedger:
             return result
 
     def flush(self) -> FlushResult:
-        """Seal the current segment and copy everything pending into the database, now."""
+        """Seal the current segment and copy everything pending into the database, now; records
+        the spool refused go into the database directly."""
         with self._flush_lock:
-            mark = self._accepted - len(self._unspooled)  # appended and in the spool: this flush commits them
-            counts = self.rejections.drain()
-            if counts:
-                self.spool.append(json.dumps({"kind": "rejections", "batch_id": str(uuid.uuid4()), "counts": counts}))
+            self.retry_unspooled()
+            mark = self._accepted
+            self._spool_rejections()
             with self._wake:
                 self._pending = 0
-            self.spool.rotate()
+            try:
+                self.spool.rotate()
+            except OSError as e:  # a full disk: the sealed segments and held records still go in
+                self.last_error, mark = e, self._flushed
+                log.error("usage ledger: could not seal the spool's segment (%s)", e)
             result = self._flush_sealed(self.spool, FlushResult())
-            self._flushed, self.last_flush_at = max(self._flushed, mark), time.time()
+            self._commit_unspooled(result)
+            # Held records accepted after `mark` make this low, never high: a metric, not a bill.
+            self._flushed, self.last_flush_at = max(self._flushed, mark - len(self._unspooled)), time.time()
             if self.adopt_orphans and time.monotonic() - self._last_adopt > self.adopt_interval_s:
                 self._adopt_orphans(result)
             return result
+
+    def _spool_rejections(self) -> None:
+        counts = self.rejections.drain()
+        if not counts:
+            return
+        try:
+            self.spool.append(json.dumps({"kind": "rejections", "batch_id": str(uuid.uuid4()), "counts": counts}))
+        except OSError:  # a full disk: counted again next flush (diagnostics: they may wait)
+            for tenant, reason, hour, n in counts:
+                self.rejections.add(tenant, reason, datetime.fromisoformat(hour), n)
 
     def close(self) -> None:
         self._stop.set()
@@ -167,13 +209,13 @@ class UsageLedger:
             self._wake.notify_all()
         for t in self._threads:
             t.join()
-        if self.retry_unspooled():  # nowhere left to keep them: the log is the last resort
-            log.critical("usage ledger: %d record(s) could not be spooled: %s", len(self._unspooled),
-                         "\n".join(self._unspooled))
         try:
             self.flush()
         except Exception:  # the spool keeps the records; the next start replays them
             log.exception("usage ledger: final flush failed; records stay in %s", self.spool.dir)
+        if self.retry_unspooled():  # in neither spool nor database: the log is the last resort
+            log.critical("usage ledger: %d record(s) could not be spooled: %s", len(self._unspooled),
+                         "\n".join(self._unspooled))
         self.spool.close()
 
     def __enter__(self):
@@ -185,25 +227,45 @@ class UsageLedger:
     # -- background ---------------------------------------------------------------------------
     def _sync_loop(self) -> None:
         while not self._stop.wait(self.fsync_interval_s):
-            self.retry_unspooled()
+            self.retry_unspooled(wait=False)
             try:
                 self.spool.sync()
             except OSError:
                 log.exception("usage ledger: fsync failed")
 
-    def retry_unspooled(self) -> int:
-        """Append the records the spool refused earlier; returns how many are still held."""
-        with self._unspooled_lock:
-            while self._unspooled:
-                try:
-                    self.spool.append(self._unspooled[0], fresh_line=True)
-                except OSError as e:
-                    self.last_error = e
-                    break
-                self._unspooled.pop(0)
-                with self._wake:
-                    self._pending += 1
+    def retry_unspooled(self, wait: bool = True) -> int:
+        """Append the records the spool refused earlier; returns how many are still held.
+        wait=False: skip this time if a flush is writing them into the database."""
+        if not self._drain_lock.acquire(blocking=wait):
             return len(self._unspooled)
+        try:
+            with self._unspooled_lock:
+                while self._unspooled:
+                    try:
+                        self.spool.append(self._unspooled[0], fresh_line=True)
+                    except OSError as e:
+                        self.last_error = e
+                        break
+                    self._unspooled.pop(0)
+                    with self._wake:
+                        self._pending += 1
+                return len(self._unspooled)
+        finally:
+            self._drain_lock.release()
+
+    def _commit_unspooled(self, result: FlushResult) -> None:
+        """Write the records the spool still refuses straight into the database (the same
+        idempotent upsert as a segment's), then stop holding them."""
+        with self._drain_lock:
+            with self._unspooled_lock:
+                held = list(self._unspooled)
+            if not held:
+                return
+            self._commit_entries([json.loads(line) for line in held], result)
+            with self._unspooled_lock:
+                del self._unspooled[:len(held)]  # only drainers remove, and only from the front
+            log.warning("usage ledger: %d record(s) the spool %s refused went into the database directly",
+                        len(held), self.spool.dir)
 
     def _flush_loop(self) -> None:
         backoff = self.flush_interval_s
@@ -246,9 +308,12 @@ class UsageLedger:
                 orphan.close()
 
     def _commit_segment(self, seg: Segment, result: FlushResult) -> None:
+        self._commit_entries(seg.entries, result)
+
+    def _commit_entries(self, entries: list[dict], result: FlushResult) -> None:
         records: dict[str, dict] = {}
         rejections: list[dict] = []
-        for e in seg.entries:
+        for e in entries:
             if e.get("kind") == "rejections":
                 rejections += [{"batch_id": e["batch_id"], "tenant_id": t, "reason": r,
                                 "hour": datetime.fromisoformat(h), "count": n} for t, r, h, n in e["counts"]]

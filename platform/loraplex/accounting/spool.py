@@ -86,8 +86,11 @@ class UsageSpool:
             with self._lock:
                 if self._lines == 0:
                     return
+                # The number moves only once the new file is open: a failed open (a full disk)
+                # must not make the segment still appended to look sealed (flushed, then deleted).
+                new = self._open(self._seq + 1)
                 old, self._seq = self._fd, self._seq + 1
-                self._fd, self._lines, self._dirty = self._open(self._seq), 0, False
+                self._fd, self._lines, self._dirty = new, 0, False
             os.fdatasync(old)
             os.close(old)
             self._sync_dir()

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
 from ray import serve
 from vllm.utils.gc_utils import freeze_gc_heap
 
-from loraplex import store_io
+from loraplex import disk_full, store_io
 from loraplex.dedicated.replica import merged_engine_config, path_refusal
 from loraplex.engine.caller_watch import CallerWatch
 from loraplex.engine.config import EngineDeploymentConfig
@@ -38,6 +38,7 @@ if TYPE_CHECKING:  # annotations only: the root config imports engine/config.py,
 logger = logging.getLogger(__name__)
 
 HAND_BACK_POLL_S = 0.25  # how often a replica reads Serve's stop flag (engine/hand_back.py)
+SPOOL_FULL_RETRY_S = 10  # a disk freed or a database back: the next flush (~1 s) empties the held records
 
 
 def _engine_deployments(pinned: bool) -> tuple[EngineDeployment, list[EngineDeployment], float] | None:
@@ -126,8 +127,9 @@ class Engine:
         self.stopping = False
         self.in_flight = InFlight()  # sequences (EngineCall.sequences) this replica serves, per tenant
         self.metrics = Metrics.for_replica(config.metrics, "engine", metrics_sink, base_model=self.base_model)
-        if self.metrics.enabled and metrics_sink is None:  # the adapter store failure counter, exported at 0
+        if self.metrics.enabled and metrics_sink is None:  # the adapter store and disk failure counters, exported at 0
             store_io.start_counting()
+            disk_full.start_counting()
         # vLLM's own numbers, read from its registry by one reader: the shedder, the routing
         # stats and the metrics publisher share its readings.
         self.stats = EngineStatsReader(max_age_s=deployment.shedding.sample_period_s)
@@ -224,6 +226,12 @@ class Engine:
         if call.adapter is not None:
             self.adapter_demand.touch(call.routing_key)
         tenant = call.tenant_id or "-"
+        if call.tenant_id is not None and (unbillable := self.ledger.refusal()) is not None:
+            # Served, it could not be billed (spool full, database unreachable): not served.
+            yield EngineError(status=503, message=f"Usage cannot be recorded on this engine replica: {unbillable}; "
+                              f"retry in {SPOOL_FULL_RETRY_S} s.", type="service_unavailable",
+                              retry_after=SPOOL_FULL_RETRY_S, reason="usage_spool_full", code="usage_spool_full")
+            return
         if (overloaded := self.shedder.refusal(tenant, call.priority, call.weight, call.sequences)) is not None:
             yield EngineError(status=503, message=f"The server is overloaded ({overloaded}); retry in a moment.",
                               type="service_unavailable", retry_after=self.shedder.config.retry_after_s,
@@ -466,7 +474,8 @@ class Engine:
             self.metrics.replica.fair_queue(self.fair_queue.snapshot(), self.metrics.requests.tenant_label)
 
     def _publish_ledger(self) -> None:
-        self.metrics.replica.ledger(self.ledger.last_flush_at, self.ledger.pending_records())
+        self.metrics.replica.ledger(self.ledger.last_flush_at, self.ledger.pending_records(),
+                                    self.ledger.unspooled_records())
 
     async def base_models(self) -> dict[str, Any]:
         return await self.engine.base_models()

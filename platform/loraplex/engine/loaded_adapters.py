@@ -12,6 +12,9 @@ after each fetch, the least recently used versions this replica fetched that vLL
 (evicted from its CPU tier) and that no request runs with are removed from the disk; each is
 fetched again on its next use. A version vLLM holds is never removed (vLLM may read its files
 again). Another replica on the node may share the dir: it fetches again whatever it finds gone.
+A fetch the disk refuses (full: store.CacheDiskFull) removes such idle copies, least recently
+used first, until the version's bytes are freed, and is retried once; then the request gets 503
+adapter_cache_full.
 
 Two operator controls: a pinned version (AdapterCatalog.pin) is loaded at once and pinned in
 vLLM's CPU tier, so its LRU never evicts it (lora_residency says why not in a GPU slot); and
@@ -31,6 +34,7 @@ from vllm.lora.request import LoRARequest
 from loraplex.contract import AdapterTarget, affinity_key
 from loraplex.engine.lora_residency import PIN_RPC, UNPIN_RPC
 from loraplex.metrics.replica_metrics import NoReplicaMetrics
+from loraplex.disk_full import CacheDiskFull
 
 logger = logging.getLogger(__name__)
 
@@ -92,7 +96,7 @@ class LoadedAdapters:
     async def _load(self, target: AdapterTarget) -> None:
         started = time.monotonic()
         try:
-            path = await asyncio.to_thread(self.store.fetch_to_local_cache, target.tenant, target.sha256)
+            path = await self._fetch(target)
         except Exception as exc:
             # DELETE removes the blob after the catalog row: a version that is not in the
             # store any more was deleted (the store answers 404, or the file is gone).
@@ -116,13 +120,37 @@ class LoadedAdapters:
         await self._fit_bytes(keep=target.lora_name)
         await self._prune_cache(keep=(target.tenant, target.sha256))
 
+    async def _fetch(self, target: AdapterTarget):
+        """The version's copy in cache_dir; a full disk frees idle copies (LRU) and tries once more."""
+        blob = (target.tenant, target.sha256)
+        try:
+            return await asyncio.to_thread(self.store.fetch_to_local_cache, *blob)
+        except CacheDiskFull:
+            try:
+                need = await asyncio.to_thread(self.store.blob_bytes, *blob)
+            except Exception:  # its size unknown: free every idle copy
+                need = None
+            used = sum(self._cached_bytes.values())
+            left = await self._remove_idle(keep=blob, down_to=0 if need is None else used - need)
+            if left == used:  # nothing could go: the retry would fail the same way
+                raise
+            logger.warning("adapter cache full: removed %d bytes of idle copies to fetch %s", used - left,
+                           target.lora_name)
+            return await asyncio.to_thread(self.store.fetch_to_local_cache, *blob)
+
     async def _prune_cache(self, keep: tuple[str, str]) -> None:
         """Remove least recently used idle copies vLLM no longer holds until cache_dir fits cache_max_bytes."""
         if self.cache_max_bytes is None:
             return
+        used = await self._remove_idle(keep, self.cache_max_bytes)
+        if used > self.cache_max_bytes:
+            logger.warning("this replica's adapter copies in cache_dir take %d bytes, over registry.cache_max_bytes "
+                           "%d: the rest are held by vLLM or running", used, self.cache_max_bytes)
+
+    async def _remove_idle(self, keep: tuple[str, str], down_to: int) -> int:
+        """Remove least recently used idle copies vLLM no longer holds until this replica's copies
+        take at most down_to bytes (or none is idle); returns the bytes they take then."""
         used = sum(self._cached_bytes.values())
-        if used <= self.cache_max_bytes:
-            return
         by_blob: dict[tuple[str, str], list[str]] = {}
         for name, t in self.targets.items():
             by_blob.setdefault((t.tenant, t.sha256), []).append(name)
@@ -132,13 +160,11 @@ class LoadedAdapters:
                 and all(n in self.evicted and self.in_flight[n] <= 0 and n not in self._loading for n in names)]
         idle.sort(key=lambda blob: max(self._used_at.get(n, 0.0) for n in by_blob[blob]))
         for blob in idle:
-            if used <= self.cache_max_bytes:
+            if used <= down_to:
                 break
             await asyncio.to_thread(self.store.evict_from_local_cache, *blob)
             used -= self._cached_bytes.pop(blob)
-        if used > self.cache_max_bytes:
-            logger.warning("this replica's adapter copies in cache_dir take %d bytes, over registry.cache_max_bytes "
-                           "%d: the rest are held by vLLM or running", used, self.cache_max_bytes)
+        return used
 
     async def _pin(self, lora_int_id: int) -> None:
         await self.llm.collective_rpc(PIN_RPC, args=(lora_int_id,))

@@ -31,6 +31,7 @@ from loraplex.engine.cpu_backend import renice_children, resolve_cpu_dtype, set_
 from loraplex.engine.tenant_scheduler import (BATCH_ARG, CONFIG_KEY, NO_TENANT, TENANT_ARG, WEIGHT_ARG,
                                               scheduler_cls_for)
 from loraplex.engine.loaded_adapters import AdapterGone, LoadedAdapters
+from loraplex.disk_full import CacheDiskFull
 from loraplex.store_io import AdapterStoreUnavailable
 from loraplex.engine.lora_residency import EXTENSION, RPC, LoRAResidency
 from loraplex.engine.orphan_guard import start_guard
@@ -184,6 +185,10 @@ class VLLMEngine:
             # next request for it tries the store again.
             yield EngineError(status=503, message=exc.message, type="service_unavailable",
                               retry_after=exc.retry_after_s, reason="adapter_store_unavailable")
+            return
+        except CacheDiskFull as exc:  # no room on this node even after pruning idle copies: refused, unbilled
+            yield EngineError(status=503, message=exc.message, type="service_unavailable",
+                              retry_after=exc.retry_after_s, reason="adapter_cache_full", code="adapter_cache_full")
             return
         request.model = adapter.lora_name
         try:

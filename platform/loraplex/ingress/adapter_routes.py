@@ -9,6 +9,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from loraplex.disk_full import upload_temp_full
 from loraplex.errors import StatusError
 from loraplex.ingress.body_limit import limited
 from loraplex.ingress.errors import APIError
@@ -51,6 +52,10 @@ class AdapterRoutes:
         try:
             form = await request.form(max_files=1, max_fields=5)
         except StatusError:
+            raise
+        except OSError as exc:  # the form parser spools the archive into the temp dir (its files closed)
+            if (full := upload_temp_full(exc)) is not None:
+                raise full from exc
             raise
         except Exception as exc:  # malformed multipart bodies
             raise APIError(400, f"Could not read the multipart form ({exc}); send `file` and `name`.")

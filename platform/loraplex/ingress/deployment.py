@@ -9,7 +9,7 @@ import ray
 from ray import serve
 from vllm.utils.gc_utils import freeze_gc_heap
 
-from loraplex import store_io
+from loraplex import disk_full, store_io
 from loraplex.ingress.config import IngressDeploymentConfig
 from loraplex.ingress.app import build_ingress_app
 from loraplex.ingress.engine_client import ServeEngineClient
@@ -74,15 +74,17 @@ class Ingress:
             self.idempotency = RayIdempotency(self.app_name, config.ingress.idempotency_window_s)
         self.owner = ray.get_runtime_context().get_actor_name() or f"ingress-{context.replica_id.unique_id}"
         self.metrics = Metrics.for_replica(config.metrics, "ingress", base_model=config.engine.model_id)
-        if self.metrics.enabled:  # the adapter store failure counter, exported at 0
+        if self.metrics.enabled:  # the adapter store and disk failure counters, exported at 0
             store_io.start_counting()
+            disk_full.start_counting()
         process_metrics.install(self.metrics)  # for the router Serve runs in this process
         self.publisher = None
         if self.metrics.enabled:
             ledger = self.accounting.ledger
             self.publisher = Publisher(config.metrics.publish_period_s, [
                 self.metrics.flush,
-                lambda: self.metrics.replica.ledger(ledger.last_flush_at, ledger.pending_records()),
+                lambda: self.metrics.replica.ledger(ledger.last_flush_at, ledger.pending_records(),
+                                                    ledger.unspooled_records()),
                 lambda: self.metrics.replica.database(self.tenancy.keys.health.reachable),
             ], name=f"metrics-{context.replica_id.unique_id}").start()
 

@@ -332,7 +332,8 @@ class OpenAIRoutes:
                 RETRY_AFTER if first.status == 503 else None)
             # The replica may say why (503 shed): the refusal is counted under that reason.
             reason = f"{first.status}:{first.reason}" if first.reason is not None else None
-            raise error(first.status, first.message, param=first.param, headers=retry, reject_reason=reason)
+            raise error(first.status, first.message, param=first.param, headers=retry, reject_reason=reason,
+                        code=first.code)
         if call.stream:
             stream = self._sse(call, first, items)
             if kept is not None:

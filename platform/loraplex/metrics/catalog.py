@@ -15,7 +15,7 @@ RAY_PREFIX = "ray_"  # what Ray's metrics agent puts in front of every name it e
 
 # Label names.
 TENANT, ADAPTER, STATUS, REASON, TIER, DECISION = "tenant", "adapter", "status", "reason", "tier", "decision"
-OUTCOME, OPERATION = "outcome", "operation"
+OUTCOME, OPERATION, DISK = "outcome", "operation", "disk"
 # The base model id (engine.model_id of the pool that ran it). No cardinality guard: its values are
 # the deployment's configured bases, a handful, never a client's input.
 MODEL = "model"
@@ -202,6 +202,15 @@ ADAPTER_STORE_FAILURES = MetricSpec(
     "registry.store_timeout_s, by operation (read, write, delete); each answered its request 503 + Retry-After.",
     values={OPERATION: ("read", "write", "delete")})
 
+# -- per replica that writes a node-local disk (Engine: spool, adapter cache; Ingress: spool, uploads)
+DISK_WRITE_FAILURES = MetricSpec(
+    "loraplex_disk_write_failures_total", "counter", (DISK,),
+    "Writes to a node-local disk that failed, by disk: usage_spool (accounting.spool_dir: full or failing; the "
+    "record is held in memory and written into the database), adapter_cache (registry.cache_dir full: idle "
+    "copies pruned, the fetch retried once, else 503 adapter_cache_full), upload_temp (the temp dir full: the "
+    "upload answered 503 upload_temp_full).",
+    values={DISK: ("usage_spool", "adapter_cache", "upload_temp")})
+
 # -- per replica with a usage ledger (Engine and Ingress)
 SPOOL_LAST_FLUSH = MetricSpec(
     "loraplex_usage_last_flush_timestamp_seconds", "gauge", (),
@@ -209,6 +218,11 @@ SPOOL_LAST_FLUSH = MetricSpec(
 SPOOL_PENDING = MetricSpec(
     "loraplex_usage_spool_pending_records", "gauge", (),
     "Usage records the replica spooled that are not in the database yet.")
+SPOOL_UNSPOOLED = MetricSpec(
+    "loraplex_usage_unspooled_records", "gauge", (),
+    "Usage records the replica's spool refused (disk full or failing), held in memory until the spool or the "
+    "database takes them; at accounting.max_unspooled_records the Engine replica refuses new requests (503 "
+    "usage_spool_full).")
 
 REQUEST_METRICS = (TTFT, TPOT, E2E, QUEUE, PROMPT_TOKENS, CACHED_PROMPT_TOKENS, COMPLETION_TOKENS, REQUESTS)
 ENGINE_METRICS = (KV_USAGE, RUNNING, WAITING, LOADED_ADAPTERS, PREEMPTIONS, PREFIX_QUERIES, PREFIX_HITS,
@@ -217,6 +231,6 @@ ENGINE_METRICS = (KV_USAGE, RUNNING, WAITING, LOADED_ADAPTERS, PREEMPTIONS, PREF
                   PINNED_ADAPTERS, ADAPTER_CPU_BYTES)
 INGRESS_METRICS = (REFUSALS, ROUTING_DECISIONS, MIGRATIONS, DATABASE_REACHABLE)
 LIMITER_METRICS = (BUDGET_SOURCE_FAILURES,)
-LEDGER_METRICS = (SPOOL_LAST_FLUSH, SPOOL_PENDING)
-STORE_METRICS = (ADAPTER_STORE_FAILURES,)
+LEDGER_METRICS = (SPOOL_LAST_FLUSH, SPOOL_PENDING, SPOOL_UNSPOOLED)
+STORE_METRICS = (ADAPTER_STORE_FAILURES, DISK_WRITE_FAILURES)
 ALL = REQUEST_METRICS + ENGINE_METRICS + INGRESS_METRICS + LIMITER_METRICS + LEDGER_METRICS + STORE_METRICS

@@ -116,9 +116,10 @@ class ReplicaMetrics:
             self._decisions.flush()
 
     # -- both -----------------------------------------------------------------------------------
-    def ledger(self, last_flush_at: float, pending_records: int) -> None:
+    def ledger(self, last_flush_at: float, pending_records: int, unspooled_records: int = 0) -> None:
         self.metrics[c.SPOOL_LAST_FLUSH.name].set(float(last_flush_at))
         self.metrics[c.SPOOL_PENDING.name].set(float(pending_records))
+        self.metrics[c.SPOOL_UNSPOOLED.name].set(float(unspooled_records))
 
 
 class NoReplicaMetrics:
@@ -154,5 +155,5 @@ class NoReplicaMetrics:
     def flush(self) -> None:
         pass
 
-    def ledger(self, last_flush_at, pending_records) -> None:
+    def ledger(self, last_flush_at, pending_records, unspooled_records=0) -> None:
         pass

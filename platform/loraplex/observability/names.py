@@ -38,6 +38,7 @@ PREFIX_QUERIES = _m("loraplex_prefix_cache_queries_total")  # prompt tokens look
 PREFIX_HITS = _m("loraplex_prefix_cache_hits_total")        # of which found
 SPOOL_LAST_FLUSH = _m("loraplex_usage_last_flush_timestamp_seconds")  # unix time of the last good flush, 0: none
 SPOOL_PENDING = _m("loraplex_usage_spool_pending_records")  # records spooled, not yet in the database
+SPOOL_UNSPOOLED = _m("loraplex_usage_unspooled_records")  # records the spool refused, held in memory
 
 # Per Ingress replica.
 ROUTING_DECISIONS = _m("loraplex_routing_decisions_total")  # + decision: affinity, new_key, spill, ranked, fallback
@@ -48,6 +49,9 @@ BUDGET_SOURCE_FAILURES = _m("loraplex_budget_source_failures_total")  # month-to
 
 # Per replica that reads or writes the adapter store.
 ADAPTER_STORE_FAILURES = _m("loraplex_adapter_store_failures_total")  # + operation: read, write, delete
+
+# Per replica that writes a node-local disk.
+DISK_WRITE_FAILURES = _m("loraplex_disk_write_failures_total")  # + disk: usage_spool, adapter_cache, upload_temp
 
 # Ray Serve's own (the controller's), always `ray_`-prefixed: healthy replicas per deployment.
 SERVE_REPLICA_HEALTHY = "ray_serve_deployment_replica_healthy"

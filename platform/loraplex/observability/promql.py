@@ -105,6 +105,11 @@ def adapter_store_failures(window: str) -> str:
     return f"sum by ({n.OPERATION}) (increase({n.ADAPTER_STORE_FAILURES}[{window}])) > 0"
 
 
+def disk_write_failures(disk: str, window: str) -> str:
+    """Failed writes to one node-local disk over the window, per replica."""
+    return f'sum by ({n.REPLICA}) (increase({n.DISK_WRITE_FAILURES}{{disk="{disk}"}}[{window}])) > 0'
+
+
 def healthy_replicas(application: str, deployment: str) -> str:
     """Ray Serve's count of healthy replicas of one deployment (per-replica 0/1 series or one
     per-deployment count, depending on Serve's settings: their sum is the count either way)."""

@@ -150,6 +150,15 @@ class _Tests:
             self.check(name, 300),
             self.check(name, 660, self.alert(name, 10, operation="read"))])
 
+    def disk(self, name: str, disk: str) -> dict:
+        series = [_series(n.DISK_WRITE_FAILURES, "0 0 0 0 0 0 0+3x5", replica="r1", disk=disk),  # 3 a minute from 6 min
+                  _series(n.DISK_WRITE_FAILURES, "0x12", replica="r2", disk=disk),
+                  *[_series(n.DISK_WRITE_FAILURES, "0+5x12", replica="r3", disk=other)  # another disk's: not this alert
+                    for other in ("usage_spool", "adapter_cache", "upload_temp") if other != disk]]
+        return self.case(f"{name}: writes to {disk} failing on one replica; none before", series, [
+            self.check(name, 300),
+            self.check(name, 660, self.alert(name, 15, replica="r1"))])
+
     def cost(self) -> dict:
         pricing = self.served.config.accounting.pricing
         tenants = {"ten_default": pricing.plans[pricing.default_plan], **pricing.tenant_overrides}
@@ -179,7 +188,9 @@ def rule_tests(served: ServedPlatform) -> dict:
         t.latency("LoraplexTTFTOverSLO", n.TTFT, slo.ttft_p95_s, slow=False),
         t.latency("LoraplexTPOTOverSLO", n.TPOT, slo.tpot_p95_s, slow=True),
         t.latency("LoraplexTPOTOverSLO", n.TPOT, slo.tpot_p95_s, slow=False),
-        t.errors(), t.sheds(), t.replicas(), t.spool(), t.database(), t.budget_source(), t.adapter_store(), t.cost()]}
+        t.errors(), t.sheds(), t.replicas(), t.spool(), t.database(), t.budget_source(), t.adapter_store(),
+        t.disk("LoraplexUsageSpoolWriteFailing", "usage_spool"), t.disk("LoraplexAdapterCacheDiskFull", "adapter_cache"),
+        t.disk("LoraplexUploadTempDiskFull", "upload_temp"), t.cost()]}
 
 
 def render_rule_tests(served: ServedPlatform) -> str:

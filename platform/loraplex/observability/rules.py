@@ -96,6 +96,23 @@ def platform_alerts(served: ServedPlatform) -> list[dict]:
                "{{ $value }} adapter store " + f"{{{{ $labels.{n.OPERATION} }}}}" + "s failed or took over "
                "registry.store_timeout_s in 5 min: requests for adapter versions not yet on a replica, uploads "
                "and Batch API file reads answer 503 (batches wait); loaded adapters are still served."),
+        # Disks full (docs/operations.md, "When a disk is full"): each is a failed write counted by
+        # the replica, alerting at once: the count is zero on a healthy disk.
+        _alert("LoraplexUsageSpoolWriteFailing", q.disk_write_failures("usage_spool", "5m"), 0, "critical",
+               "A replica's usage spool disk is full or failing",
+               f"Replica {{{{ $labels.{n.REPLICA} }}}} could not write {{{{ $value }}}} usage record(s) to its spool "
+               "(accounting.spool_dir) in 5 min: they are written into the database directly, or held in memory "
+               f"while it is down; at accounting.max_unspooled_records ({served.config.accounting.max_unspooled_records}) "
+               "held the Engine replica refuses new requests with 503 usage_spool_full."),
+        _alert("LoraplexAdapterCacheDiskFull", q.disk_write_failures("adapter_cache", "5m"), 0, "warning",
+               "A node's adapter cache disk is full",
+               f"Replica {{{{ $labels.{n.REPLICA} }}}} found registry.cache_dir full {{{{ $value }}}} time(s) in 5 min: "
+               "it removed its idle adapter copies and retried; a request it still had no room for got 503 "
+               "adapter_cache_full."),
+        _alert("LoraplexUploadTempDiskFull", q.disk_write_failures("upload_temp", "5m"), 0, "warning",
+               "An ingress replica's upload temp space is full",
+               f"Ingress replica {{{{ $labels.{n.REPLICA} }}}} refused {{{{ $value }}}} upload(s) in 5 min with 503 "
+               "upload_temp_full: its temp dir ($TMPDIR) has no room for an archive or its unpacked files."),
     ]
 
 

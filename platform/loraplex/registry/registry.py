@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, Callable, Optional
 
+from loraplex.disk_full import upload_temp_full
 from loraplex.quality.gate import Move
 from loraplex.quality.repository import QualityRepository
 from loraplex.registry.config import RegistryConfig
@@ -56,6 +57,15 @@ class AdapterRegistry:
             self.bases.named(base_model)  # an unknown base costs no unpacking
         if quota is not None:
             self._check_quota_early(tenant, name, quota)
+        try:
+            return self._upload(tenant, name, upload, cancelled, quota, base_model)
+        except OSError as exc:  # the temp dir full: its TemporaryDirectory is gone already, no row was added
+            if (full := upload_temp_full(exc)) is not None:
+                raise full from exc
+            raise
+
+    def _upload(self, tenant: str, name: str, upload: BinaryIO | Path, cancelled, quota: AdapterQuota | None,
+                base_model: str | None) -> AdapterVersion:
         with tempfile.TemporaryDirectory(prefix="loraplex-upload-") as tmp:
             archive = Path(upload) if isinstance(upload, (str, Path)) else \
                 save_upload(upload, Path(tmp) / "upload", self.config, cancelled)

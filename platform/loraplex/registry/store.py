@@ -30,6 +30,7 @@ from typing import NamedTuple
 
 import fsspec
 
+from loraplex.disk_full import CACHE_DISK, CacheDiskFull, count_disk_full, is_disk_full
 from loraplex.registry.config import RegistryConfig
 from loraplex.errors import StatusError
 from loraplex.store_io import DELETE, READ, WRITE, BoundedStore
@@ -149,10 +150,10 @@ class AdapterStore:
         if not self.exists(tenant, sha256, what):  # 404 before downloading anything
             raise AdapterNotFound(f"adapter weights {sha256} not found for this tenant (deleted?); "
                                   "list yours with GET /v1/adapters")
-        final.parent.mkdir(parents=True, exist_ok=True)
         tmp = final.parent / f".{sha256}.{uuid.uuid4().hex}"
-        tmp.mkdir()
         try:
+            final.parent.mkdir(parents=True, exist_ok=True)
+            tmp.mkdir()
             source = self._dir(tenant, sha256)
             for file in CANONICAL_FILES:
                 self.io.call(READ, what, self.fs.get_file, f"{source}/{file}", str(tmp / file))
@@ -165,9 +166,19 @@ class AdapterStore:
             except OSError:
                 if not final.exists():  # lost a race to another fetch: theirs is as good
                     raise
+        except OSError as e:
+            if not is_disk_full(e):
+                raise
+            count_disk_full(CACHE_DISK, e)
+            raise CacheDiskFull(final.parent.parent, e) from e
         finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+            shutil.rmtree(tmp, ignore_errors=True)  # a partial copy leaves nothing behind
         return final
+
+    def blob_bytes(self, tenant: str, sha256: str) -> int:
+        """Bytes of a blob's canonical files in the store (what a copy of it needs in the cache)."""
+        source, what = self._dir(tenant, sha256), "the adapter's size could not be read"
+        return sum(self.io.call(READ, what, self.fs.size, f"{source}/{file}") for file in CANONICAL_FILES)
 
     def evict_from_local_cache(self, tenant: str, sha256: str, cache_dir: str | Path | None = None) -> None:
         shutil.rmtree(self._local_dir(tenant, sha256, cache_dir), ignore_errors=True)

@@ -845,12 +845,11 @@ async def test_a_record_the_spool_refuses_is_kept_retried_and_written_once(repli
     assert chunks[-1].data.endswith(SSE_DONE.encode())  # the client is served; append did not raise
     assert failing["calls"] >= 1 and isinstance(ledger.last_error, OSError)
     assert ledger.retry_unspooled() == 1  # still held while the disk refuses it
-    assert ledger_rows(replica) == []  # not in the database yet, and not lost
+    rows = ledger_rows(replica)  # the flush writes it into the database directly
+    assert [(r["request_id"], r["status"], tokens(r)) for r in rows] == [("req-disk-full", "stop", (7, 4, 3))]
+    assert ledger.unspooled_records() == 0
 
     failing["on"] = False
-    assert ledger.retry_unspooled() == 0
-    rows = ledger_rows(replica)
-    assert [(r["request_id"], r["status"], tokens(r)) for r in rows] == [("req-disk-full", "stop", (7, 4, 3))]
     assert ledger.retry_unspooled() == 0 and len(ledger_rows(replica)) == 1
 
 

@@ -236,6 +236,18 @@ def test_a_shed_request_is_a_503_with_the_replicas_retry_after():
     assert response.headers["retry-after"] == "7"
 
 
+def test_a_replica_refusal_with_a_code_of_its_own_reaches_the_client_with_it():
+    def spool_full(method, call, request):
+        yield EngineError(503, "Usage cannot be recorded on this engine replica: the usage spool /x is full",
+                          retry_after=10, reason="usage_spool_full", code="usage_spool_full")
+
+    response = make_client(FakeEngineClient(spool_full)).post("/v1/chat/completions", json=CHAT)
+    assert response.status_code == 503
+    error = response.json()["error"]
+    assert error["code"] == "usage_spool_full" and "/x" in error["message"]
+    assert response.headers["retry-after"] == "10"
+
+
 def test_a_full_engine_queue_is_a_503_refusal_not_an_engine_loss():
     from ray.serve.exceptions import BackPressureError
 
