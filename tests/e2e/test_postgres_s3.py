@@ -355,7 +355,7 @@ def test_postgresql_outage_drill(stack):
           f"{len(served)} served, {sum(r.completion_tokens for r in rows)} completion tokens as replied")
 
 
-SLOW_S = 0.5  # the slow database's added latency per reply
+SLOW_S = 2.0  # the slow database's added latency per reply: one wait for it on the request path stands out of any noise
 STEADY_S = 20  # each phase of the slow-database drill: prompt database, then slow
 
 
