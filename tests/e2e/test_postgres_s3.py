@@ -3,8 +3,10 @@ and `registry.store_url: s3://bucket/prefix` on a moto S3 server on loopback. An
 first steps over HTTP (tenant, key), an adapter uploaded into S3 and served by the real engine
 (which fetches it from S3), its usage row in PostgreSQL, and the catalog's write transactions
 (new versions, concurrent uploads, a delete) on PostgreSQL. Then the outage drills: PostgreSQL
-stopped for 30 s under traffic (test_postgresql_outage_drill); the S3 server frozen (SIGSTOP: connections
-open, no reply) and thawed (test_adapter_store_outage_drill).
+stopped for 30 s under traffic (test_postgresql_outage_drill); PostgreSQL slow, every reply 0.5 s
+late (test_slow_database_drill: the platform reaches it through tests/delay_proxy.py, at 0 s
+latency for the other tests); the S3 server frozen (SIGSTOP: connections open, no reply) and
+thawed (test_adapter_store_outage_drill).
 
 The drill stops the machine's PostgreSQL cluster: on a shared machine run this module under the
 PostgreSQL lock, `flock /work/coord/locks/postgres ... python -m pytest tests/e2e/test_postgres_s3.py`;
@@ -42,6 +44,7 @@ from serve_process import BASE_URL, ROOT, RUN_MARK, has_mark, serve_run  # noqa:
 from postgres import stopped_on_purpose  # noqa: E402
 from moto_s3 import SERVERS  # noqa: E402
 from shared_stores import postgres_and_s3, s3_client  # noqa: E402
+from delay_proxy import DelayProxy  # noqa: E402
 from waiting import wait_until  # noqa: E402
 
 from bench.tenants import new_tenant, new_tenant_key  # noqa: E402
@@ -72,7 +75,14 @@ def with_alpha(archive: Path, alpha: int) -> bytes:
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory):
+def db_proxy():
+    """The platform's way to PostgreSQL (the local cluster's port): no delay unless a drill sets one."""
+    with DelayProxy("127.0.0.1", 5432) as proxy:
+        yield proxy
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory, db_proxy):
     """(database URL, S3 endpoint, trained archive) of a running `serve run` on them."""
     tmp = tmp_path_factory.mktemp("pg-s3")
     pirate = trained_adapter("pirate")  # before the engine starts: training wants the cores
@@ -81,7 +91,7 @@ def stack(tmp_path_factory):
         db_url, endpoint, options = stores.db_url, stores.endpoint, stores.storage_options
         config = yaml.safe_load((ROOT / "serve_config.yaml").read_text())
         args = config["applications"][0]["args"]
-        args["database_url"] = db_url
+        args["database_url"] = db_proxy.url_for(db_url)
         args["registry"] = {"store_url": f"s3://{BUCKET}/{PREFIX}", "storage_options": options,
                             "cache_dir": str(tmp / "cache"), "deletion_poll_s": 1,
                             # Two uploads of one tenant at once (the catalog's concurrent write
@@ -184,22 +194,22 @@ class Traffic(threading.Thread):
     """One tenant's client sending short chats back to back until stopped: (sent at, status,
     request id, usage or error text) per request."""
 
-    def __init__(self, key: str):
+    def __init__(self, key: str, model: str = MODEL):
         super().__init__(daemon=True)
-        self.key, self.stop, self.results = key, threading.Event(), []
+        self.key, self.model, self.stop, self.results = key, model, threading.Event(), []
 
     def run(self):
         with httpx.Client(base_url=BASE_URL, headers={"Authorization": f"Bearer {self.key}"}, timeout=120) as c:
             while not self.stop.is_set():
                 sent = time.time()
                 try:
-                    r = c.post("/v1/chat/completions", json={"model": MODEL, "messages": QUESTION, "max_tokens": 6})
+                    r = c.post("/v1/chat/completions", json={"model": self.model, "messages": QUESTION, "max_tokens": 6})
                 except httpx.HTTPError as exc:
-                    self.results.append((sent, None, None, repr(exc)))
+                    self.results.append((sent, None, None, repr(exc), time.time() - sent))
                     continue
                 body = r.json() if r.status_code == 200 else r.text
                 self.results.append((sent, r.status_code, r.headers.get("x-loraplex-request-id"),
-                                     body["usage"] if r.status_code == 200 else body))
+                                     body["usage"] if r.status_code == 200 else body, time.time() - sent))
 
 
 def local_cluster() -> tuple[str, str]:
@@ -343,6 +353,88 @@ def test_postgresql_outage_drill(stack):
           f"a {len(traffic[0].results)} ({during['a']}), b {len(traffic[1].results)} ({during['b']}), "
           f"c {len(after_kill)} after the limiter actor's kill; non-200: 0; ledger: {len(rows)} rows = "
           f"{len(served)} served, {sum(r.completion_tokens for r in rows)} completion tokens as replied")
+
+
+SLOW_S = 2.0  # the slow database's added latency per reply: one wait for it on the request path stands out of any noise
+STEADY_S = 20  # each phase of the slow-database drill: prompt database, then slow
+
+
+def percentiles(results: list, since: float, until: float) -> dict:
+    """p50 / p95 / max seconds of the requests sent in [since, until)."""
+    took = sorted(r[4] for r in results if since <= r[0] < until)
+    assert took, f"no request sent in [{since}, {until})"
+    return {"n": len(took), "p50": took[len(took) // 2], "p95": took[int(len(took) * 0.95)], "max": took[-1]}
+
+
+def test_slow_database_drill(stack, db_proxy):
+    """PostgreSQL slow (every reply SLOW_S late, through the delay proxy) for STEADY_S under two chat
+    tenants, one on the base model and one on an adapter: no request waits for the database once
+    its key and model are known here (keys from the key cache, refreshed in the background; the
+    adapter from its last resolution after resolve_wait_s), so neither the median nor the worst
+    latency grows by the database's; nothing but 200s; the ledger falls behind and catches up
+    with every served request once."""
+    db_url, _, pirate, _ = stack
+    a_id, a_key = new_tenant(BASE_URL, ADMIN_TOKEN, "slow-a")
+    b_id, b_key = new_tenant(BASE_URL, ADMIN_TOKEN, "slow-b")
+    with httpx.Client(base_url=BASE_URL, headers={"Authorization": f"Bearer {b_key}"}, timeout=180) as client:
+        assert upload(client, "pirate", pirate.read_bytes()).status_code == 201
+    traffic = [Traffic(a_key), Traffic(b_key, model="pirate")]
+    [t.start() for t in traffic]
+    db = make_engine(db_url)  # the test's own view of the ledger: straight to PostgreSQL
+    try:
+        wait_until(lambda: all(len(t.results) >= 5 for t in traffic), 180, "both tenants served (warm)")
+        prompt = time.time()
+        time.sleep(STEADY_S)
+        db_proxy.set_latency(SLOW_S)
+        slow = time.time()
+        time.sleep(STEADY_S)
+        served_by_then = sum(r[1] == 200 for t in traffic for r in t.results)
+        with db.connect() as conn:
+            in_ledger_by_then = conn.execute(select(func.count()).select_from(usage_records)
+                                             .where(usage_records.c.tenant_id.in_([a_id, b_id]))).scalar()
+        db_proxy.set_latency(0)
+        back = time.time()
+        time.sleep(2)
+    finally:
+        db_proxy.set_latency(0)
+        for t in traffic:
+            t.stop.set()
+        [t.join(timeout=120) for t in traffic]
+
+    figures = {}
+    for name, t in zip(("base", "adapter"), traffic):
+        bad = [r for r in t.results if r[1] != 200]
+        assert not bad, f"{name} tenant: {bad[:3]}"
+        before, during = percentiles(t.results, prompt, slow), percentiles(t.results, slow, back)
+        figures[name] = (before, during)
+        # The database's latency is not on the request path: not on the median, not on the worst.
+        assert during["p50"] < before["p50"] + SLOW_S / 2, f"{name}: {before} -> {during}"
+        assert during["max"] < before["max"] + SLOW_S, f"{name}: {before} -> {during}"
+
+    served = {r[2]: r[3] for t in traffic for r in t.results}
+
+    def ledger():
+        with db.connect() as conn:
+            rows = conn.execute(select(usage_records.c.request_id, usage_records.c.prompt_tokens,
+                                       usage_records.c.completion_tokens)
+                                .where(usage_records.c.tenant_id.in_([a_id, b_id]))).all()
+        return rows if len(rows) >= len(served) else None
+
+    rows = wait_until(ledger, 120, f"the {len(served)} served requests in the ledger")
+    caught_up = time.time() - back
+    assert len(rows) == len(served) and {r.request_id for r in rows} == set(served)  # each once, no other
+    for r in rows:
+        assert (r.prompt_tokens, r.completion_tokens) == (served[r.request_id]["prompt_tokens"],
+                                                          served[r.request_id]["completion_tokens"]), r
+    db.dispose()
+    print(f"\nslow database drill: every PostgreSQL reply +{SLOW_S} s for {back - slow:.0f} s; "
+          f"{db_proxy.delayed_chunks} replies delayed")
+    for name, (before, during) in figures.items():
+        print(f"  {name}: prompt n={before['n']} p50 {before['p50']:.2f} p95 {before['p95']:.2f} max {before['max']:.2f}"
+              f" | slow n={during['n']} p50 {during['p50']:.2f} p95 {during['p95']:.2f} max {during['max']:.2f} s")
+    print(f"  ledger at the end of the slow period: {in_ledger_by_then} of {served_by_then} served; "
+          f"all {len(rows)} in it (each once, tokens as replied) {caught_up:.1f} s after the database was prompt; "
+          f"non-200: 0")
 
 
 def test_adapter_store_outage_drill(stack):

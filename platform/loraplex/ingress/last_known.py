@@ -1,6 +1,7 @@
 """LastKnown: the database's last answer per key (an adapter resolution, a tenant's adapter
-list), for when it cannot be asked. Bounded, TTL'd; only ever read during an outage, so while
-the database is up every request sees its current state (a DELETE holds at once)."""
+list), for when it cannot be asked or is slow to answer. Bounded, TTL'd; read during an outage,
+and for an adapter resolution whose query takes longer than resolve_wait_s (TenantContext), so
+while the database answers promptly every request sees its current state (a DELETE holds at once)."""
 
 from __future__ import annotations
 

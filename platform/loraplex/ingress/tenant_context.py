@@ -23,11 +23,20 @@ from loraplex.registry.catalog import group_by_name
 
 class TenantContext:
     """`outage_ttl_s` / `outage_entries`: how long and how many adapter resolutions and adapter
-    lists are remembered for a database outage (the key cache's ttl_s and max_entries)."""
+    lists are remembered for a database outage (the key cache's ttl_s and max_entries).
+
+    A slow database (up, every reply late): each adapter request still asks the catalog, so a
+    DELETE or a new version made on any replica holds here as soon as the database answers, but
+    it waits at most `resolve_wait_s` for the answer when the same (tenant, model) was resolved
+    here within outage_ttl_s; then it runs with that last resolution while the query lands in the
+    background. One query per (tenant, model) at a time: a request arriving while one is in
+    flight joins it, so a slow database sees one query per adapter per round trip, not one per
+    request, and the pool is not drained by queued lookups."""
 
     def __init__(self, authenticator, registry, base_model: str, cache_salt_per_tenant: bool = True,
                  plan_weight=lambda plan: 1.0, health: StoreHealth | None = None,
-                 outage_ttl_s: float = 900.0, outage_entries: int = 100_000, bases: list[str] | None = None):
+                 outage_ttl_s: float = 900.0, outage_entries: int = 100_000, bases: list[str] | None = None,
+                 resolve_wait_s: float = 0.1):
         self.authenticator = authenticator  # async (request) -> principal with .tenant_id
         self.registry = registry
         self.base_model = base_model  # the first (default) base
@@ -39,6 +48,9 @@ class TenantContext:
         self.resolved = LastKnown(outage_ttl_s, outage_entries)  # (tenant, model) -> AdapterVersion
         self.listed = LastKnown(outage_ttl_s, outage_entries)  # tenant -> its live AdapterVersions
         self.plan_weight = plan_weight  # (plan name) -> its fair-queue weight (TenancyConfig.plan_weight)
+        self.resolve_wait_s = resolve_wait_s
+        self._resolving: dict[tuple[str, str], asyncio.Future] = {}  # (tenant, model) -> its query in flight
+        self.served_while_slow = 0  # resolutions answered from memory because the query took over resolve_wait_s
 
     def weight(self, principal) -> float:
         return self.plan_weight(principal.plan)
@@ -66,13 +78,11 @@ class TenantContext:
             raise APIError(404, f"The model `{model}` does not exist. Valid: {valid}.", param="model")
         key = (principal.tenant_id, ref)
         try:
-            v = await asyncio.to_thread(self.registry.resolve, principal.tenant_id, ref)
+            v = await self._resolve(key)
         except StatusError as exc:
             raise exc.with_param("model")
         except Exception as exc:
             v = self._last_known(exc, self.resolved, key, f"the model `{model}` cannot be looked up")
-        else:
-            self.resolved.remember(key, v)
         base = self.base_of(v)
         if asked_base is not None and asked_base != base and cross_base:
             base = asked_base
@@ -84,6 +94,35 @@ class TenantContext:
             lora_name=v.lora_name, lora_int_id=v.id, tenant=v.tenant, name=v.name,
             sha256=v.sha256, requested_as=model, version=v.version,
         )
+
+    async def _resolve(self, key: tuple[str, str]):
+        """The catalog's answer for (tenant, ref), or the last one if the query takes longer than
+        resolve_wait_s (see the class doc); raises what the query raises."""
+        query = self._resolving.get(key)
+        if query is None:
+            query = self._resolving[key] = asyncio.ensure_future(asyncio.to_thread(self.registry.resolve, *key))
+            query.add_done_callback(lambda done: self._landed(key, done))
+        last = self.resolved.recall(key)
+        if last is None:
+            return await asyncio.shield(query)  # nothing to go by: wait for the database
+        done, _ = await asyncio.wait({query}, timeout=self.resolve_wait_s)
+        if not done:
+            self.served_while_slow += 1
+            return last
+        return query.result()
+
+    def _landed(self, key: tuple[str, str], query: asyncio.Future) -> None:
+        """Every query's answer updates the memory, whether or not a request still waits for it."""
+        exc = None if query.cancelled() else query.exception()  # retrieved, even if no request waits
+        if self._resolving.get(key) is not query:
+            return  # forgotten meanwhile (this replica changed the tenant's adapters): stale
+        del self._resolving[key]
+        if query.cancelled():
+            return
+        if exc is None:
+            self.resolved.remember(key, query.result())
+        elif isinstance(exc, StatusError):  # deleted (404): never served from memory again
+            self.resolved.forget(lambda k: k == key)
 
     def base_of(self, version) -> str:
         """The base a version is bound to; a version from before bases were recorded (or of a base
@@ -107,6 +146,9 @@ class TenantContext:
     def forget_adapters(self, tenant_id: str) -> None:
         """After this replica changed a tenant's adapters: nothing older is recalled."""
         self.resolved.forget(lambda key: key[0] == tenant_id)
+        for key in [k for k in self._resolving if k[0] == tenant_id]:
+            # Its answer may predate the change: not remembered (the callback checks), not joined.
+            del self._resolving[key]
         self.listed.forget(lambda key: key == tenant_id)
 
     def _last_known(self, exc: Exception, memory: LastKnown, key, what: str):

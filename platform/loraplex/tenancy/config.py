@@ -39,6 +39,18 @@ class KeyCacheConfig(BaseModel):
         description="While the database is up, a cached key is used only if verified less than this long ago (a "
         "revocation, suspension or limit change reaches every ingress replica within it).",
     )
+    stale_s: float = Field(
+        10.0, ge=0,
+        description="While the database is up but slow, a key verified less than refresh_s + stale_s ago is still "
+        "served from the cache while the background refresh re-verifies it (the revocation bound is then "
+        "refresh_s + stale_s); only an older key waits for the database on the request path. 0: never stale.",
+    )
+    resolve_wait_s: float = Field(
+        0.1, gt=0,
+        description="How long a request waits for the database to resolve an adapter `model` this replica "
+        "resolved within ttl_s before it is served that last resolution instead (the query lands in the "
+        "background, one per adapter at a time): a slow database adds at most this to a request.",
+    )
     ttl_s: float = Field(
         900.0, gt=0,
         description="While the database cannot be reached, a key verified less than this long ago keeps working "

@@ -4,12 +4,16 @@ down.
 
 The bounds (KeyCacheConfig):
 - **Revocation, suspension, a limit change: within `refresh_s`** on every replica while the
-  database is up. An entry is used only while it was verified less than `refresh_s` ago (its
-  `verified_at` is when the verifying query started, so a change committed before that query is
-  seen by it); a background thread re-verifies every entry each `refresh_s / 2` in one query per
-  500 keys, so in steady state no request waits for the database; an entry the refresher could
-  not re-verify in time is verified on the request path (one query, in a thread). The replica
-  that serves a revocation, suspension or PATCH forgets the entries it touches at once.
+  database answers promptly, **within `refresh_s + stale_s`** while it is slow. An entry is fresh
+  while it was verified less than `refresh_s` ago (its `verified_at` is when the verifying query
+  started, so a change committed before that query is seen by it); a background thread
+  re-verifies every entry each `refresh_s / 2` (counted from the start of the previous refresh,
+  so a slow refresh does not stretch the period) in one query per 500 keys, so in steady state
+  no request waits for the database. An entry the refresher has not re-verified in time is still
+  served for `stale_s` more (stale-while-revalidate: a slow database must not put its latency on
+  every request once the refresh lags); only one older than that is verified on the request path
+  (one query, in a thread). The replica that serves a revocation, suspension or PATCH forgets the
+  entries it touches at once.
 - **Outage: `ttl_s`.** While the database cannot be reached, an entry verified less than `ttl_s`
   ago keeps working with its last known tenant and limits; any other key gets 503 + Retry-After
   (StoreUnavailable: we cannot tell a valid key from a wrong one, so never 401). No revocation
@@ -73,6 +77,7 @@ class KeyCache:
         self._lock = threading.Lock()  # the refresher thread and the request path both change it
         self._down_at: Optional[float] = None  # clock time of the last failed query; None: reachable
         self.served_in_outage = 0  # authentications answered from an entry because the database was down
+        self.served_stale = 0  # answered from an entry past refresh_s (within stale_s) while the refresh lags
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
 
@@ -94,9 +99,14 @@ class KeyCache:
             age = now - entry.verified_at
             if age >= self.config.refresh_s:
                 down_at = self._down_at
-                if down_at is None or age >= self.config.ttl_s or now - down_at >= self.config.refresh_s / 2:
-                    return None  # verify it (or, down for a while, probe the database again)
-                self.served_in_outage += 1  # the database is down: its last known state stands
+                if down_at is None:
+                    if age >= self.config.refresh_s + self.config.stale_s:
+                        return None  # too stale to serve: verify it on the request path
+                    self.served_stale += 1  # the database is slow: the refresher re-verifies it
+                elif age >= self.config.ttl_s or now - down_at >= self.config.refresh_s / 2:
+                    return None  # down for a while: probe the database again
+                else:
+                    self.served_in_outage += 1  # the database is down: its last known state stands
             entry.used_at = now
             self._entries.move_to_end(digest)
             return entry.principal
@@ -210,7 +220,12 @@ class KeyCache:
         self._stop.set()
 
     def _refresh_loop(self) -> None:
-        while not self._stop.wait(self.config.refresh_s / 2):
+        period = self.config.refresh_s / 2
+        started = time.monotonic()
+        # Each refresh starts `period` after the previous one started (at once if that one took
+        # longer): a refresh's own duration must not add to the age entries reach before the next.
+        while not self._stop.wait(max(0.0, started + period - time.monotonic())):
+            started = time.monotonic()
             try:
                 self.refresh()
             except Exception:  # never let the refresher die: entries would all fall to the request path

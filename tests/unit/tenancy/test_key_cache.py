@@ -27,7 +27,8 @@ def clock():
 
 
 def make_cache(service, clock, **cfg):
-    return KeyCache(service, KeyCacheConfig(**{"refresh_s": 10, "ttl_s": 100, **cfg}), clock=clock)
+    # stale_s 0 unless a test is about it: the refresh_s bound is then exact.
+    return KeyCache(service, KeyCacheConfig(**{"refresh_s": 10, "ttl_s": 100, "stale_s": 0, **cfg}), clock=clock)
 
 
 def authenticate(cache, key):
@@ -63,6 +64,61 @@ def test_an_entry_past_refresh_s_is_verified_again(service, clock):
     with pytest.raises(InvalidAPIKey, match="revoked"):
         cache.verify(key)
     assert len(cache) == 0
+
+
+def test_a_lagging_refresh_serves_the_entry_for_stale_s_without_the_database(service, clock):
+    """A slow database: the refresher has not re-verified an entry within refresh_s, and the
+    request path serves it (no query) until refresh_s + stale_s, then asks the database."""
+    cache = make_cache(service, clock, stale_s=5)
+    tenant, record, key = tenant_with_key(service)
+    cache.verify(key)
+    service.revoke_key(record.id)  # on another replica: this cache is not told
+    asked = []
+    real = service.authenticate
+    service.authenticate = lambda k: asked.append(1) or real(k)
+    clock.t += 14.9
+    assert cache.cached(key).tenant_id == tenant.id  # past refresh_s, within stale_s
+    assert asked == [] and cache.served_stale == 1
+    clock.t += 0.1  # refresh_s + stale_s: the revocation bound while the database is slow
+    assert cache.cached(key) is None
+    with pytest.raises(InvalidAPIKey, match="revoked"):
+        cache.verify(key)
+    assert asked == [1]
+
+
+def test_the_refresh_landing_ends_the_stale_period(service, clock):
+    cache = make_cache(service, clock, stale_s=5)
+    _, record, key = tenant_with_key(service)
+    cache.verify(key)
+    clock.t += 12
+    assert cache.cached(key) is not None and cache.served_stale == 1
+    service.revoke_key(record.id)
+    assert cache.refresh() is True  # the lagging refresh lands: revoked
+    assert cache.cached(key) is None
+
+
+def test_the_refresher_period_counts_from_the_start_of_the_last_refresh(service):
+    """A refresh that takes longer than refresh_s / 2 is followed at once by the next, so the
+    entries' age stays within one period plus one refresh's duration."""
+    import threading
+    import time
+
+    cache = KeyCache(service, KeyCacheConfig(refresh_s=0.4, ttl_s=100))
+    starts, done = [], threading.Event()
+
+    def slow_refresh():  # a fake of a slow database: each refresh takes 0.3 s (> refresh_s / 2)
+        starts.append(time.monotonic())
+        time.sleep(0.3)
+        if len(starts) >= 4:
+            done.set()
+        return True
+
+    cache.refresh = slow_refresh
+    cache.start()
+    assert done.wait(5)
+    cache.close()
+    gaps = [b - a for a, b in zip(starts, starts[1:])]
+    assert max(gaps) < 0.45, gaps  # 0.3 s, not 0.3 + 0.2 s (the period after the refresh ended)
 
 
 def test_refresher_applies_revocation_suspension_and_limits_within_the_bound(service, clock):
