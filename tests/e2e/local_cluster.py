@@ -1,9 +1,10 @@
 """A Ray cluster of several nodes on this machine, as an operator starts one: `ray start --head`
 plus `ray start --address` per extra node, each its own process tree, working directory and
 environment ($LORAPLEX_NODE_DIR: that node's disk). Killing a node kills its raylet, then every
-process it started (the machine gone). Only this cluster's processes are ever stopped: each
-node's processes carry a mark in their environment (never `ray stop`, which stops every Ray
-cluster on the machine)."""
+process it started (the machine gone). A head started with a Redis for its GCS (Ray's GCS fault
+tolerance, as KubeRay's `gcsFaultToleranceOptions`) can have its GCS killed and started again.
+Only this cluster's processes are ever stopped: each node's processes carry a mark in their
+environment (never `ray stop`, which stops every Ray cluster on the machine)."""
 
 import os
 import shutil
@@ -34,6 +35,15 @@ def free_port() -> int:
 
 
 @dataclass
+class StoppedGcs:
+    """A killed GCS server and what starts it again as it was: its command line, environment
+    (the node's mark included) and working directory."""
+    cmd: list[str]
+    env: dict[str, str]
+    cwd: str
+
+
+@dataclass
 class RayNode:
     name: str
     dir: Path
@@ -41,6 +51,7 @@ class RayNode:
     proc: subprocess.Popen
     node_id: Optional[str] = None
     log: Path = field(default=None)
+    blocking: bool = True  # `ray start --block`: the start process lives as long as the node
 
     def pids(self) -> list[int]:
         return marked(NODE_MARK, self.mark)
@@ -73,28 +84,35 @@ class LocalRayCluster:
         base_env.setdefault("OMP_NUM_THREADS", "1")
         self.env = {**base_env, **(env or {})}
 
-    def _start(self, name: str, args: list[str], env: dict[str, str]) -> RayNode:
+    def _start(self, name: str, args: list[str], env: dict[str, str], block: bool = True) -> RayNode:
         node_dir = self.base / name
         node_dir.mkdir(parents=True, exist_ok=True)
         mark = f"{self.run}-{name}"
         env = {**self.env, **env, NODE_MARK: mark, NODE_DIR: str(node_dir)}
         log = node_dir / "ray_start.log"
         proc = subprocess.Popen(
-            [str(BIN / "ray"), "start", "--block", "--disable-usage-stats", "--node-ip-address=127.0.0.1",
+            [str(BIN / "ray"), "start", *(["--block"] if block else []), "--disable-usage-stats", "--node-ip-address=127.0.0.1",
              f"--object-store-memory={128 << 20}", *args],
             cwd=node_dir, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
-        node = RayNode(name, node_dir, mark, proc, log=log)
+        node = RayNode(name, node_dir, mark, proc, log=log, blocking=block)
         self.nodes.append(node)
         return node
 
-    def start_head(self, num_cpus: float, resources: dict, env: Optional[dict] = None) -> RayNode:
+    def start_head(self, num_cpus: float, resources: dict, env: Optional[dict] = None,
+                   redis_address: Optional[str] = None) -> RayNode:
+        """redis_address: the GCS keeps its tables there (`RAY_REDIS_ADDRESS`), so it may die and
+        start again. Such a head is started without `--block`, whose watch would take every process
+        of the node down with the GCS (a Kubernetes head pod restarts its GCS instead)."""
         import json
 
+        env = dict(env or {})
+        if redis_address:
+            env.update(RAY_REDIS_ADDRESS=redis_address, RAY_external_storage_namespace=self.run)
         return self._start("head", [
             "--head", f"--port={self.port}", "--include-dashboard=false",
             f"--ray-client-server-port={free_port()}", f"--num-cpus={num_cpus}",
             f"--resources={json.dumps(resources)}", f"--temp-dir={self.temp_dir}",
-        ], env or {})
+        ], env, block=not redis_address)
 
     def add_node(self, name: str, num_cpus: float, resources: dict, env: Optional[dict] = None) -> RayNode:
         import json
@@ -139,7 +157,8 @@ class LocalRayCluster:
 
     def check_alive(self) -> None:
         for node in self.nodes:
-            if node.proc.poll() is not None and node.node_id is None:
+            code = node.proc.poll()
+            if code is not None and node.node_id is None and (node.blocking or code != 0):
                 raise RuntimeError(f"`ray start` of node {node.name} exited with {node.proc.returncode}:\n"
                                    f"{node.log.read_text()[-3000:]}")
 
@@ -168,6 +187,23 @@ class LocalRayCluster:
             os.kill(pid, signal.SIGKILL)
         time.sleep(1)
         kill_marked(NODE_MARK, node.mark)
+
+    def kill_gcs(self) -> StoppedGcs:
+        """SIGKILL the head's GCS server; what restart_gcs needs to start it again."""
+        [head] = [n for n in self.nodes if n.name == "head"]
+        out = subprocess.run(["pgrep", "-f", "gcs_server"], capture_output=True, text=True).stdout
+        [pid] = [int(p) for p in out.split() if has_mark(int(p), NODE_MARK, head.mark)]
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
+        env = dict(kv.split("=", 1) for kv in Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0") if "=" in kv)
+        cwd = os.readlink(f"/proc/{pid}/cwd")
+        os.kill(pid, signal.SIGKILL)
+        return StoppedGcs(cmd, env, cwd)
+
+    def restart_gcs(self, stopped: StoppedGcs) -> None:
+        """Start the GCS server again as it was; it reloads the cluster's tables from Redis."""
+        [head] = [n for n in self.nodes if n.name == "head"]
+        subprocess.Popen(stopped.cmd, env=stopped.env, cwd=stopped.cwd, start_new_session=True,
+                         stdout=open(head.dir / "gcs_restarted.log", "w"), stderr=subprocess.STDOUT)
 
     def shutdown(self) -> None:
         for node in reversed(self.nodes):

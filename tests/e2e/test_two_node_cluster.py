@@ -10,7 +10,11 @@ In order, on one cluster (an engine start costs a minute here):
    Engine replica on the other node;
 2. usage from both nodes' replicas lands in PostgreSQL exactly once;
 3. a SQLite database or a local adapter store is refused at deploy, with the fix;
-4. the second node's raylet is killed: its streams move to the surviving replica and finish as
+4. Ray's GCS (fault tolerant: its tables in a Redis, as KubeRay's `gcsFaultToleranceOptions`) is
+   killed under load and started again 30 s later: the running replicas answer every request and
+   finish every stream meanwhile, billed once, and the app is healthy again with no operator
+   action (issue 50);
+5. the second node's raylet is killed: its streams move to the surviving replica and finish as
    one reply (issue 48's migration), billed once; its tenants move there and the platform keeps
    serving;
 
@@ -23,6 +27,7 @@ import json
 import secrets
 import sys
 import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -41,7 +46,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 from demo_adapters import trained_adapter  # noqa: E402
 from local_cluster import LocalRayCluster  # noqa: E402
 from model_dir import MODEL_NAME, default_model_dir  # noqa: E402
+from missing import skip_or_fail  # noqa: E402
 from readiness import wait_ready  # noqa: E402
+from redis_server import RedisUnavailable, redis_server  # noqa: E402
 from serve_process import StreamingChat, port_in_use  # noqa: E402
 from shared_stores import postgres_and_s3  # noqa: E402
 from waiting import wait_until  # noqa: E402
@@ -125,11 +132,17 @@ def env(tmp_path_factory):
     with contextlib.ExitStack() as resources:
         stores = resources.enter_context(postgres_and_s3(BUCKET))
         db_url, endpoint, s3_options = stores.db_url, stores.endpoint, stores.storage_options
+        try:
+            redis = resources.enter_context(redis_server())
+        except RedisUnavailable as exc:
+            skip_or_fail(str(exc))
         cluster = LocalRayCluster(tmp / "nodes")
         resources.callback(cluster.shutdown)
         # The admin token only in the head node's environment, as an operator sets it where
-        # `serve deploy` runs: build_app carries it to the replicas.
-        head = cluster.start_head(num_cpus=2, resources={"node_head": 1}, env={"LORAPLEX_ADMIN_TOKEN": ADMIN_TOKEN})
+        # `serve deploy` runs: build_app carries it to the replicas. The GCS keeps its tables in
+        # Redis (GCS fault tolerance), as deploy/rayservice.yaml sets it up.
+        head = cluster.start_head(num_cpus=2, resources={"node_head": 1}, env={"LORAPLEX_ADMIN_TOKEN": ADMIN_TOKEN},
+                                  redis_address=redis)
         second = cluster.add_node("n2", num_cpus=2, resources={"node_n2": 1})
         from ray import serve
 
@@ -253,6 +266,61 @@ def test_sqlite_or_a_local_store_on_two_nodes_is_refused_at_deploy(env, tmp_path
     deploy(env, TWO)
     wait_until(lambda: "local" not in serve_details()["applications"], 60, "the refused app to be removed")
     assert running_exactly(2) == before  # the platform's replicas were never touched
+
+
+GCS_DOWN_S = 30
+GCS_STREAM_TOKENS = 150
+
+
+def test_the_gcs_restarting_keeps_the_running_replicas_serving(env):
+    replicas = running_exactly(2)
+    tenants = [t for r in sorted(replicas) for t in tenants_preferring(env, r, replicas, 1, f"gcs-{r[:6]}")]
+    for _, key in tenants:  # each key verified by the ingress before the fault: the fault alone
+        assert chat(key).status_code == 200
+    streams = [StreamingChat(key, i, GCS_STREAM_TOKENS, BASE_URL, MODEL_NAME) for i, (_, key) in enumerate(tenants)]
+    [s.start() for s in streams]
+    wait_until(lambda: all(s.tokens >= 3 for s in streams) or any(s.failure for s in streams), 120,
+               "every stream's first tokens")
+
+    stopped = env.cluster.kill_gcs()
+    killed_at = time.monotonic()
+    replies: dict[str, dict] = {}
+    failed = []
+    while time.monotonic() - killed_at < GCS_DOWN_S:  # a steady load on both replicas while it is down
+        for _, key in tenants:
+            reply = chat(key)
+            if reply.status_code == 200:
+                replies[reply.headers["x-loraplex-request-id"]] = reply.json()["usage"]
+            else:
+                failed.append((reply.status_code, reply.text[:200]))
+        time.sleep(0.5)
+    env.cluster.restart_gcs(stopped)
+    restarted_at = time.monotonic()
+
+    assert not failed, failed  # requests to running replicas: 100% served
+    for stream in streams:
+        stream.join(timeout=180)
+        assert stream.failure is None and stream.events[-1] == "data: [DONE]", (stream.failure, stream.events[-2:])
+        assert stream.tokens == GCS_STREAM_TOKENS
+    # Healthy again with no operator action: Serve's controller reports the app running, and new
+    # requests are served by both replicas.
+    wait_until(lambda: serve_details()["applications"][APP]["status"] == "RUNNING" and running_exactly(2), 120,
+               "the app RUNNING with both Engine replicas after the GCS restart", interval_s=1)
+    healthy_after_s = time.monotonic() - restarted_at
+    for _, key in tenants:
+        reply = chat(key)
+        assert reply.status_code == 200, reply.text
+        replies[reply.headers["x-loraplex-request-id"]] = reply.json()["usage"]
+    served = served_by(env, [*replies, *(s.request_id for s in streams)])  # every reply billed, as received
+    assert set(served.values()) == set(replicas)
+    rows = rows_of(env, served)
+    for request_id, usage in replies.items():
+        assert (rows[request_id].prompt_tokens, rows[request_id].completion_tokens) == \
+            (usage["prompt_tokens"], usage["completion_tokens"])
+    for stream in streams:
+        assert rows[stream.request_id].completion_tokens == GCS_STREAM_TOKENS
+    print(f"\nGCS down {GCS_DOWN_S} s: {len(replies) - len(tenants)} requests served meanwhile, 0 failed, "
+          f"{len(streams)} streams finished; app RUNNING {healthy_after_s:.1f} s after the GCS restart")
 
 
 STREAM_TOKENS = 300

@@ -46,3 +46,8 @@ def test_the_rayservice_manifest_serves_the_cluster_profile():
     engine = next(d for d in cluster_config()["applications"][0]["deployments"] if d["name"] == "Engine")
     assert gpu["minReplicas"] <= engine["autoscaling_config"]["min_replicas"]
     assert gpu["maxReplicas"] >= engine["autoscaling_config"]["max_replicas"]
+    # The head pod restarting must not take the app with it (GCS fault tolerance, KubeRay >= 1.3);
+    # the replicas then live on the workers, whose proxies keep serving.
+    assert cluster["gcsFaultToleranceOptions"]["redisAddress"]
+    assert cluster["headGroupSpec"]["rayStartParams"]["num-cpus"] == "0"
+    assert yaml.safe_load(manifest["spec"]["serveConfigV2"])["proxy_location"] == "EveryNode"
