@@ -10,9 +10,10 @@ The bounds (KeyCacheConfig):
   re-verifies every entry each `refresh_s / 2` (counted from the start of the previous refresh,
   so a slow refresh does not stretch the period) in one query per 500 keys, so in steady state
   no request waits for the database. An entry the refresher has not re-verified in time is still
-  served for `stale_s` more (stale-while-revalidate: a slow database must not put its latency on
-  every request once the refresh lags); only one older than that is verified on the request path
-  (one query, in a thread). The replica that serves a revocation, suspension or PATCH forgets the
+  served for `stale_s` more, and for as long as a refresh is under way (stale-while-revalidate,
+  up to `ttl_s`: a slow database must not put its latency on requests once the refresh lags, and
+  the refresh under way is what re-verifies the entry); only one older than that, with no refresh
+  under way, is verified on the request path (one query, in a thread). The replica that serves a revocation, suspension or PATCH forgets the
   entries it touches at once.
 - **Outage: `ttl_s`.** While the database cannot be reached, an entry verified less than `ttl_s`
   ago keeps working with its last known tenant and limits; any other key gets 503 + Retry-After
@@ -28,9 +29,10 @@ The bounds (KeyCacheConfig):
   use) answers 503 StoreBusy + Retry-After to a key without a recent entry, serves one with an
   entry verified within ttl_s, and leaves the outage mode and /readyz alone.
 
-During an outage the cache does not ask the database per request: the refresher probes it each
-period (`ping` when it holds nothing) and the request path tries again at most every
-`refresh_s / 2`, so requests never queue behind connection attempts to a dead database.
+During an outage the cache does not ask the database for a key it holds: the refresher probes it
+each period (`ping` when it holds nothing) and its first success ends the outage. Only a key with
+no entry within `ttl_s` tries the database on the request path, at most once per `refresh_s / 2`,
+so requests never queue behind connection attempts to a dead (or a slow, timing out) database.
 """
 
 from __future__ import annotations
@@ -78,6 +80,7 @@ class KeyCache:
         self._down_at: Optional[float] = None  # clock time of the last failed query; None: reachable
         self.served_in_outage = 0  # authentications answered from an entry because the database was down
         self.served_stale = 0  # answered from an entry past refresh_s (within stale_s) while the refresh lags
+        self._refreshing = False  # a refresh is under way: it re-verifies every entry it started with
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
 
@@ -98,15 +101,14 @@ class KeyCache:
                 return None
             age = now - entry.verified_at
             if age >= self.config.refresh_s:
-                down_at = self._down_at
-                if down_at is None:
-                    if age >= self.config.refresh_s + self.config.stale_s:
-                        return None  # too stale to serve: verify it on the request path
-                    self.served_stale += 1  # the database is slow: the refresher re-verifies it
-                elif age >= self.config.ttl_s or now - down_at >= self.config.refresh_s / 2:
-                    return None  # down for a while: probe the database again
-                else:
+                if age >= self.config.ttl_s:
+                    return None  # no longer trusted, whatever the database's state: verify it
+                if self._down_at is not None:
                     self.served_in_outage += 1  # the database is down: its last known state stands
+                elif age >= self.config.refresh_s + self.config.stale_s and not self._refreshing:
+                    return None  # too stale to serve and nothing re-verifying it: the request path
+                else:
+                    self.served_stale += 1  # the database is slow: the refresher re-verifies it
             entry.used_at = now
             self._entries.move_to_end(digest)
             return entry.principal
@@ -183,6 +185,13 @@ class KeyCache:
         """Re-verify every entry (forget the unused, revoked, suspended and vanished ones); with
         none, ping. False when the database could not be reached (entries stay as they were)."""
         started = self.clock()
+        self._refreshing = True
+        try:
+            return self._refresh(started)
+        finally:
+            self._refreshing = False
+
+    def _refresh(self, started: float) -> bool:
         with self._lock:
             for digest in [d for d, e in self._entries.items() if started - e.used_at >= self.config.ttl_s]:
                 del self._entries[digest]

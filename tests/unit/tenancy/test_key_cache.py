@@ -86,6 +86,33 @@ def test_a_lagging_refresh_serves_the_entry_for_stale_s_without_the_database(ser
     assert asked == [1]
 
 
+def test_a_refresh_under_way_serves_the_entry_past_stale_s(service, clock):
+    """A database slow enough that one refresh outlasts refresh_s + stale_s: while it is under way
+    (it re-verifies the entry), requests are served from the entry, never from a query of their
+    own; once it has landed, the bound is refresh_s + stale_s from that refresh's start (the
+    refresher starts the next at once: its period counts from the last start)."""
+    cache = make_cache(service, clock, stale_s=5)
+    tenant, _, key = tenant_with_key(service)
+    cache.verify(key)
+    asked, during = [], []
+    real_auth, real_refresh = service.authenticate, service.principals_by_hash
+    service.authenticate = lambda k: asked.append(1) or real_auth(k)
+
+    def slow_refresh(digests):  # a fake of a slow database: the clock passes while it runs
+        clock.t += 20
+        during.append(cache.cached(key))
+        return real_refresh(digests)
+
+    service.principals_by_hash = slow_refresh
+    clock.t += 6
+    assert cache.refresh() is True
+    assert during[0] is not None and during[0].tenant_id == tenant.id and asked == []
+    # Landed: verified as of its start, 20 s ago, past refresh_s + stale_s, and nothing re-verifying
+    # it now: the request path asks.
+    assert cache.cached(key) is None
+    assert cache.verify(key).tenant_id == tenant.id and asked == [1]
+
+
 def test_the_refresh_landing_ends_the_stale_period(service, clock):
     cache = make_cache(service, clock, stale_s=5)
     _, record, key = tenant_with_key(service)
@@ -192,7 +219,8 @@ def test_unknown_key_during_outage_is_503_not_401(service, clock):
 
 
 def test_outage_does_not_query_per_request(service, clock):
-    """While down, requests do not each wait for a connection attempt: one per refresh_s / 2."""
+    """While down, requests with a key held here do not wait for connection attempts: the first
+    finds the outage, then the refresher alone probes, and its success ends the outage."""
     cache = make_cache(service, clock)
     _, _, key = tenant_with_key(service)
     cache.verify(key)
@@ -204,9 +232,13 @@ def test_outage_does_not_query_per_request(service, clock):
         for _ in range(50):
             authenticate(cache, key)
         assert len(attempts) == 1
-        clock.t += 5
+        clock.t += 30
         authenticate(cache, key)
-        assert len(attempts) == 2  # probed again after refresh_s / 2
+        assert len(attempts) == 1  # the request path does not probe for a key it holds
+        assert cache.refresh() is False  # the refresher does
+    assert cache.refresh() is True and cache.health.reachable
+    authenticate(cache, key)
+    assert len(attempts) == 1
 
 
 def test_revocation_on_this_replica_holds_at_once(service, clock):
