@@ -13,15 +13,14 @@ from __future__ import annotations
 
 import errno
 import logging
-import sys
-import threading
 
 from loraplex.errors import StatusError
+from loraplex.metrics import catalog
+from loraplex.metrics.sink import ProcessCounter
 
 logger = logging.getLogger(__name__)
 
 SPOOL_DISK, CACHE_DISK, UPLOAD_DISK = "usage_spool", "adapter_cache", "upload_temp"  # the counter's `disk`
-DISKS = (SPOOL_DISK, CACHE_DISK, UPLOAD_DISK)
 FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 
 
@@ -83,37 +82,10 @@ def is_disk_full(exc: BaseException | None) -> bool:
     return False
 
 
-_counter = None
-_counter_lock = threading.Lock()
-
-
-def _failure_counter():
-    global _counter
-    with _counter_lock:
-        if _counter is None:
-            from loraplex.metrics import catalog
-            from loraplex.metrics.sink import RaySink
-
-            _counter = RaySink().make(catalog.DISK_WRITE_FAILURES)
-    return _counter
-
-
-def start_counting() -> None:
-    """Export the counter at 0 for every disk (a replica's start): an alert's increase() needs the
-    series before the first failure."""
-    try:
-        counter = _failure_counter()
-        for disk in DISKS:
-            counter.zero({"disk": disk})
-    except Exception:  # outside Ray: nowhere to count
-        logger.debug("could not start the disk write failure counter", exc_info=True)
+FAILURES = ProcessCounter(catalog.DISK_WRITE_FAILURES)
 
 
 def count_disk_full(disk: str, exc: BaseException | None = None) -> None:
     """One failed write to `disk` in this process's counter (a Serve replica's labels)."""
-    if "ray" not in sys.modules:  # not a Ray worker (unit tests, scripts): nowhere to count
-        return
-    try:
-        _failure_counter().inc(1, tags={"disk": disk})
-    except Exception:  # outside Ray
-        logger.debug("could not count a %s write failure (%r)", disk, exc, exc_info=True)
+    logger.debug("a write to the %s disk failed: %r", disk, exc)
+    FAILURES.inc(disk)

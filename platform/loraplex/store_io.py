@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
-import sys
-import threading
 from typing import Callable, TypeVar
 
 from loraplex.disk_full import is_disk_full
 from loraplex.errors import StatusError
+from loraplex.metrics import catalog
+from loraplex.metrics.sink import ProcessCounter
 
 logger = logging.getLogger(__name__)
 
@@ -88,38 +88,9 @@ class BoundedStore:
             raise AdapterStoreUnavailable(self.root, what, cause=exc) from exc
 
 
-_counter = None
-_counter_lock = threading.Lock()
-
-
-def _failure_counter():
-    """This process's loraplex_adapter_store_failures_total, made on first use (Serve replica labels)."""
-    global _counter
-    with _counter_lock:
-        if _counter is None:
-            from loraplex.metrics import catalog
-            from loraplex.metrics.sink import RaySink
-
-            _counter = RaySink().make(catalog.ADAPTER_STORE_FAILURES)
-    return _counter
-
-
-def start_counting() -> None:
-    """Export the failure counter at 0 for each operation from now on (a replica's start): an
-    alert's rate() needs the series before the first failure, and a scrape shows every metric."""
-    try:
-        counter = _failure_counter()
-        for operation in (READ, WRITE, DELETE):
-            counter.zero({"operation": operation})
-    except Exception:  # outside Ray: nowhere to count
-        logger.debug("could not start the adapter store failure counter", exc_info=True)
+FAILURES = ProcessCounter(catalog.ADAPTER_STORE_FAILURES)
 
 
 def count_failure(operation: str) -> None:
     """loraplex_adapter_store_failures_total{operation} of this process (a Serve replica's labels)."""
-    if "ray" not in sys.modules:  # not a Ray worker (unit tests, scripts): nowhere to count, and no import of Ray
-        return
-    try:
-        _failure_counter().inc(1, tags={"operation": operation})
-    except Exception:  # outside Ray (unit tests, scripts): nowhere to count
-        logger.debug("could not count an adapter store failure", exc_info=True)
+    FAILURES.inc(operation)

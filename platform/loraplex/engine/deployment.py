@@ -128,8 +128,8 @@ class Engine:
         self.in_flight = InFlight()  # sequences (EngineCall.sequences) this replica serves, per tenant
         self.metrics = Metrics.for_replica(config.metrics, "engine", metrics_sink, base_model=self.base_model)
         if self.metrics.enabled and metrics_sink is None:  # the adapter store and disk failure counters, exported at 0
-            store_io.start_counting()
-            disk_full.start_counting()
+            store_io.FAILURES.start()
+            disk_full.FAILURES.start()
         # vLLM's own numbers, read from its registry by one reader: the shedder, the routing
         # stats and the metrics publisher share its readings.
         self.stats = EngineStatsReader(max_age_s=deployment.shedding.sample_period_s)

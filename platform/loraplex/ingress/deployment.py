@@ -75,8 +75,8 @@ class Ingress:
         self.owner = ray.get_runtime_context().get_actor_name() or f"ingress-{context.replica_id.unique_id}"
         self.metrics = Metrics.for_replica(config.metrics, "ingress", base_model=config.engine.model_id)
         if self.metrics.enabled:  # the adapter store and disk failure counters, exported at 0
-            store_io.start_counting()
-            disk_full.start_counting()
+            store_io.FAILURES.start()
+            disk_full.FAILURES.start()
         process_metrics.install(self.metrics)  # for the router Serve runs in this process
         self.publisher = None
         if self.metrics.enabled:

@@ -15,6 +15,8 @@ event, so Prometheus's rate() and increase() count that first event.
 from __future__ import annotations
 
 import logging
+import sys
+import threading
 
 from loraplex.metrics.catalog import MetricSpec
 
@@ -64,3 +66,41 @@ def _zero(counter, tags) -> None:
         counter._metric.record(0.0, tags=final)
     except Exception:  # a Ray without this private path: the series appears at its first event
         logger.debug("could not zero %s", counter.info.get("name"), exc_info=True)
+
+
+class ProcessCounter:
+    """A counter of this process, made on first use with the Serve replica's labels, for code that
+    has no recorder of its own (the adapter store's calls, the node's disks). Its one label's
+    known values (`spec.values`) are zeroed by `start()`; counting outside a Ray worker (unit
+    tests, scripts) goes nowhere and imports nothing of Ray."""
+
+    def __init__(self, spec: MetricSpec):
+        self.spec = spec
+        self.label = spec.labels[0]
+        self._metric = None
+        self._lock = threading.Lock()
+
+    def _made(self):
+        with self._lock:
+            if self._metric is None:
+                self._metric = RaySink().make(self.spec)
+        return self._metric
+
+    def start(self) -> None:
+        """Export the counter at 0 for each known value (a replica's start): an alert's rate() or
+        increase() needs the series before the first event, and a scrape shows every metric."""
+        try:
+            metric = self._made()
+            for value in (self.spec.values or {}).get(self.label, ()):
+                metric.zero({self.label: value})
+        except Exception:  # outside Ray: nowhere to count
+            logger.debug("could not start %s", self.spec.name, exc_info=True)
+
+    def inc(self, value: str) -> None:
+        """One event with the label at `value`."""
+        if "ray" not in sys.modules:  # not a Ray worker: nowhere to count, and no import of Ray
+            return
+        try:
+            self._made().inc(1, tags={self.label: value})
+        except Exception:  # outside Ray
+            logger.debug("could not count %s{%s=%s}", self.spec.name, self.label, value, exc_info=True)
