@@ -2,7 +2,6 @@
 skipped with the reason where they are missing, a failure where CI is set)."""
 import contextlib
 import shutil
-import socket
 import subprocess
 import urllib.request
 from pathlib import Path
@@ -10,6 +9,7 @@ from typing import Iterator, Sequence
 
 import yaml
 
+from loopback import free_port
 from missing import skip_or_fail
 from waiting import wait_until
 
@@ -20,12 +20,6 @@ def prometheus_tool(name: str) -> str:
     if path is None:
         skip_or_fail(f"{name} is not on PATH (apt-get install prometheus)")
     return path
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_ready(url: str, proc: subprocess.Popen, timeout_s: float = 60) -> None:

@@ -9,7 +9,6 @@ environment (never `ray stop`, which stops every Ray cluster on the machine)."""
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,18 +19,14 @@ from pathlib import Path
 from typing import Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from loopback import free_port  # noqa: E402
 from serve_process import has_mark, kill_marked, marked  # noqa: E402
 
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parents[2]
 NODE_MARK = "LORAPLEX_TEST_NODE"
 NODE_DIR = "LORAPLEX_NODE_DIR"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass

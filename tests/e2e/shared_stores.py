@@ -9,7 +9,8 @@ from typing import Iterator
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from missing import skip_or_fail  # noqa: E402
-from moto_s3 import MotoUnavailable, moto_s3  # noqa: E402
+from loopback import ServerUnavailable  # noqa: E402
+from moto_s3 import moto_s3  # noqa: E402
 from postgres import PostgresUnavailable, throwaway_postgres  # noqa: E402
 
 S3_CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing", "region_name": "us-east-1"}
@@ -32,7 +33,7 @@ def postgres_and_s3(bucket: str) -> Iterator[SimpleNamespace]:
             skip_or_fail(f"PostgreSQL not available: {exc}")
         try:
             endpoint = resources.enter_context(moto_s3())
-        except MotoUnavailable as exc:
+        except ServerUnavailable as exc:
             skip_or_fail(str(exc))
         s3_client(endpoint).create_bucket(Bucket=bucket)
         options = {"key": "testing", "secret": "testing",

@@ -45,10 +45,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 from demo_adapters import trained_adapter  # noqa: E402
 from local_cluster import LocalRayCluster  # noqa: E402
+from loopback import ServerUnavailable  # noqa: E402
 from model_dir import MODEL_NAME, default_model_dir  # noqa: E402
 from missing import skip_or_fail  # noqa: E402
 from readiness import wait_ready  # noqa: E402
-from redis_server import RedisUnavailable, redis_server  # noqa: E402
+from redis_server import redis_server  # noqa: E402
 from serve_process import StreamingChat, port_in_use  # noqa: E402
 from shared_stores import postgres_and_s3  # noqa: E402
 from waiting import wait_until  # noqa: E402
@@ -134,7 +135,7 @@ def env(tmp_path_factory):
         db_url, endpoint, s3_options = stores.db_url, stores.endpoint, stores.storage_options
         try:
             redis = resources.enter_context(redis_server())
-        except RedisUnavailable as exc:
+        except ServerUnavailable as exc:
             skip_or_fail(str(exc))
         cluster = LocalRayCluster(tmp / "nodes")
         resources.callback(cluster.shutdown)

@@ -1,7 +1,6 @@
 """One Ray Serve deployment of LoRAPlex with the real vLLM engine, shared by every integration test."""
 
 import os
-import socket
 import sys
 from pathlib import Path
 
@@ -9,6 +8,7 @@ import httpx
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from loopback import free_port  # noqa: E402
 from model_dir import MODEL_NAME, default_model_dir  # noqa: E402
 from readiness import wait_ready  # noqa: E402
 
@@ -26,12 +26,6 @@ def this_checkout_first_on_pythonpath() -> None:
     ours = [str(ROOT / "platform"), str(ROOT)]
     rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p not in ours]
     os.environ["PYTHONPATH"] = os.pathsep.join(ours + rest)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="session")

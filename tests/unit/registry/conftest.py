@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
+from loopback import ServerUnavailable
+from moto_s3 import moto_s3
 from registry_builders import REPO, SMOLLM2_CONFIG, lora_config, lora_tensors, write_adapter
 
 from loraplex.registry.model_spec import BaseModelSpec
@@ -53,35 +51,15 @@ def good_adapter(tmp_path, spec) -> Path:
 
 # --- S3 on loopback (moto server) ------------------------------------------------------------
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
 def s3_endpoint():
     pytest.importorskip("moto.server", reason="moto[server] is needed for the S3 test")
     pytest.importorskip("s3fs", reason="s3fs is needed for the S3 test")
-    port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            break
-        except OSError:
-            if proc.poll() is not None:
-                pytest.fail(f"moto.server exited with {proc.returncode}")
-            time.sleep(0.2)
-    else:
-        proc.terminate()
-        pytest.fail("moto.server did not start listening within 60s")
-    yield url
-    proc.terminate()
-    proc.wait(timeout=10)
+    try:
+        with moto_s3() as endpoint:
+            yield endpoint
+    except ServerUnavailable as exc:
+        pytest.fail(str(exc))
 
 
 @pytest.fixture
