@@ -9,39 +9,22 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "registry"))
-from registry_builders import SMOLLM2_CONFIG, lora_config, lora_tensors, tar_dir, write_adapter  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from adapter_cache_builders import FakeLLM, FakeServingModels, cached, three_versions  # noqa: E402
 
-from loraplex.contract import AdapterTarget  # noqa: E402
-from loraplex.db.engine import make_engine  # noqa: E402
 from loraplex.disk_full import CacheDiskFull  # noqa: E402
 from loraplex.engine.loaded_adapters import LoadedAdapters  # noqa: E402
-from loraplex.registry.bases import ServedBases  # noqa: E402
-from loraplex.registry.catalog import AdapterCatalog  # noqa: E402
-from loraplex.registry.config import RegistryConfig  # noqa: E402
-from loraplex.registry.model_spec import BaseModelSpec  # noqa: E402
-from loraplex.registry.registry import AdapterRegistry  # noqa: E402
 from loraplex.registry.store import AdapterStore  # noqa: E402
-from loraplex.registry.validator import AdapterValidator  # noqa: E402
 from small_disk import small_disk  # noqa: E402
-from test_adapter_cache_prune import FakeLLM, FakeServingModels, cached  # noqa: E402
 
 
 @pytest.fixture
 def full_cache(tmp_path):
     """Three versions in the store; a cache disk with room for two copies, not three."""
-    spec = BaseModelSpec.from_config(SMOLLM2_CONFIG, "SmolLM2-135M-Instruct")
-    upload = RegistryConfig(store_url=str(tmp_path / "store"), cache_dir=str(tmp_path / "unused"))
-    registry = AdapterRegistry(upload, ServedBases.one(AdapterValidator(spec, max_lora_rank=16)), AdapterStore(upload),
-                               AdapterCatalog(make_engine(f"sqlite:///{tmp_path}/db")))
-    targets = []
-    for i in range(3):
-        src = write_adapter(tmp_path / f"a{i}", lora_config(r=4), lora_tensors(spec, r=4, fill=0.01 * (i + 1)))
-        v = registry.upload("acme", f"a{i}", tar_dir(src, tmp_path / f"a{i}.tgz"))
-        targets.append(AdapterTarget(v.lora_name, v.id, "acme", v.name, v.sha256, v.name, v.version))
-    pages = -(-(2 * v.size_bytes + v.size_bytes // 2) // 4096)
+    config, targets, one = three_versions(tmp_path)
+    pages = -(-(2 * one + one // 2) // 4096)
     with small_disk(tmp_path / "cache", f"{pages * 4096}") as disk:
-        store = AdapterStore(upload.model_copy(update={"cache_dir": str(disk), "cache_max_bytes": None}))
+        store = AdapterStore(config.model_copy(update={"cache_dir": str(disk), "cache_max_bytes": None}))
         failures = []
         store.io.on_failure = failures.append  # an adapter store failure would land here
         yield LoadedAdapters(FakeLLM(), FakeServingModels(), store), targets, disk, failures

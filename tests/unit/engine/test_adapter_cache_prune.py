@@ -8,56 +8,19 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "registry"))
-from registry_builders import SMOLLM2_CONFIG, lora_config, lora_tensors, tar_dir, write_adapter  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from adapter_cache_builders import FakeLLM, FakeServingModels, cached, three_versions  # noqa: E402
 
-from loraplex.registry.config import RegistryConfig  # noqa: E402
-from loraplex.contract import AdapterTarget  # noqa: E402
-from loraplex.db.engine import make_engine  # noqa: E402
 from loraplex.engine.loaded_adapters import LoadedAdapters  # noqa: E402
-from loraplex.registry.catalog import AdapterCatalog  # noqa: E402
-from loraplex.registry.model_spec import BaseModelSpec  # noqa: E402
-from loraplex.registry.bases import ServedBases
-from loraplex.registry.registry import AdapterRegistry  # noqa: E402
 from loraplex.registry.store import AdapterStore  # noqa: E402
-from loraplex.registry.validator import AdapterValidator  # noqa: E402
-
-
-class FakeLLM:
-    async def add_lora(self, request):
-        return True
-
-    async def remove_lora(self, lora_int_id):
-        return True
-
-    async def collective_rpc(self, *args, **kwargs):
-        return None
-
-
-class FakeServingModels:
-    def __init__(self):
-        self.lora_requests = {}
 
 
 @pytest.fixture
 def setup(tmp_path):
-    spec = BaseModelSpec.from_config(SMOLLM2_CONFIG, "SmolLM2-135M-Instruct")
-    probe = RegistryConfig(store_url=str(tmp_path / "store"), cache_dir=str(tmp_path / "cache"))
-    registry = AdapterRegistry(probe, ServedBases.one(AdapterValidator(spec, max_lora_rank=16)), AdapterStore(probe),
-                               AdapterCatalog(make_engine(f"sqlite:///{tmp_path}/db")))
-    targets = []
-    for i in range(3):
-        src = write_adapter(tmp_path / f"a{i}", lora_config(r=4), lora_tensors(spec, r=4, fill=0.01 * (i + 1)))
-        v = registry.upload("acme", f"a{i}", tar_dir(src, tmp_path / f"a{i}.tgz"))
-        targets.append(AdapterTarget(v.lora_name, v.id, "acme", v.name, v.sha256, v.name, v.version))
-    one = v.size_bytes
+    config, targets, one = three_versions(tmp_path)
     # Room for two copies, not three.
-    store = AdapterStore(probe.model_copy(update={"cache_max_bytes": 2 * one + one // 2}))
+    store = AdapterStore(config.model_copy(update={"cache_max_bytes": 2 * one + one // 2}))
     return LoadedAdapters(FakeLLM(), FakeServingModels(), store), targets, tmp_path / "cache" / "acme"
-
-
-def cached(cache_dir):
-    return sorted(p.name for p in cache_dir.iterdir()) if cache_dir.exists() else []
 
 
 def test_the_lru_copy_vllm_evicted_is_pruned_past_the_budget_never_one_in_use(setup):
