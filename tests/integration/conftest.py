@@ -13,6 +13,7 @@ from model_dir import MODEL_NAME, default_model_dir  # noqa: E402
 from readiness import wait_ready  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import engine_pool as engine_pool_app  # noqa: E402
 from tenant_keys import ADMIN_TOKEN, new_tenant_key  # noqa: E402
 
 APP = "loraplex"
@@ -82,6 +83,20 @@ def serve_app(tmp_path_factory):
     yield base_url, args["database_url"]
     serve.shutdown()
     ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def engine_pool(serve_app, tmp_path_factory):
+    """(base_url, state dir) of engine_pool.py's app, with all its replicas running; a test that
+    kills or scales them waits for the pool to be whole again before it starts."""
+    from ray import serve
+
+    state = tmp_path_factory.mktemp("pool-state")
+    engine_pool_app.deploy(state)
+    base_url = serve_app[0].rstrip("/") + engine_pool_app.PREFIX
+    wait_ready(base_url, timeout_s=900)
+    yield base_url, state
+    serve.delete(engine_pool_app.APP)
 
 
 @pytest.fixture(scope="session")

@@ -9,9 +9,9 @@ An Ingress replica: the engine requests it was streaming are aborted within 2 s 
 their end for no one: engine/caller_watch.py) and billed for what was generated; new requests flow
 through the other Ingress replica.
 
-A second application next to the session's, with two Engine replicas (routing by load, so both
-hold streams) and two Ingress replicas, deployed as `serve deploy` does. With `ingress.max_migrations: 0` the cut streams
-end with the error event and this test fails (MAX_MIGRATIONS below; see docs/operations.md).
+On the pool of engine_pool.py (two Engine and two Ingress replicas, deployed as `serve deploy` does).
+With `ingress.max_migrations: 0` the cut streams end with the error event and this test fails
+(engine_pool.MAX_MIGRATIONS; see docs/operations.md).
 """
 
 import json
@@ -28,38 +28,14 @@ from sqlalchemy import select
 
 from loraplex.accounting.tables import usage_records
 from loraplex.db.engine import make_engine
-from model_dir import default_model_dir
-from readiness import wait_ready
+from engine_pool import deploy, replicas, wait_whole
 from tenant_keys import ADMIN_TOKEN, new_tenant_key
 from waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
-APP = "migration"
-PREFIX = "/migration"
 STREAMS = 6
 MAX_TOKENS = 96
-MAX_MIGRATIONS = 2  # the default; 0 turns migration off (then the cut streams end with the error event)
-
-
-def app_args(state) -> dict:
-    return {
-        "database_url": f"sqlite:///{state}/loraplex.db",
-        "registry": {"store_url": str(state / "adapters"), "cache_dir": str(state / "cache")},
-        "tenancy": {"admin_token": ADMIN_TOKEN},
-        "accounting": {"spool_dir": str(state / "spool"), "flush_interval_s": 0.2},
-        "engine": {"model": str(default_model_dir()), "max_model_len": 1024, "max_num_seqs": 4,
-                   "dtype": "float32", "engine_kwargs": {"kv_cache_memory_bytes": 128 << 20}},
-        "engine_deployment": {"num_cpus": 0.5, "health_check_period_s": 5, "routing": {"policy": "power_of_two"}},
-        "ingress": {"num_cpus": 0.25, "num_replicas": 2, "max_migrations": MAX_MIGRATIONS},
-    }
-
-
-def replicas(deployment: str) -> list[dict]:
-    from ray.serve.context import _get_global_client
-
-    app = _get_global_client().get_serve_details()["applications"].get(APP)
-    return app["deployments"][deployment]["replicas"] if app and deployment in app["deployments"] else []
 
 
 def engine_replicas() -> list[dict]:
@@ -67,21 +43,11 @@ def engine_replicas() -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def two_engines(serve_app, tmp_path_factory):
-    """(base_url, state dir): the app with two running Engine replicas."""
-    from ray import serve
-    from ray.serve.context import _get_global_client
-    from ray.serve.schema import ServeDeploySchema
-
-    state = tmp_path_factory.mktemp("migration-state")
-    _get_global_client().deploy_apps(ServeDeploySchema(applications=[{
-        "name": APP, "route_prefix": PREFIX, "import_path": "loraplex.app:build_app", "args": app_args(state),
-        "deployments": [{"name": "Engine", "num_replicas": 2}]}]))
-    base_url = serve_app[0].rstrip("/") + PREFIX
-    wait_ready(base_url, timeout_s=900)
-    wait_until(lambda: [r for r in engine_replicas() if r["state"] == "RUNNING"][1:], 600, "two running Engine replicas")
-    yield base_url, state
-    serve.delete(APP)
+def two_engines(engine_pool):
+    """(base_url, state dir): the pool with its two Engine and two Ingress replicas running."""
+    deploy(engine_pool[1])
+    wait_whole()
+    return engine_pool
 
 
 class Stream(threading.Thread):
@@ -221,8 +187,7 @@ def test_streams_on_a_killed_engine_replica_finish_on_the_other_billed_once(two_
 
 def test_an_ingress_replica_killed_mid_stream_leaves_no_engine_request_running(two_engines, keys):
     base_url, state = two_engines
-    wait_until(lambda: len([r for r in replicas("Engine") if r["state"] == "RUNNING"]) == 2, 600,
-               "two running Engine replicas again")
+    wait_whole()  # the Engine replica the test above killed, replaced
     killed_at = {}
 
     def kill_one_ingress():

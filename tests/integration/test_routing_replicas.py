@@ -2,9 +2,8 @@
 scaling the pool in place keeps the running replicas, a removed replica's tenants (and only
 they) move, and a joining replica takes only the new keys it wins.
 
-A second application next to the session's, deployed from a config the way `serve deploy`
-does (Serve's controller, `import_path` + `args`), scaled by the `deployments:` entry as an
-operator would. Which replica served a request is read from the usage ledger (each record
+On the pool of engine_pool.py (deployed from a config the way `serve deploy` does, scaled by its
+`deployments:` entries as an operator would). Which replica served a request is read from the usage ledger (each record
 names its replica); Serve's controller lists the replica ids.
 """
 
@@ -15,76 +14,33 @@ from sqlalchemy import select
 from loraplex.accounting.tables import usage_records
 from loraplex.db.engine import make_engine
 from loraplex.routing.rendezvous import rendezvous_order
-from model_dir import default_model_dir
-from readiness import wait_ready
+from engine_pool import ENGINES, deploy, replicas, running_exactly, wait_whole
 from tenant_keys import ADMIN_TOKEN, new_tenant_key
 from waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
-APP = "routing"
-PREFIX = "/routing"
 TENANTS = 12
-REPLICAS = 2  # scaled to one fewer and back
-
-
-def routing_args(state) -> dict:
-    return {
-        "database_url": f"sqlite:///{state}/loraplex.db",
-        "registry": {"store_url": str(state / "adapters"), "cache_dir": str(state / "cache")},
-        "tenancy": {"admin_token": ADMIN_TOKEN},
-        "accounting": {"spool_dir": str(state / "spool"), "flush_interval_s": 0.2},
-        "engine": {"model": str(default_model_dir()), "max_model_len": 2048, "max_num_seqs": 4,
-                   "dtype": "float32", "engine_kwargs": {"kv_cache_memory_bytes": 128 << 20}},
-        "engine_deployment": {"num_cpus": 0.5, "health_check_period_s": 5,
-                              "routing": {"policy": "tenant_affinity", "stats_period_s": 2}},
-        "ingress": {"num_cpus": 0.25},
-    }
-
-
-def deploy(state, engine_replicas: int) -> None:
-    """Apply the app's config as `serve deploy` does. The replica count is in `deployments:`,
-    not in `args`: Serve hashes `args` into the app's code version, so a change there replaces
-    every replica, while a `deployments:` change is applied in place."""
-    from ray.serve.context import _get_global_client
-    from ray.serve.schema import ServeDeploySchema
-
-    _get_global_client().deploy_apps(ServeDeploySchema(applications=[{
-        "name": APP, "route_prefix": PREFIX, "import_path": "loraplex.app:build_app",
-        "args": routing_args(state),
-        "deployments": [{"name": "Engine", "num_replicas": engine_replicas}],
-    }]))
+REPLICAS = ENGINES  # scaled to one fewer and back
 
 
 def engine_replicas() -> dict[str, str]:
-    """The routing app's Engine replicas as Serve's controller lists them: id -> state."""
-    from ray.serve.context import _get_global_client
-
-    details = _get_global_client().get_serve_details()
-    app = details["applications"].get(APP)
-    if not app or "Engine" not in app["deployments"]:
-        return {}
-    return {r["replica_id"]: r["state"] for r in app["deployments"]["Engine"]["replicas"]}
+    """The pool's Engine replicas as Serve's controller lists them: id -> state."""
+    return {r["replica_id"]: r["state"] for r in replicas("Engine")}
 
 
-def running_exactly(n: int):
-    replicas = engine_replicas()
-    running = {r for r, state in replicas.items() if state == "RUNNING"}
-    return running if len(running) == len(replicas) == n else None
+def running_engines(n: int) -> set[str] | None:
+    return running_exactly("Engine", n)
 
 
 @pytest.fixture(scope="module")
-def routed(serve_app, tmp_path_factory):
-    """(base_url, state dir): the routing app with REPLICAS Engine replicas."""
-    from ray import serve
-
-    state = tmp_path_factory.mktemp("routing-state")
-    deploy(state, REPLICAS)
-    base_url = serve_app[0].rstrip("/") + PREFIX
-    wait_ready(base_url, timeout_s=900)
-    wait_until(lambda: running_exactly(REPLICAS), 300, f"{REPLICAS} running Engine replicas")
-    yield base_url, state
-    serve.delete(APP)
+def routed(engine_pool):
+    """(base_url, state dir): the pool with REPLICAS Engine replicas and one Ingress replica: with
+    one router, "every router has heard of the change" is one wait (each Ingress replica's router
+    hears it through Serve's long poll on its own)."""
+    deploy(engine_pool[1], REPLICAS, ingresses=1)
+    wait_whole(REPLICAS, 1)
+    return engine_pool
 
 
 def served_by(db, request_ids: list[str]) -> dict[str, tuple[str, str]]:
@@ -154,8 +110,8 @@ def test_scaling_in_place_moves_only_the_tenants_it_must(routed, model_name):
     assert set(home.values()) == first
 
     # One fewer: Serve stops one replica and keeps the others running (same ids).
-    deploy(state, REPLICAS - 1)
-    survivors = wait_until(lambda: running_exactly(REPLICAS - 1), 300, "Serve to scale the Engine deployment down")
+    deploy(state, REPLICAS - 1, ingresses=1)
+    survivors = wait_until(lambda: running_engines(REPLICAS - 1), 300, "Serve to scale the Engine deployment down")
     assert survivors < first, (survivors, first)
     [removed] = first - survivors
     held = {t for t in home if home[t] == removed}
@@ -173,8 +129,8 @@ def test_scaling_in_place_moves_only_the_tenants_it_must(routed, model_name):
     assert {t for t in home if now[t] != home[t]} == held, (home, now)  # exactly its tenants moved
 
     # Back: a new replica joins; the running ones stay (same ids).
-    deploy(state, REPLICAS)
-    pool = wait_until(lambda: running_exactly(REPLICAS), 600, f"Serve to scale the Engine deployment to {REPLICAS}")
+    deploy(state, REPLICAS, ingresses=1)
+    pool = wait_until(lambda: running_engines(REPLICAS), 600, f"Serve to scale the Engine deployment to {REPLICAS}")
     assert survivors < pool, (survivors, pool)
     [joined] = pool - survivors
 
