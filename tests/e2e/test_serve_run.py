@@ -20,7 +20,6 @@ import json
 import os
 import secrets
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -41,6 +40,7 @@ from bench.processes import stop_marked  # noqa: E402
 from bench.tenants import new_tenant_key  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from process_tree import alive, descendants  # noqa: E402
 from waiting import wait_until  # noqa: E402
 
 pytestmark = pytest.mark.e2e
@@ -126,20 +126,6 @@ def rss(pid: int) -> int:
         return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except OSError:
         return 0
-
-
-def alive(pid: int) -> bool:
-    """Running, not a zombie waiting for its (dead) parent to reap it."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def descendants(pid: int) -> list[int]:
-    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
-    children = [int(p) for p in out.split()]
-    return children + [d for c in children for d in descendants(c)]
 
 
 def test_records_survive_kill_9_exactly_once(served):

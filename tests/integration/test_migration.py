@@ -17,7 +17,6 @@ With `ingress.max_migrations: 0` the cut streams end with the error event and th
 import json
 import os
 import signal
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -29,6 +28,7 @@ from sqlalchemy import select
 from loraplex.accounting.tables import usage_records
 from loraplex.db.engine import make_engine
 from engine_pool import deploy, replicas, wait_whole
+from process_tree import alive, descendants
 from tenant_keys import ADMIN_TOKEN, new_tenant_key
 from waiting import wait_until
 
@@ -100,19 +100,6 @@ def run_streams(base_url: str, keys: list[str], kill=None, max_tokens: int = MAX
         s.join(timeout=600)
         assert not s.is_alive(), "a stream hung"
     return streams
-
-
-def descendants(pid: int) -> list[int]:
-    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
-    children = [int(p) for p in out.split()]
-    return children + [d for c in children for d in descendants(c)]
-
-
-def alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 @pytest.fixture(scope="module")
