@@ -19,7 +19,7 @@ class Seen:
 
     kind: str
     started: float                      # time.time() of the send
-    ended: Optional[float]              # of the reply's end; None: it never ended
+    ended: Optional[float]              # of the reply's end, or of the client's giving up; None: not yet
     status: Optional[int]
     retry_after: Optional[str] = None
     message: str = ""
@@ -29,9 +29,12 @@ class Seen:
 
 
 def end_of(seen: Seen, deadline_s: float, store_words: Iterable[str]) -> str:
-    """The request's end: `hung` past its deadline (or never ended) whatever came after, then by status."""
-    if seen.ended is None or seen.ended - seen.started > deadline_s:
+    """The request's end: `hung` past its deadline (or never ended, or the client's timeout) whatever came
+    after; `failed` if the client saw no reply (a cut connection); then by status."""
+    if seen.ended is None or seen.ended - seen.started > deadline_s or "Timeout" in (seen.failure or ""):
         return "hung"
+    if seen.failure is not None:
+        return "failed"
     if seen.status == 500:
         return "500"
     if seen.status in (200, 201):

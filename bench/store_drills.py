@@ -13,6 +13,7 @@ with its own tenant, so that each one's ledger rows are its own."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import os
@@ -26,7 +27,7 @@ import httpx
 from bench.demo_adapters import synthetic_adapter
 from bench.drill_platform import DrillPlatform
 from bench.fault_tally import Seen, check_ledger, fault_rows
-from bench.scenarios.drill import MODEL, Request, prompts
+from bench.scenarios.drill import MODEL, REQUESTS, Request, prompts
 from bench.steady_load import Kind, SteadyLoad
 from bench.tenants import new_tenant
 
@@ -66,6 +67,7 @@ class Drills:
     def __init__(self, platform: DrillPlatform, args):
         self.platform, self.args = platform, args
         self.texts = prompts(64, max_chars=args.prompt_chars)
+        self.warmed: list[Seen] = []  # the requests that loaded a drill's cached adapter
 
     def tenant(self, name: str) -> tuple[str, str]:
         return new_tenant(self.platform.base_url, self.platform.admin_token, f"{name}-{int(time.time())}")
@@ -79,7 +81,7 @@ class Drills:
         return f"{name}@{reply.version}"
 
     def chat(self, key: str, model: str) -> Callable[[int], Request]:
-        return lambda i: Request(self.platform.base_url, key, self.texts[i % len(self.texts)], self.args.max_tokens,
+        return lambda i: Request(self.platform.base_url, key, self.texts[i % len(self.texts)], self.args.load_tokens,
                                  False, model=model, timeout_s=self.args.deadline_s)
 
     def kinds(self, key: str, cached: bool = True, uncached: int = 0, uploads: bool = False) -> list[Kind]:
@@ -88,7 +90,9 @@ class Drills:
         kinds = [Kind("base model", self.chat(key, MODEL))]
         if cached:
             version = self.upload(key, "warm")
-            Request(self.platform.base_url, key, "hi", 2, False, model=version).run()  # now on the replica
+            warm = Request(self.platform.base_url, key, "hi", 2, False, model=version)
+            warm.run()  # now on the replica; billed, so in the ledger check
+            self.warmed.append(warm.seen("warm-up"))
             kinds.append(Kind("cached adapter", self.chat(key, version)))
         if uncached:
             fresh = iter([self.upload(key, f"cold{i}") for i in range(uncached)])
@@ -116,11 +120,14 @@ class Drills:
         time.sleep(self.args.after_s)
         seen = load.stop(join_s=self.args.deadline_s + 10)
         ended = time.time()
-        billable = [s for s in seen if s.kind != "upload"]
+        billable = [s for s in seen if s.kind != "upload"] + self.warmed
+        self.warmed = []
         ledger = self.ledger(tenant, billable)
         caught_up = time.time() - ended
-        return fault_rows(fault.name, seen, (began, faulted, cleared, ended), self.args.deadline_s,
+        rows = fault_rows(fault.name, seen, (began, faulted, cleared, ended), self.args.deadline_s,
                           fault.store_words, ledger, caught_up)
+        rows[0][REQUESTS] = [dataclasses.asdict(s) for s in seen]  # each request's end: the JSON output
+        return rows
 
     def ledger(self, tenant: str, billable: list[Seen], wait_s: float = 120):
         """The tenant's ledger rows once they hold every served request (or after `wait_s`)."""
@@ -182,10 +189,12 @@ STORE_DRILLS = {"store-down": Drills.store_down, "spool-full": Drills.spool_full
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--rate", type=float, default=2.0, help="store drills: requests/s of the steady load")
+    parser.add_argument("--rate", type=float, default=1.0, help="store drills: requests/s of the steady load")
     parser.add_argument("--deadline-s", type=float, default=60.0,
                         help="store drills: a request not ended within this is counted hung")
-    parser.add_argument("--prompt-chars", type=int, default=400, help="store drills: ShareGPT prompts shorter than this")
+    parser.add_argument("--load-tokens", type=int, default=8,
+                        help="store drills: max_tokens of each chat request (the load must stay under capacity)")
+    parser.add_argument("--prompt-chars", type=int, default=200, help="store drills: ShareGPT prompts shorter than this")
     parser.add_argument("--before-s", type=float, default=15.0)
     parser.add_argument("--after-s", type=float, default=30.0)
     parser.add_argument("--store-down-s", type=float, default=60.0)
@@ -208,7 +217,8 @@ def run_store_drills(names: list[str], args) -> list[dict]:
         for name in names:
             print(f"drill {name} ...", file=sys.stderr)
             done = STORE_DRILLS[name](drills)
-            print(json.dumps(done), file=sys.stderr)  # its figures, should a later drill fail
+            print(json.dumps([{k: v for k, v in row.items() if k != REQUESTS} for row in done]),
+                  file=sys.stderr)  # its figures, should a later drill fail
             rows += done
             time.sleep(5)
     return rows

