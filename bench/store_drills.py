@@ -70,7 +70,9 @@ class Drills:
         self.warmed: list[Seen] = []  # the requests that loaded a drill's cached adapter
 
     def tenant(self, name: str) -> tuple[str, str]:
-        return new_tenant(self.platform.base_url, self.platform.admin_token, f"{name}-{int(time.time())}")
+        # Concurrency for every request the deadline may hold: a 429 of the plan's limit is not the fault's.
+        limits = {"max_concurrent_requests": int(self.args.rate * self.args.deadline_s) + 8}
+        return new_tenant(self.platform.base_url, self.platform.admin_token, f"{name}-{int(time.time())}", limits)
 
     def upload(self, key: str, name: str) -> str:
         """A new synthetic version of `name`, stored before the fault; its `name@version`."""
