@@ -21,7 +21,7 @@ def test_a_request_past_its_deadline_or_never_ended_is_hung_whatever_its_status(
     assert end_of(seen(took=61), 60, ()) == "hung"
     assert end_of(seen(took=None, status=None), 60, ()) == "hung"  # still running when the drill ended
     assert end_of(seen(took=60, status=None, failure="ReadTimeout('timed out')"), 60, ()) == "hung"
-    assert end_of(seen(took=3, status=None, failure="RemoteProtocolError('cut')"), 60, ()) == "failed"
+    assert end_of(seen(took=3, status=200, failure="RemoteProtocolError('cut')"), 60, ()) == "failed"  # cut after its headers
     assert end_of(seen(took=59), 60, ()) == "served"
 
 
@@ -41,8 +41,8 @@ def test_tally_counts_the_requests_sent_in_the_phase_by_kind():
 
 def test_recovery_is_the_first_success_after_the_fault_of_the_slowest_hurt_kind():
     requests = [seen("base", 0), seen("cold", 1, status=503), seen("cold", 9, took=4), seen("cold", 11, took=1),
-                seen("up", 2, status=503), seen("up", 10, took=5)]
-    assert recovery_s(requests, 8, 60) == 7.0  # "up": sent at 10, done at 15; "cold" done at 12 (sent at 9: not after)
+                seen("an upload", 2, status=503), seen("an upload", 10, took=5)]
+    assert recovery_s(requests, 8, 60) == 7.0  # the upload: sent at 10, done at 15; "cold" done at 12 (sent at 9: not after)
     assert recovery_s([seen("base", 0), seen("base", 9)], 8, 60) == 0.0  # nothing was hurt
     assert recovery_s([seen("cold", 1, status=503), seen("cold", 9, status=503)], 8, 60) is None
 
