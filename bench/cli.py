@@ -27,7 +27,7 @@ SCENARIOS = {
     "cpu_lora_ops": "vLLM's CPU LoRA ops against LoRAPlex's grouped ones, one forward pass",
     "decode_batch": "the engine's decode step against its batch size (vLLM alone)",
     "decode_holds": "simulated: how long the tenant scheduler holds a decode, with and without the bound",
-    "drill": "fault drills against a running platform: kill a replica under load",
+    "drill": "fault drills under load: kill a replica, redeploy; a store down, a disk full, a slow database",
     "fairness": "fair shares between tenants: noisy neighbour, long prompts, flood, weights, goodput",
     "ingress": "the ingress's per-request cost against a bare Ray Serve app",
     "ledger": "what metering adds to each request; append throughput; spool -> database flush",

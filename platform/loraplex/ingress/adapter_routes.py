@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from typing import Callable
 
 from starlette.datastructures import UploadFile
 from starlette.requests import Request
@@ -20,11 +21,15 @@ from loraplex.registry.quota import AdapterQuota
 
 
 class AdapterRoutes:
-    def __init__(self, tenants: TenantContext, max_upload_bytes: int, uploads: UploadPool | None = None):
+    def __init__(self, tenants: TenantContext, max_upload_bytes: int, uploads: UploadPool | None = None,
+                 on_refused: Callable[[str | None, str], None] | None = None):
         self.tenants = tenants
         self.registry = tenants.registry
         self.max_upload_bytes = max_upload_bytes
         self.uploads = uploads or UploadPool(workers=2, per_tenant=1)  # RegistryConfig's defaults
+        # Counts an upload the platform itself could not take (OpenAIRoutes.refused: the ledger's
+        # refusals and the metrics', which the availability objective reads).
+        self.on_refused = on_refused or (lambda tenant_id, reason: None)
 
     def routes(self) -> list[Route]:
         return [
@@ -38,9 +43,16 @@ class AdapterRoutes:
         principal = await self.tenants.authenticate(request)
         if not request.headers.get("content-type", "").startswith("multipart/form-data"):
             raise APIError(400, "Send multipart/form-data with a `file` (.tar.gz/.tgz/.zip) and a `name`.")
-        # The tenant's upload slot before its body is read: one over uploads_per_tenant costs no spooling.
-        async with self.uploads.slot(principal.tenant_id):
-            entry = await self._upload(request, principal.tenant_id, AdapterQuota.of(principal.limits))
+        try:
+            # The tenant's upload slot before its body is read: one over uploads_per_tenant costs no spooling.
+            async with self.uploads.slot(principal.tenant_id):
+                entry = await self._upload(request, principal.tenant_id, AdapterQuota.of(principal.limits))
+        except StatusError as exc:
+            # A 503 is the platform's own store or disk failing (upload_temp_full, adapter store, database):
+            # our unavailability, counted as a chat request's 503 is; a 4xx is the tenant's (archive, quota, 429).
+            if exc.status == 503:
+                self.on_refused(principal.tenant_id, exc.refusal_reason)
+            raise
         self.tenants.forget_adapters(principal.tenant_id)
         return JSONResponse(entry.to_response(), status_code=201)
 

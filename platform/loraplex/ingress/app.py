@@ -115,7 +115,7 @@ def build_ingress_app(
         routes += AdminRoutes(tenancy, replicas=lambda: engine_replicas(engine)).routes()
     if registry is not None and tenants is not None:
         uploads = UploadPool(config.registry.upload_workers, config.registry.uploads_per_tenant)
-        routes += AdapterRoutes(tenants, config.registry.max_upload_bytes, uploads).routes()
+        routes += AdapterRoutes(tenants, config.registry.max_upload_bytes, uploads, on_refused=openai.refused).routes()
         routes += AdminAdapterRoutes(tenancy, registry, {b.model_id: b.engine for b in config.bases()}).routes()
         routes += DedicatedRoutes(tenancy, registry, dedicated).routes()
     if accounting is not None and tenancy is not None:

@@ -68,7 +68,10 @@ OPERATION = "operation"
 
 # Label values, as regular expressions.
 ERROR_STATUSES = "error|timeout"   # of ok, length, client_disconnect, timeout, error: failed us
-SHED_REASONS = "503.*"             # 503:shed, 503:queue_full, 503:limiter_unavailable
+# Every 503 refusal is ours: overload (503:shed, 503:queue_full, ...) and our own stores or disks failing
+# (503:store_unavailable, 503:adapter_store_unavailable, 503:usage_spool_full, 503:adapter_cache_full,
+# 503:upload_temp_full); a tenant's own limits are 429s. All count against availability.
+SHED_REASONS = "503.*"
 
 # Scrape jobs of the generated Prometheus config (loraplex.observability.scrape_config).
 RAY_JOB = "ray"

@@ -67,7 +67,8 @@ def shed_ratio(window: str) -> str:
 
 
 def unavailability(window: str) -> str:
-    """Share of requests failed or shed: what the availability objective counts against.
+    """Share of requests failed or refused with 503 (shed, or a store or disk of ours failing; uploads'
+    503s included): what the availability objective counts against. A tenant's own 4xx is not.
     With no traffic it is 0 / 0 (no value): nothing fires and nothing is plotted."""
     return f"({_failed(window)} + {_shed(window)}) / ({_requests(window)} + {_shed(window)})"
 

@@ -5,11 +5,13 @@ no catalog row); the same upload is stored once there is room again."""
 from __future__ import annotations
 
 import tempfile
+from datetime import datetime, timedelta, timezone
 
 import pytest
 import starlette.formparsers
 from starlette.testclient import TestClient
 
+from loraplex.accounting.rejections import rejection_counts
 from platform_app import build_platform_app
 from small_disk import fill, small_disk
 
@@ -55,3 +57,23 @@ def test_an_upload_with_no_temp_space_is_a_503_naming_it_and_leaves_nothing(plat
     assert not store.exists() or leftovers(store) == []  # no blob
     assert client.get("/v1/adapters", headers={"Authorization": platform.keys["acme"]}).json()["data"] == []
     assert upload(client, platform, archive).status_code == 201  # room again: the same upload is stored
+
+
+def refusals(platform) -> dict:
+    platform.accounting.ledger.flush()
+    now = datetime.now(timezone.utc)
+    return {(c.tenant_id, c.reason): c.count for c in rejection_counts(
+        platform.accounting.db, now - timedelta(hours=1), now + timedelta(hours=1))}
+
+
+def test_a_full_temp_space_counts_as_the_platforms_refusal_a_bad_archive_does_not(platform, tmp_path, monkeypatch):
+    """The availability objective counts 503 refusals (observability/promql.py): a full disk of ours is our
+    unavailability, so the upload's 503 is counted as a chat request's is; the tenant's own 4xx is not."""
+    client = TestClient(platform.app)
+    assert upload(client, platform, b"not an archive").status_code == 400
+    with small_disk(tmp_path / "tmp", "64k") as disk:
+        monkeypatch.setattr(tempfile, "tempdir", str(disk))
+        fill(disk)
+        assert upload(client, platform, platform.adapter_archive()).status_code == 503
+        monkeypatch.undo()
+    assert refusals(platform) == {(platform.tenant_ids["acme"], "503:upload_temp_full"): 1}
