@@ -11,6 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from loopback import free_port  # noqa: E402
 from model_dir import MODEL_NAME, default_model_dir  # noqa: E402
 from readiness import wait_ready  # noqa: E402
+from small_disk import small_disk  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import engine_pool as engine_pool_app  # noqa: E402
@@ -42,6 +43,10 @@ def serve_app(tmp_path_factory):
     port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     state = tmp_path_factory.mktemp("loraplex-state")
+    # The usage spool on a disk of its own (a tmpfs), so test_disks_full.py can fill it under the
+    # running platform.
+    spool_disk = small_disk(state / "spool", "64m")
+    spool_disk.__enter__()
     args = {
         "database_url": f"sqlite:///{state}/loraplex.db",
         "registry": {"store_url": str(state / "adapters"), "cache_dir": str(state / "cache"), "deletion_poll_s": 1},
@@ -80,9 +85,10 @@ def serve_app(tmp_path_factory):
     serve.run(build_app(args), name=APP, route_prefix="/", blocking=False)
     base_url = f"http://127.0.0.1:{port}"
     wait_ready(base_url)
-    yield base_url, args["database_url"]
+    yield base_url, args["database_url"], state / "spool"
     serve.shutdown()
     ray.shutdown()
+    spool_disk.__exit__(None, None, None)
 
 
 @pytest.fixture(scope="session")
