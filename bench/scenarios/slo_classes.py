@@ -13,6 +13,10 @@ characters, 64 tokens; agent, 2 in flight, 256 tokens; batch, 4 in flight, docum
 (~4,000 characters), 32 tokens. Then the chat tenant alone, 16 in flight x 64 tokens: its
 throughput. Within its class: TTFT and TPOT at most its class's targets (batch: served).
 Goodput: output tokens/s of requests within their class's targets.
+
+`--simulate`: no model, no Ray (bench/slo_sim.py): vLLM's Scheduler and the tenant scheduler
+(classes on and off) on fake steps at the CPU profile's step costs, a Poisson mix of the four
+classes at each `--scales` multiple of its rates; within class, TTFT / TPOT p95 per tenant, goodput.
 """
 
 from __future__ import annotations
@@ -99,9 +103,42 @@ def add_arguments(p) -> None:
     p.add_argument("--port", type=int, default=8012)
     p.add_argument("--variants", default="classes,single,vllm")
     p.add_argument("--out", type=Path, help="also write the tables to FILE, and what ran to FILE.json")
+    p.add_argument("--simulate", action="store_true", help="fake steps on a fake clock instead of a serve run")
+    p.add_argument("--scales", default="0.8,1.0,1.2", help="--simulate: multiples of the mix's arrival rates")
+    p.add_argument("--seed", type=int, default=0)
+
+
+def simulated(args, out) -> None:
+    import dataclasses
+
+    from bench.slo_sim import MIX as SIM, p95, simulate
+    rows = []
+    for scale in [float(x) for x in args.scales.split(",")]:
+        mix = [dataclasses.replace(load, rate=load.rate * scale) for load in SIM]
+        runs = {v: simulate(v, mix, args.duration, args.seed) for v in ("classes", "single", "vllm")}
+        for name, r in runs.items():
+            row = {"scale": f"{scale:g}x", "variant": name}
+            for load in SIM:
+                t = r["tenants"][load.tenant]
+                row[load.tenant] = (f"{t['good']}/{t['sent']} ({100 * t['good'] / max(t['sent'], 1):.0f}%) "
+                                    f"{p95(t['ttft']) or 0:.2f}/{p95(t['tpot']) or 0:.3f}")
+            row["goodput"] = f"{r['goodput']:.1f}"
+            row["vs_vllm"] = ratio(r["goodput"], runs["vllm"]["goodput"])
+            row["throughput"] = f"{r['throughput']:.1f}"
+            row["unreachable"] = ",".join(f"{k}:{v}" for k, v in r["unreachable"].items()) or "-"
+            rows.append(row)
+    out.table(Table("**SLO classes, simulated (fake steps at 0.06 s + 4 ms/decode + 1.5 ms/prompt token, +-10 %; "
+                    f"{args.duration:.0f} s of Poisson arrivals; cell: within class, TTFT p95 s / TPOT p95 s)**",
+                    [Column("scale", "load", right=False), Column("variant", "scheduler", right=False)]
+                    + [Column(load.tenant, f"{load.tenant} ({load.slo[1] or '-'} / {load.slo[2] or '-'} s)", right=False)
+                       for load in SIM]
+                    + [Column("goodput", "goodput tok/s"), Column("vs_vllm", "vs vllm"), Column("throughput", "out tok/s"),
+                       Column("unreachable", "unreachable steps")], rows))
 
 
 def run(args, out) -> None:
+    if args.simulate:
+        return simulated(args, out)
     classes = yaml.safe_load((ROOT / "serve_config.yaml").read_text())["applications"][0]["args"]["slo"]["classes"]
     prompts = {"short": f.Prompts(prompt_chars=200), "chat": f.Prompts(), "documents": f.Prompts(4000, documents=True)}
     alone = [("chat", "chat", "closed", 16, 64, "chat")]
