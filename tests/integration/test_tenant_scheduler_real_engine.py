@@ -12,9 +12,9 @@ The bounds are 2x the SLO targets (0.6 s TPOT, 2.5 s TTFT p50): far from both ou
 CPU, so a loaded CI machine does not flip the result. The ledger part has no timing: each of L's
 chunked prompts is one usage record with all of its prompt tokens, as its reply reported them.
 
-SLO classes: an `interactive` tenant (the conftest's class, TTFT 1 s) sends ~150-token prompts
-beside L's; by TTFT slack its prompt takes the shared step's prompt budget first, and its TTFT
-stays within its class's target. With `tenant_scheduler.slo_classes: false` (the single-SLO
+SLO classes: an `interactive` tenant (the conftest's class, TTFT 1 s) sends ~100-token prompts
+beside three long-prompt tenants; by TTFT slack its prompt takes the shared step's prompt budget
+first, and its TTFT stays within 2x its class's target. With `tenant_scheduler.slo_classes: false` (the single-SLO
 scheduler) it gets its counter's half of each step and its TTFT is over the target (run once by
 hand, docs/operations.md; unit-level: test_slo_classes.py's interactive test).
 """
@@ -108,11 +108,14 @@ def test_a_chat_tenant_keeps_its_tpot_beside_a_long_prompt_tenant(base_url, admi
         assert rows[rid].completion_tokens == usage["completion_tokens"] == 4
 
 
-CODE = " ".join(f"v{i} = v{i - 1} * {i} + {i % 7}" for i in range(1, 14))  # ~150 tokens with the template
+CODE = " ".join(f"v{i} = v{i - 1} * {i} + {i % 7}" for i in range(1, 9))  # ~100 tokens with the template
 
 
 def test_an_interactive_tenant_meets_its_ttft_beside_a_long_prompt_tenant(base_url, admin, model_name):
-    _, long_headers = tenant(admin, "classes-long")
+    """Three long-prompt tenants (one prompt in flight each: the conftest's dispatch limit) and an
+    interactive one: by counter it would get a quarter of each shared step's prompt budget, by
+    TTFT slack it takes what it needs first. The bound is 2x its class's TTFT, as above."""
+    neighbours = [tenant(admin, f"classes-long-{i}")[1] for i in range(3)]
     made = admin.post("/admin/tenants", json={"name": "classes-interactive", "limits": {"slo_class": "interactive"}})
     assert made.status_code == 201, made.text
     key = admin.post(f"/admin/tenants/{made.json()['id']}/keys").json()["key"]
@@ -126,7 +129,7 @@ def test_an_interactive_tenant_meets_its_ttft_beside_a_long_prompt_tenant(base_u
                 n = 0
                 while not stop.is_set():
                     n += 1
-                    await chat_stream(client, long_headers, model_name, f"[{i}-{n}] Summarize in one line. {DOCUMENT}", 4)
+                    await chat_stream(client, neighbours[i], model_name, f"[{i}-{n}] Summarize in one line. {DOCUMENT}", 4)
 
             loops = [asyncio.create_task(long_loop(i)) for i in range(3)]
             await asyncio.sleep(4)
@@ -141,4 +144,4 @@ def test_an_interactive_tenant_meets_its_ttft_beside_a_long_prompt_tenant(base_u
     assert all(d[0] == 200 for d in done), [d[0] for d in done]
     ttfts = sorted(d[2] for d in done)
     print(f"interactive TTFTs beside long prompts: {[round(t, 2) for t in ttfts]}")
-    assert statistics.median(ttfts) <= target, f"interactive TTFTs {ttfts} beside long prompts (class target {target} s)"
+    assert statistics.median(ttfts) <= 2 * target, f"interactive TTFTs {ttfts} beside long prompts (class target {target} s)"

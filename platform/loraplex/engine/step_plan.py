@@ -178,8 +178,9 @@ def prefill_order(by_tenant: dict[str, list[PromptWork]], counters: TenantCounte
     (tenants of different SLO classes), within a tier the tenants whose counter is within
     `slack_bound` of the tier's lowest go first, by TTFT slack (their class's target less the
     time their oldest prompt has waited: the least first), and are urgent: they take what they
-    need of the budget before the others share it. So a tight class is served first, and a tenant
-    that got ahead of its share by more than the bound waits its turn by counter again."""
+    need of the budget before the others share it; a tenant whose prompts are all past their
+    target is not urgent. So a tight class is served first, and a tenant that got ahead of its
+    share by more than the bound waits its turn by counter again."""
     def vtc(t: str) -> tuple:
         return min(w.tier for w in by_tenant[t]), counters.get(t), min(w.arrival for w in by_tenant[t])
     ranked = sorted(by_tenant, key=vtc)
@@ -191,7 +192,9 @@ def prefill_order(by_tenant: dict[str, list[PromptWork]], counters: TenantCounte
         low.setdefault(vtc(t)[0], counters.get(t))
     slack = {t: min((w.ttft_s - (now - w.arrival) for w in by_tenant[t] if w.ttft_s is not None),
                     default=math.inf) for t in ranked}
-    urgent = {t for t in ranked if slack[t] < math.inf and not by_tenant[t][0].batch
+    # Past its target already (slack < 0), a prompt can no longer meet it: it waits its turn by
+    # counter rather than make the one that still can miss too (earliest-deadline-first's domino).
+    urgent = {t for t in ranked if 0 <= slack[t] < math.inf and not by_tenant[t][0].batch
               and counters.get(t) - low[vtc(t)[0]] <= slack_bound}
     return sorted(ranked, key=lambda t: (vtc(t)[0], t not in urgent, slack[t] if t in urgent else 0.0,
                                          *vtc(t)[1:])), urgent

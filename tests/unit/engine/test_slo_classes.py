@@ -132,6 +132,13 @@ def test_the_order_by_slack_keeps_within_the_fairness_bound():
     assert plan.shares["complete"] == 150
 
 
+def test_a_prompt_past_its_target_does_not_take_the_budget_from_one_that_can_still_meet_its_own():
+    counters = TenantCounters()
+    waiting = [work("doc", 3000, 2.5, arrival=-5.0), work("complete", 150, 1.0, arrival=0.5)]  # doc: 6 s waited
+    plan = plan_step(["chat"], waiting, counters, 184, 2000, 32, now=1.0, slack_bound=1.0)
+    assert plan.order[0] == "complete" and plan.shares["complete"] == 150
+
+
 def test_one_ttft_target_waiting_keeps_vtcs_order():
     counters = TenantCounters()
     counters.charge("complete", 0.5)
