@@ -39,6 +39,7 @@ SCENARIOS = {
     "placement": "today's adapter placement vs residency-aware on 2 Engine replicas",
     "route_sim": "routing policies on a simulated multi-tenant trace (no Ray)",
     "routing": "routing policies on real Engine replicas: prefix-cache hits, TTFT, load",
+    "slo_classes": "interactive, chat, agent and batch classes on one replica: each within its class, goodput",
     "stream": "streaming through the platform at GPU token rates: tok/s, added TTFT and TPOT",
     "tenant_scheduler": "what the tenant scheduler adds to each engine step, vs vLLM's Scheduler",
 }

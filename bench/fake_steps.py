@@ -18,6 +18,8 @@ from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.request import Request
 from vllm.v1.structured_output import StructuredOutputManager
 
+from loraplex.engine.tenant_scheduler import slo_args
+
 BLOCK = 16
 
 
@@ -42,10 +44,12 @@ _ids = itertools.count()
 
 
 def fake_request(tenant: str, prompt: int, max_tokens: int = 8, arrival: float | None = None, priority: int = 0,
-                 lora: int = 0) -> Request:
-    """A request of `prompt` tokens for `tenant` (its extra_args as VLLMEngine sets them)."""
+                 lora: int = 0, slo=None) -> Request:
+    """A request of `prompt` tokens for `tenant` (its extra_args as VLLMEngine sets them; `slo`: its
+    class's contract.SloTargets)."""
     i = next(_ids)
-    params = SamplingParams(max_tokens=max_tokens, ignore_eos=True, extra_args={"loraplex_tenant": tenant})
+    params = SamplingParams(max_tokens=max_tokens, ignore_eos=True,
+                            extra_args={"loraplex_tenant": tenant, **slo_args(slo)})
     return Request(request_id=f"{tenant}-{i}", prompt_token_ids=[7] * prompt, sampling_params=params,
                    pooling_params=None, arrival_time=float(i) if arrival is None else arrival, priority=priority,
                    lora_request=LoRARequest(f"adapter-{lora}", lora, "/nowhere") if lora else None)

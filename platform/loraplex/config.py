@@ -173,6 +173,17 @@ class PlatformConfig(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _plan_classes_known(self) -> "PlatformConfig":
+        """A plan naming an SLO class that is not configured would be served as the default class."""
+        classes = self.slo.resolved_classes()
+        for plan, plan_config in self.tenancy.plans.items():
+            name = plan_config.limits.slo_class
+            if name is not None and name not in classes:
+                raise ValueError(f"tenancy.plans.{plan}.limits.slo_class: unknown class {name!r}; slo.classes "
+                                 f"are {', '.join(classes)}")
+        return self
+
+    @model_validator(mode="after")
     def _shedding_reachable(self) -> "PlatformConfig":
         """With the fair queue on, vLLM holds at most max_num_seqs of a replica's requests: a
         priority-0 count threshold set at or above it would be stored and never act."""

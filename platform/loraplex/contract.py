@@ -127,6 +127,21 @@ class Resumed:
 
 
 @dataclass(frozen=True, slots=True)
+class SloTargets:
+    """The latency a request's SLO class promises (its tenant's plan's, or the tenant's own): what
+    the tenant scheduler sizes steps and orders prefill by, and what its attainment is counted against."""
+
+    name: str  # the class (slo.classes), as metrics label it
+    ttft_s: Optional[float] = None  # time to first token, P95; None: no target (batch work)
+    tpot_s: Optional[float] = None  # time per output token, P95; None: no target
+
+    def met(self, ttft_s: Optional[float], tpot_s: Optional[float]) -> bool:
+        """A finished request was within this class's targets (a missing measure meets its target)."""
+        return ((self.ttft_s is None or ttft_s is None or ttft_s <= self.ttft_s)
+                and (self.tpot_s is None or tpot_s is None or tpot_s <= self.tpot_s))
+
+
+@dataclass(frozen=True, slots=True)
 class EngineCall:
     """Everything about one request besides its OpenAI body, built once by the ingress.
 
@@ -144,6 +159,9 @@ class EngineCall:
     deadline: Optional[float] = None  # epoch seconds after which the request is cut; None: no limit
     priority: int = 0  # load shedding and the fair queue's tier: higher is shed later, served first
     weight: float = 1.0  # the tenant's plan weight: its share of a replica's tokens in the fair queue
+    # The tenant's SLO class: the engine keeps its targets (step size, prefill order, shedding);
+    # None: no class (health probes, batch lines), the engine's own targets.
+    slo: Optional[SloTargets] = None
     stream: bool = False
     # Routing: the affinity key ("tenant" or "tenant/adapter"; None routes by load only), the
     # prompt length estimate and the completion cap the router counts as pending work.

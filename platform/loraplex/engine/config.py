@@ -181,10 +181,20 @@ class TenantSchedulerConfig(BaseModel):
         True, description="Run vLLM's scheduler with LoRAPlex's tenant step plan (docs/operations.md); false: "
         "vLLM's default scheduler.")
     tpot_s: Optional[float] = Field(
-        None, gt=0, description="Time per output token a step shared by tenants is sized for; None: the `slo:` "
-        "tpot_p95_s.")
+        None, gt=0, description="Time per output token a step shared by tenants is sized for when none of its "
+        "requests has an SLO class with a TPOT target; None: the `slo:` tpot_p95_s.")
     step_share: float = Field(
-        0.8, gt=0, le=1, description="A shared step's target time as a share of tpot_s.")
+        0.8, gt=0, le=1, description="A shared step's target time as a share of its TPOT target (the tightest "
+        "SLO class's with decodes in the step, else tpot_s).")
+    slo_classes: bool = Field(
+        True, description="Keep each request's SLO class (slo.classes): a shared step is sized to the tightest "
+        "TPOT target among the classes with decodes in it, and, while prompts of two or more TTFT targets "
+        "wait, prefill goes by TTFT slack within slack_bound_s; false: every step is sized to tpot_s and "
+        "prefill goes by counter alone (the single-SLO scheduler).")
+    slack_bound_s: float = Field(
+        1.0, ge=0, description="The fairness bound of the order by TTFT slack: a tenant whose virtual counter is "
+        "more than this (engine-seconds per unit of weight) above its tier's lowest waits its turn by "
+        "counter, so a tight class is served first without taking more than its share over time.")
     min_prompt_tokens: int = Field(
         32, ge=1, description="Floor of a shared step's prompt tokens, and the least share of them worth giving a "
         "tenant in a step.")
@@ -208,7 +218,8 @@ class TenantSchedulerConfig(BaseModel):
         return {"step_target_s": self.tpot_s * self.step_share if self.tpot_s is not None else None,
                 "min_prompt_tokens": self.min_prompt_tokens, "max_prompt_tokens": self.max_prompt_tokens,
                 "idle_grace_s": self.idle_grace_s, "pause_batch": self.pause_batch,
-                "horizon_steps": self.cost_horizon_steps, "min_steps": self.cost_min_steps}
+                "horizon_steps": self.cost_horizon_steps, "min_steps": self.cost_min_steps,
+                "step_share": self.step_share, "classes": self.slo_classes, "slack_bound_s": self.slack_bound_s}
 
 
 class EngineConfig(BaseModel):

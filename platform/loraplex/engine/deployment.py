@@ -334,7 +334,8 @@ class Engine:
         slot = asyncio.get_running_loop().create_future()
         entry = Entry(tenant=call.tenant_id or "-", priority=call.priority, weight=call.weight,
                       deadline=call.deadline, ready=lambda e: slot.done() or slot.set_result(None),
-                      sequences=call.sequences, batch=call.batch)
+                      sequences=call.sequences, batch=call.batch,
+                      ttft_s=call.slo.ttft_s if call.slo is not None else None)
         queue = self.fair_queue
         queue.submit(entry)
         try:

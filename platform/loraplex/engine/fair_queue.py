@@ -21,7 +21,8 @@ When a slot frees:
 - batch lines (Entry.batch) wait in a FIFO of their own, start only while no online request is
   queued, into free slots, never past `batch_max_share` of the limit, and charge no counter;
 - queue full (`max_queued`): the newest request of the tenant furthest over its share is refused
-  (lowest priority, then most sequences held per unit of weight, then highest counter), possibly
+  (lowest priority, then the SLO class with the most slack, the largest TTFT target, none (batch
+  work) first, then most sequences held per unit of weight, then highest counter), possibly
   one already queued; a tenant with nothing queued never is. Held requests decide rather than the
   counter, a long-run measure a tenant just lifted and charged one long prompt can top.
 
@@ -31,6 +32,7 @@ Entry's `ready` callback, charges tokens as they stream, and calls `finish` when
 
 from __future__ import annotations
 
+import math
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -61,6 +63,7 @@ class Entry:
     # more than the limit waits for the whole limit, then runs (it is never stuck).
     sequences: int = 1
     batch: bool = False  # a Batch API line: below every online request (the module docstring)
+    ttft_s: Optional[float] = None  # its SLO class's TTFT target; None: none (shed first within its tier)
 
 
 @dataclass
@@ -359,14 +362,17 @@ class FairQueue:
         return newcomers_only if need <= 1 else self._slot_for(t, need)
 
     def _victim(self, incoming: Entry) -> Entry:
-        """The newest request of the tenant furthest over its share (module docstring);
+        """The newest request of the tenant furthest over its share (module docstring), from the
+        SLO class with the most slack first within a tier;
         `incoming` only if its own tenant is that tenant and already has requests queued."""
         worst, worst_key = None, None
         for name, t in self.backlog.items():
             mine = name == incoming.tenant
             newest = incoming if mine else t.queue[-1]
             held = (sum(e.sequences for e in t.queue) + t.running + mine * incoming.sequences) / max(newest.weight, 1e-9)
-            key = (self.tier(newest), -held, -t.counter)
+            # Within a tier, the class with the most slack first (no TTFT target: batch work), then by share.
+            slack = newest.ttft_s if newest.ttft_s is not None else math.inf
+            key = (self.tier(newest), -slack, -held, -t.counter)
             if worst_key is None or key < worst_key:
                 worst, worst_key = newest, key
         return worst if worst is not None else incoming

@@ -59,7 +59,7 @@ class Meter:
             # Never raises: a record that cannot be spooled now is kept and retried by the ledger.
             self.ledger.append(record)
         try:
-            self.metrics.finished(record, usage, call.arrival_time or usage.finish_time)
+            self.metrics.finished(record, usage, call.arrival_time or usage.finish_time, call.slo)
         except Exception:  # a metric never fails a request, nor its bill
             logger.exception("recording the metrics of request %s failed", call.request_id)
         return record

@@ -30,10 +30,14 @@ vLLM glue (tenant_scheduler.py) describes the step's work and applies the plan.
   served in the very next step.
 - Batch lines (PromptWork.batch) get only what the online tenants leave of the budget: the water
   fill runs over the online tenants first, then over the batch ones with the rest.
+- SLO classes: when prompts of two or more classes (distinct TTFT targets) wait, the tenants
+  within the fairness bound of the lowest counter are served by TTFT slack, the least first, each
+  taking what it needs (`prefill_order`); with one class the order is VTC's, as above.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Iterable, Optional
 
@@ -57,6 +61,7 @@ class PromptWork:
     arrival: float
     weight: float = 1.0  # the tenant's plan weight: its share of a step against others'
     batch: bool = False  # a Batch API line: served from what online work leaves of the step
+    ttft_s: Optional[float] = None  # its SLO class's TTFT target; None: none (prefill_order ranks it last)
 
 
 @dataclass(frozen=True)
@@ -118,11 +123,12 @@ def _decode_order(d: DecodeWork) -> tuple:
 
 def plan_step(decode_tenants: list[str], work: list[PromptWork], counters: TenantCounters,
               budget_when_shared: Optional[int], ceiling: int, floor: int,
-              recent: Iterable[str] = ()) -> StepPlan:
+              recent: Iterable[str] = (), now: float = 0.0, slack_bound: Optional[float] = None) -> StepPlan:
     """The plan for one step. `decode_tenants`: the tenant of each decoding request;
     `budget_when_shared`: the TPOT-sized prompt budget (None: no target, the ceiling); `recent`:
     tenants with nothing in the engine now that had work moments ago (their next request is
-    likely on its way, and would wait out a whole uncapped step)."""
+    likely on its way, and would wait out a whole uncapped step); `now`: the clock of the work's
+    arrivals; `slack_bound`: the fairness bound of the order by TTFT slack (prefill_order; None: off)."""
     # Shared: another tenant's decodes to keep on pace, its prompt to let through soon (a step with
     # another's 1,800-token chunk in it took 5.8 s here), or its next request, soon.
     shared = is_shared(decode_tenants, work, recent)
@@ -134,26 +140,64 @@ def plan_step(decode_tenants: list[str], work: list[PromptWork], counters: Tenan
         by_tenant.setdefault(w.tenant, []).append(w)
     if len(by_tenant) <= 1 and not shared:  # one tenant's prompts, no one else's decodes: vLLM's own step
         return StepPlan(False, budget, 0, order=[w.key for ws in by_tenant.values() for w in ws])
-    ranked = sorted(by_tenant, key=lambda t: (min(w.tier for w in by_tenant[t]), counters.get(t),
-                                              min(w.arrival for w in by_tenant[t])))
+    ranked, urgent = prefill_order(by_tenant, counters, now, slack_bound)
     served = ranked[:max(1, budget // max(floor, 1))]
     demand = {t: sum(w.remaining for w in by_tenant[t]) for t in served}
     weights = {t: by_tenant[t][0].weight for t in served}
     batch = {t for t in served if by_tenant[t][0].batch}
-    shares = _water_fill({t: d for t, d in demand.items() if t not in batch}, budget, weights)
+    # The urgent (by TTFT slack, within the fairness bound) take what they need in turn; the rest share what is left.
+    shares: dict[str, int] = {}
+    for t in (t for t in served if t in urgent):
+        shares[t] = min(demand[t], budget - sum(shares.values()))
+    rest = {t: d for t, d in demand.items() if t not in batch and t not in urgent}
+    shares.update(_water_fill(rest, budget - sum(shares.values()), weights))
     shares.update(_water_fill({t: demand[t] for t in batch}, budget - sum(shares.values()), weights))
     level = max((shares[t] for t in served if shares[t] < sum(w.remaining for w in by_tenant[t])), default=0)
+    if level and urgent:  # vLLM's chunk cap is one for all: an urgent prompt must fit under it whole
+        level = max(level, *(shares[t] for t in served if t in urgent))
     order, held = [], {w.key for t in ranked[len(served):] for w in by_tenant[t]}
     for t in served:
         left = shares[t]
         for w in by_tenant[t]:
             fits = w.remaining <= left
-            if left > 0 and (fits or left == shares[t]):  # whole prompts, or the tenant's first as a chunk
+            # A mid-prefill chunk vLLM would schedule first (running) past its share under that cap waits a step.
+            over = urgent and w.running and min(w.remaining, left) < min(w.remaining, level or w.remaining)
+            if left > 0 and (fits or left == shares[t]) and not over:  # whole prompts, or the tenant's first as a chunk
                 order.append(w.key)
                 left -= min(w.remaining, left)
             else:
                 held.add(w.key)
     return StepPlan(shared, budget, level, order=order, held=held, shares=shares)
+
+
+def prefill_order(by_tenant: dict[str, list[PromptWork]], counters: TenantCounters, now: float,
+                  slack_bound: Optional[float]) -> tuple[list[str], set[str]]:
+    """The tenants with prompt work in the order the step serves them, and the urgent among them.
+
+    By tier, then counter (VTC), then arrival; but when two or more distinct TTFT targets wait
+    (tenants of different SLO classes), within a tier the tenants whose counter is within
+    `slack_bound` of the tier's lowest go first, by TTFT slack (their class's target less the
+    time their oldest prompt has waited: the least first), and are urgent: they take what they
+    need of the budget before the others share it; a tenant whose prompts are all past their
+    target is not urgent. So a tight class is served first, and a tenant that got ahead of its
+    share by more than the bound waits its turn by counter again."""
+    def vtc(t: str) -> tuple:
+        return min(w.tier for w in by_tenant[t]), counters.get(t), min(w.arrival for w in by_tenant[t])
+    ranked = sorted(by_tenant, key=vtc)
+    targets = {w.ttft_s for ws in by_tenant.values() for w in ws if w.ttft_s is not None}
+    if slack_bound is None or len(targets) < 2:
+        return ranked, set()
+    low: dict[int, float] = {}
+    for t in ranked:
+        low.setdefault(vtc(t)[0], counters.get(t))
+    slack = {t: min((w.ttft_s - (now - w.arrival) for w in by_tenant[t] if w.ttft_s is not None),
+                    default=math.inf) for t in ranked}
+    # Past its target already (slack < 0), a prompt can no longer meet it: it waits its turn by
+    # counter rather than make the one that still can miss too (earliest-deadline-first's domino).
+    urgent = {t for t in ranked if 0 <= slack[t] < math.inf and not by_tenant[t][0].batch
+              and counters.get(t) - low[vtc(t)[0]] <= slack_bound}
+    return sorted(ranked, key=lambda t: (vtc(t)[0], t not in urgent, slack[t] if t in urgent else 0.0,
+                                         *vtc(t)[1:])), urgent
 
 
 def _water_fill(demand: dict[str, int], budget: int, weight: dict[str, float] | None = None) -> dict[str, int]:

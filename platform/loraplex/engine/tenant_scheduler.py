@@ -44,8 +44,10 @@ from loraplex.engine.tenant_counters import TenantCounters
 logger = logging.getLogger("vllm.loraplex.tenant_scheduler")
 
 CONFIG_KEY = "loraplex_tenant_scheduler"  # additional_config's entry with TenantSchedulerSettings
+ARG_PREFIX = "loraplex_"  # ours in a request's extra_args: a client's own are dropped (VLLMEngine)
 TENANT_ARG, WEIGHT_ARG = "loraplex_tenant", "loraplex_weight"  # a request's extra_args
 BATCH_ARG = "loraplex_batch"  # a Batch API line (EngineCall.batch): below every online request
+CLASS_ARG, TTFT_ARG, TPOT_ARG = "loraplex_slo_class", "loraplex_ttft_s", "loraplex_tpot_s"  # EngineCall.slo
 NO_TENANT = "-"  # requests without one (health probes)
 # A tenant's batch lines are a tenant of their own here (`<tenant>#batch`: '#' is in no tenant id),
 # so they never share a rank with its online work, and sort after every online tier: vLLM
@@ -64,6 +66,9 @@ class TenantSchedulerSettings:
     pause_batch: bool  # batch lines wait out every step that has online work
     horizon_steps: int  # the cost fit's memory
     min_steps: int  # steps before the fit replaces the prior
+    step_share: float = 0.8  # a shared step's target as a share of the tightest class's TPOT target
+    classes: bool = True  # size steps by the requests' SLO classes and order prefill by TTFT slack
+    slack_bound_s: float = 1.0  # the counter lead (engine-seconds / weight) past which slack no longer orders a tenant
 
 
 @dataclass
@@ -94,6 +99,26 @@ class StepRecord:
     started: float
     carried: list[Carried]
     sized: bool
+
+
+def slo_args(slo) -> dict:
+    """A request's extra_args for its SLO class (contract.SloTargets; None: none)."""
+    if slo is None:
+        return {}
+    args = {CLASS_ARG: slo.name}
+    if slo.ttft_s is not None:
+        args[TTFT_ARG] = float(slo.ttft_s)
+    if slo.tpot_s is not None:
+        args[TPOT_ARG] = float(slo.tpot_s)
+    return args
+
+
+def request_slo(request) -> tuple[str, Optional[float], Optional[float]]:
+    """(class, TTFT target, TPOT target) from the request's extra_args; ("", None, None) without a class."""
+    args = (request.sampling_params.extra_args or {}) if request.sampling_params is not None else {}
+    ttft, tpot = args.get(TTFT_ARG), args.get(TPOT_ARG)
+    return (str(args.get(CLASS_ARG, "")), float(ttft) if ttft is not None else None,
+            float(tpot) if tpot is not None else None)
 
 
 def request_tenant(request) -> tuple[str, float]:
@@ -135,6 +160,9 @@ class TenantFairness:
         trace = os.environ.get("LORAPLEX_SCHEDULER_TRACE")
         self._trace = open(trace, "a", buffering=1) if trace else None
         self.shared_steps = 0  # steps whose prompt budget was the TPOT-sized one (for tests and logs)
+        # Per SLO class: shared steps sized to its TPOT target that even one decode alone overruns
+        # (the step's fixed cost is past it): the class cannot be met on this engine, and is said so.
+        self.unreachable: dict[str, int] = {}
         logger.info("tenant scheduler on: %s", self.settings)
 
     # -- requests --------------------------------------------------------------------------------
@@ -160,7 +188,8 @@ class TenantFairness:
         prefills = [r for r in running if r.is_prefill_chunk]
         work = [_work(r, True) for r in prefills] + [_work(r, False) for r in waiting]
         recent = self._recent({_tenant(r) for r in running} | {w.tenant for w in work}, started)
-        held_decodes = self._over_step_target(decodes, work, recent)
+        target, tight = self._step_target(decodes, prefills + waiting)
+        held_decodes = self._over_step_target(decodes, work, recent, target)
         for r in decodes:  # steps in a row each was held (keep_decodes bounds them)
             r.loraplex_held_steps = getattr(r, "loraplex_held_steps", 0) + 1 if r.request_id in held_decodes else 0
         if held_decodes:  # their tenants still share the step
@@ -169,10 +198,12 @@ class TenantFairness:
         ceiling = max(self._token_budget - len(decodes), 0)
         if s.max_prompt_tokens is not None:
             ceiling = min(ceiling, s.max_prompt_tokens)
-        shared_budget = (self.cost.prompt_budget(len(decodes), s.step_target_s)
-                         if s.step_target_s is not None else None)
+        shared_budget = self.cost.prompt_budget(len(decodes), target) if target is not None else None
         plan = plan_step([_tenant(r) for r in decodes], work, self.counters, shared_budget,
-                         ceiling, s.min_prompt_tokens, recent=recent)
+                         ceiling, s.min_prompt_tokens, recent=recent, now=time.time(),
+                         slack_bound=s.slack_bound_s if s.classes else None)
+        if (plan.shared or held_decodes) and target is not None and self._unreachable(target):
+            self.unreachable[tight] = self.unreachable.get(tight, 0) + 1
         if (not plan.shared and not plan.held and not plan.chunk_cap and not held_decodes
                 and s.max_prompt_tokens is None):
             # One tenant's step (or no prompts beside others' decodes): vLLM's own.
@@ -241,15 +272,32 @@ class TenantFairness:
                 online = True
         return batch if online else set()
 
-    def _over_step_target(self, decodes: list, work: list, recent: list) -> set[str]:
+    def _step_target(self, decodes: list, prompts: list) -> tuple[Optional[float], str]:
+        """(a shared step's target time, the class it is for): the tightest TPOT target among the
+        classes with decodes in the step (without decodes, among those with prompt work) x
+        step_share; the settings' target when none has one (or with classes off)."""
+        s = self.settings
+        if s.classes:
+            for group in (decodes, prompts):
+                targets = [(r.loraplex_tpot, r.loraplex_class) for r in group if _slo(r)[2] is not None]
+                if targets:
+                    tpot, name = min(targets)
+                    return tpot * s.step_share, name
+        return s.step_target_s, ""
+
+    def _unreachable(self, target: float) -> bool:
+        """A step of one decode alone would take longer than `target` (the fit's figures)."""
+        return self.cost.step_seconds(1, 0) + max(self.cost.bias_s, 0.0) > target
+
+    def _over_step_target(self, decodes: list, work: list, recent: list, target: Optional[float]) -> set[str]:
         """Decodes a shared step leaves out because, with them all, its decodes alone (and the least
         prompt work, when some waits) would run past the step's target: a backlogged tenant's full
         batch beside a light tenant's few made every step of this CPU 0.3 s, the whole TPOT target.
         Who waits is step_plan.keep_decodes' choice (the heaviest tenant's newest)."""
         s = self.settings
-        if s.step_target_s is None or not is_shared((_tenant(r) for r in decodes), work, recent):
+        if target is None or not is_shared((_tenant(r) for r in decodes), work, recent):
             return set()
-        cap = self.cost.decode_capacity(s.step_target_s, s.min_prompt_tokens if work else 0)
+        cap = self.cost.decode_capacity(target, s.min_prompt_tokens if work else 0)
         if len(decodes) <= cap:
             return set()
         kept = keep_decodes([DecodeWork(r.request_id, _tenant(r), tier(r), r.arrival_time, r.loraplex_weight,
@@ -298,8 +346,8 @@ class TenantFairness:
             if self._trace is not None:
                 self._trace.write(_trace_line(step, self.cost, self.counters) + "\n")
             if self.cost.steps % 1000 == 0:  # how the fit sees this engine now, in its log
-                logger.info("tenant scheduler: %d steps, %d shared; step cost %s", self.cost.steps,
-                            self.shared_steps, self.cost.coefficients)
+                logger.info("tenant scheduler: %d steps, %d shared; step cost %s; unreachable steps by class %s",
+                            self.cost.steps, self.shared_steps, self.cost.coefficients, self.unreachable)
             if len(self.counters.counter) > 2 * len(self.requests) + 64:
                 self.counters.forget_idle({_tenant(r) for r in self.requests.values()})
         return outputs
@@ -326,10 +374,17 @@ def _tenant(r) -> str:
     return tenant
 
 
+def _slo(r) -> tuple[str, Optional[float], Optional[float]]:
+    """The request's (class, TTFT target, TPOT target), read once and kept on it."""
+    if not hasattr(r, "loraplex_class"):
+        r.loraplex_class, r.loraplex_ttft, r.loraplex_tpot = request_slo(r)
+    return r.loraplex_class, r.loraplex_ttft, r.loraplex_tpot
+
+
 def _work(r, running: bool) -> PromptWork:
     return PromptWork(key=r.request_id, tenant=_tenant(r), tier=tier(r),
                       remaining=max(r.num_tokens - r.num_computed_tokens, 1), running=running,
-                      arrival=r.arrival_time, weight=r.loraplex_weight, batch=is_batch(r))
+                      arrival=r.arrival_time, weight=r.loraplex_weight, batch=is_batch(r), ttft_s=_slo(r)[1])
 
 
 class TenantScheduler(TenantFairness, Scheduler):

@@ -28,8 +28,8 @@ from vllm.utils.argparse_utils import FlexibleArgumentParser
 from vllm.v1.executor import Executor
 
 from loraplex.engine.cpu_backend import renice_children, resolve_cpu_dtype, set_cpu_backend_env
-from loraplex.engine.tenant_scheduler import (BATCH_ARG, CONFIG_KEY, NO_TENANT, TENANT_ARG, WEIGHT_ARG,
-                                              scheduler_cls_for)
+from loraplex.engine.tenant_scheduler import (ARG_PREFIX, BATCH_ARG, CONFIG_KEY, NO_TENANT, TENANT_ARG, WEIGHT_ARG,
+                                              scheduler_cls_for, slo_args)
 from loraplex.engine.loaded_adapters import AdapterGone, LoadedAdapters
 from loraplex.disk_full import CacheDiskFull
 from loraplex.store_io import AdapterStoreUnavailable
@@ -68,6 +68,15 @@ def ending_status(finish_reason: str | None, ending: str) -> str:
     if finish_reason is None:
         return ending
     return _STATUS_OF_FINISH.get(finish_reason, "finished")
+
+
+def engine_args(sent: dict | None, call: EngineCall) -> dict:
+    """A request's vLLM extra_args: whose tokens these are and their SLO class, for the tenant
+    scheduler in EngineCore, ours; the client's own `loraplex_*` args are dropped, so it can name
+    neither its tenant, its weight nor its class."""
+    own = {k: v for k, v in (sent or {}).items() if not str(k).startswith(ARG_PREFIX)}
+    return {**own, TENANT_ARG: call.tenant_id or NO_TENANT, WEIGHT_ARG: float(call.weight),
+            BATCH_ARG: bool(call.batch), **slo_args(call.slo)}
 
 
 class VLLMEngine:
@@ -160,8 +169,7 @@ class VLLMEngine:
         if call.cache_salt is not None:
             request.cache_salt = call.cache_salt
         # Whose tokens these are, for the tenant scheduler in EngineCore: ours, whatever the client sent.
-        request.vllm_xargs = {**(request.vllm_xargs or {}), TENANT_ARG: call.tenant_id or NO_TENANT,
-                              WEIGHT_ARG: float(call.weight), BATCH_ARG: bool(call.batch)}
+        request.vllm_xargs = engine_args(request.vllm_xargs, call)
         adapter = call.adapter
         if adapter is None:
             async for item in self._run(create, request, usage):

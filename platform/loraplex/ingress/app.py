@@ -88,7 +88,7 @@ def build_ingress_app(
             cache_salt_per_tenant=config.registry.cache_salt_per_tenant,
             health=health, outage_ttl_s=key_cache.ttl_s, outage_entries=key_cache.max_entries,
             resolve_wait_s=key_cache.resolve_wait_s,
-            plan_weight=config.tenancy.plan_weight, bases=config.base_names,
+            plan_weight=config.tenancy.plan_weight, bases=config.base_names, slo_targets=config.slo.targets,
         )
     openai = OpenAIRoutes(engine, config.ingress.max_request_body_bytes, tenants,
                           ledger=accounting.ledger if accounting is not None else None,

@@ -2,7 +2,9 @@
 latency panel; `curl` and the CLI read the same JSON).
 
 From `console.prometheus_url` when one is configured and answers, else from the usage ledger's
-timestamps; `source` says which, and `prometheus_error` why Prometheus was not used."""
+timestamps; `source` says which, and `prometheus_error` why Prometheus was not used. `classes`:
+each SLO class's targets and, from Prometheus only (the ledger does not keep a request's class),
+its attainment, per tenant too, and its goodput."""
 
 from __future__ import annotations
 
@@ -37,11 +39,12 @@ class LatencyRoutes:
         window_s = _window(request)
         body = {"window_s": window_s, "slo": {"ttft_p95_s": self.slo.ttft_p95_s, "tpot_p95_s": self.slo.tpot_p95_s},
                 "source": "ledger", "requests": None, "prometheus_error": None}
-        figures = None
+        figures, measured = None, {}
         if self.console.prometheus_url:
             try:
                 p = await prometheus_latency(self.console.prometheus_url, window_s, self.console.prometheus_timeout_s)
                 figures = {"source": "prometheus", "ttft_p95_s": p.ttft_p95_s, "tpot_p95_s": p.tpot_p95_s}
+                measured = p.classes or {}
             except PrometheusUnavailable as exc:
                 body["prometheus_error"] = str(exc)
         if figures is None:
@@ -52,6 +55,13 @@ class LatencyRoutes:
         body.update(figures)
         body["within_slo"] = {k: None if body[f"{k}_p95_s"] is None else body[f"{k}_p95_s"] <= body["slo"][f"{k}_p95_s"]
                               for k in ("ttft", "tpot")}
+        body["classes"] = {name: {"ttft_p95_s": c.ttft_p95_s, "tpot_p95_s": c.tpot_p95_s, "availability": c.availability,
+                                  "attainment": measured.get(name, {}).get("attainment"),
+                                  "goodput_tokens_per_s": measured.get(name, {}).get("goodput_tokens_per_s"),
+                                  "tenants": measured.get(name, {}).get("tenants", {})}
+                           for name, c in self.slo.resolved_classes().items()}
+        body["goodput_tokens_per_s"] = (sum(m.get("goodput_tokens_per_s") or 0.0 for m in measured.values())
+                                        if measured else None)
         return JSONResponse(body)
 
 

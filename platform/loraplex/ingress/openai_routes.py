@@ -297,7 +297,7 @@ class OpenAIRoutes:
         return EngineCall(base_model=base_model,
             **common, tenant_id=principal.tenant_id, api_key_id=principal.key_id, adapter=adapter,
             cache_salt=self.tenants.cache_salt(principal), priority=0 if batch else principal.limits.priority,
-            weight=self.tenants.weight(principal),
+            weight=self.tenants.weight(principal), slo=None if batch else self.tenants.slo(principal),
             routing_key=affinity_key(principal.tenant_id, adapter.name if adapter else None), batch=batch,
         )
 

@@ -36,7 +36,7 @@ class TenantContext:
     def __init__(self, authenticator, registry, base_model: str, cache_salt_per_tenant: bool = True,
                  plan_weight=lambda plan: 1.0, health: StoreHealth | None = None,
                  outage_ttl_s: float = 900.0, outage_entries: int = 100_000, bases: list[str] | None = None,
-                 resolve_wait_s: float = 0.1):
+                 resolve_wait_s: float = 0.1, slo_targets=None):
         self.authenticator = authenticator  # async (request) -> principal with .tenant_id
         self.registry = registry
         self.base_model = base_model  # the first (default) base
@@ -48,12 +48,20 @@ class TenantContext:
         self.resolved = LastKnown(outage_ttl_s, outage_entries)  # (tenant, model) -> AdapterVersion
         self.listed = LastKnown(outage_ttl_s, outage_entries)  # tenant -> its live AdapterVersions
         self.plan_weight = plan_weight  # (plan name) -> its fair-queue weight (TenancyConfig.plan_weight)
+        self.slo_targets = slo_targets  # (class name or None) -> SloTargets (SloConfig.targets); None: no classes
         self.resolve_wait_s = resolve_wait_s
         self._resolving: dict[tuple[str, str], asyncio.Future] = {}  # (tenant, model) -> its query in flight
         self.served_while_slow = 0  # resolutions answered from memory because the query took over resolve_wait_s
 
     def weight(self, principal) -> float:
         return self.plan_weight(principal.plan)
+
+    def slo(self, principal):
+        """The SloTargets of the principal's class: its own `slo_class` limit, else its plan's (merged
+        into its limits), else the default class."""
+        if self.slo_targets is None:
+            return None
+        return self.slo_targets(getattr(principal.limits, "slo_class", None))
 
     async def authenticate(self, request: Request):
         return await self.authenticator(request)

@@ -68,6 +68,8 @@ class RequestMetrics:
         self.prompt, self.cached, self.completion, self.requests, self.refusals = (
             Counts(sink.make(spec), spec.labels)
             for spec in (c.PROMPT_TOKENS, c.CACHED_PROMPT_TOKENS, c.COMPLETION_TOKENS, c.REQUESTS, c.REFUSALS))
+        self.slo_requests, self.goodput = (Counts(sink.make(spec), spec.labels)
+                                           for spec in (c.SLO_REQUESTS, c.GOODPUT_TOKENS))
         self._tags: dict[tuple[str, str, str], dict[str, str]] = {}  # (tenant, adapter, model) -> histograms' tags
 
     def labels(self, tenant_id: str, adapter: Optional[str], tokens: int) -> tuple[str, str]:
@@ -84,8 +86,9 @@ class RequestMetrics:
         guard = self.tenants
         return tenant_id if tenant_id in guard.kept or len(guard.kept) < guard.limit else c.OTHER
 
-    def finished(self, record: UsageRecord, usage: RequestUsage, arrival_time: float) -> None:
-        """One metered request: its record (as the ledger got it) and the engine's timings."""
+    def finished(self, record: UsageRecord, usage: RequestUsage, arrival_time: float, slo=None) -> None:
+        """One metered request: its record (as the ledger got it), the engine's timings and its SLO
+        class's targets (contract.SloTargets; None: no class, no attainment counted)."""
         prompt, completion = record.prompt_tokens, record.completion_tokens
         key = self.labels(record.tenant_id, record.adapter, prompt + completion) + (record.base_model,)
         if prompt > 0:
@@ -100,14 +103,20 @@ class RequestMetrics:
             tags = self._tags[key] = dict(zip(c.REQUEST_LABELS, key))
         if record.ttft is not None:
             self.ttft.observe(max(record.ttft, 0.0), tags)
-        finish = usage.finish_time
+        finish, tpot = usage.finish_time, None
         if finish is not None:
             self.e2e.observe(max(finish - arrival_time, 0.0), tags)
             longest = usage.longest_output()
             if usage.first_token_time is not None and longest > 1:
-                self.tpot.observe(max(finish - usage.first_token_time, 0.0) / (longest - 1), tags)
+                tpot = max(finish - usage.first_token_time, 0.0) / (longest - 1)
+                self.tpot.observe(tpot, tags)
         if usage.scheduled_time is not None:
             self.queue.observe(max(usage.scheduled_time - arrival_time, 0.0), tags)
+        if slo is not None:
+            met = outcome(record.status) in ("ok", "length") and slo.met(record.ttft, tpot)
+            self.slo_requests.add((key[0], slo.name, "true" if met else "false"))
+            if met and completion > 0:
+                self.goodput.add((key[0], slo.name), completion)
 
     def refused(self, tenant_id: Optional[str], reason: str, call: Optional[EngineCall] = None) -> None:
         """A request refused before generating, under the ledger's reason (`401`, `429:<code>`, ...)."""
@@ -122,7 +131,8 @@ class RequestMetrics:
 
     def flush(self) -> None:
         """Hand the counters' growth to Ray (the publisher's thread)."""
-        for counts in (self.prompt, self.cached, self.completion, self.requests, self.refusals):
+        for counts in (self.prompt, self.cached, self.completion, self.requests, self.refusals, self.slo_requests,
+                       self.goodput):
             counts.flush()
 
 
@@ -132,7 +142,7 @@ class NoRequestMetrics:
     def tenant_label(self, tenant_id: str) -> str:
         return tenant_id
 
-    def finished(self, record, usage, arrival_time) -> None:
+    def finished(self, record, usage, arrival_time, slo=None) -> None:
         pass
 
     def refused(self, tenant_id, reason, call=None) -> None:

@@ -25,6 +25,9 @@ CACHED_PROMPT_TOKENS = _m("loraplex_cached_prompt_tokens_total")
 COMPLETION_TOKENS = _m("loraplex_completion_tokens_total")
 REQUESTS = _m("loraplex_requests_total")          # + status: requests that reached an engine
 REFUSALS = _m("loraplex_refusals_total")          # + reason: refused before generating, never billed
+SLO_REQUESTS = _m("loraplex_slo_requests_total")  # tenant, slo_class, met: within the class's targets or not
+GOODPUT_TOKENS = _m("loraplex_slo_goodput_tokens_total")  # tenant, slo_class: tokens of requests within them
+SLO_CLASS, MET = "slo_class", "met"
 
 # Per Engine replica (the spool gauges: per Engine and Ingress replica).
 KV_USAGE = _m("loraplex_kv_cache_usage_ratio")

@@ -9,7 +9,7 @@ import re
 from loraplex.observability import names as n
 from loraplex.observability.alert_text import expand
 from loraplex.observability.promql import duration
-from loraplex.observability.rules import BURN, COST_RECORD, render_yaml, rule_groups
+from loraplex.observability.rules import BURN, CLASS_ALERT, COST_RECORD, render_yaml, rule_groups
 from loraplex.observability.served import ServedPlatform
 
 # Example label values: what a request or a refusal carries (must match names.py's regexes).
@@ -159,6 +159,16 @@ class _Tests:
             self.check(name, 300),
             self.check(name, 660, self.alert(name, 15, replica="r1"))])
 
+    def slo_class(self) -> dict:
+        """The first class with a target misses a fifth of its requests; another class misses none."""
+        targeted = [k for k, c in self.slo.resolved_classes().items() if c.ttft_p95_s or c.tpot_p95_s]
+        name, missed = targeted[0], 20
+        series = [_series(n.SLO_REQUESTS, self.ramp(100 - missed), tenant="ten_a", slo_class=name, met="true"),
+                  _series(n.SLO_REQUESTS, self.ramp(missed), tenant="ten_a", slo_class=name, met="false")]
+        series += [_series(n.SLO_REQUESTS, self.ramp(100), tenant="ten_b", slo_class=k, met="true") for k in targeted[1:]]
+        return self.case(f"The {name} class misses its targets for a fifth of its requests; the others none", series,
+                         [self.check(CLASS_ALERT, self.fire_at, self.alert(CLASS_ALERT, missed / 100, slo_class=name))])
+
     def cost(self) -> dict:
         pricing = self.served.config.accounting.pricing
         tenants = {"ten_default": pricing.plans[pricing.default_plan], **pricing.tenant_overrides}
@@ -190,7 +200,7 @@ def rule_tests(served: ServedPlatform) -> dict:
         t.latency("LoraplexTPOTOverSLO", n.TPOT, slo.tpot_p95_s, slow=False),
         t.errors(), t.sheds(), t.replicas(), t.spool(), t.database(), t.budget_source(), t.adapter_store(),
         t.disk("LoraplexUsageSpoolWriteFailing", "usage_spool"), t.disk("LoraplexAdapterCacheDiskFull", "adapter_cache"),
-        t.disk("LoraplexUploadTempDiskFull", "upload_temp"), t.cost()]}
+        t.disk("LoraplexUploadTempDiskFull", "upload_temp"), t.slo_class(), t.cost()]}
 
 
 def render_rule_tests(served: ServedPlatform) -> str:

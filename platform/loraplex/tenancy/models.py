@@ -55,6 +55,10 @@ class TenantLimits(BaseModel):
     priority: int = Field(
         0, ge=0, le=100, description="Load-shedding priority: under overload lower priorities are shed first."
     )
+    slo_class: Optional[str] = Field(
+        None, min_length=1, max_length=64,
+        description="The latency class (slo.classes) its requests are served and counted by; null: its plan's, "
+        "else slo.default_class. A class no longer configured counts as the default.")
     max_adapter_versions: Optional[int] = Field(
         None, ge=0,
         description="Live adapter versions the tenant may hold (all names); an upload of new weights past it "

@@ -104,8 +104,11 @@ def fake_prometheus(answers: dict[str, float | None], asked: list[str]) -> Starl
     async def query(request):
         promql = parse_qs(request.url.query)["query"][0]
         asked.append(promql)
-        value = answers[promql]
-        result = [] if value is None else [{"metric": {}, "value": [1796000000.0, str(value)]}]
+        value = answers.get(promql)
+        if isinstance(value, list):  # a vector: [(labels, value), ...]
+            result = [{"metric": labels, "value": [1796000000.0, str(v)]} for labels, v in value]
+        else:
+            result = [] if value is None else [{"metric": {}, "value": [1796000000.0, str(value)]}]
         return JSONResponse({"status": "success", "data": {"resultType": "vector", "result": result}})
     return Starlette(routes=[Route("/api/v1/query", query)])
 
@@ -117,7 +120,7 @@ def test_console_prometheus_url_takes_effect(tmp_path):
     with serving(fake_prometheus({queries["ttft_p95_s"]: 0.42, queries["tpot_p95_s"]: None}, asked)) as url:
         client, _, acc = build(tmp_path, {"console": {"prometheus_url": url}})
         body = client.get("/admin/latency", params={"window_s": 1800}, headers=ADMIN).json()
-    assert asked == [queries["ttft_p95_s"], queries["tpot_p95_s"]]
+    assert asked[:2] == [queries["ttft_p95_s"], queries["tpot_p95_s"]]
     assert body["source"] == "prometheus" and body["prometheus_error"] is None
     assert body["ttft_p95_s"] == 0.42 and body["tpot_p95_s"] is None  # no requests in Prometheus's window
     assert body["within_slo"] == {"ttft": True, "tpot": None}
@@ -149,4 +152,21 @@ def test_loraplex_latency_prints_the_same_figures(tmp_path, capsys, monkeypatch)
     assert all(len(row[1].partition(".")[2]) <= 3 for row in lines[1:3]), out
     assert "from the usage ledger (21 requests)" in out
     assert body["window_s"] == 600 and body["source"] == "ledger"
+    acc.close()
+
+
+def test_per_class_attainment_and_goodput_from_prometheus(tmp_path):
+    from loraplex.observability.prometheus_latency import class_queries
+    q = class_queries(3600)
+    answers = {q["attainment"]: [({"slo_class": "standard"}, 0.97)],
+               q["tenants"]: [({"slo_class": "standard", "tenant": "ten_a"}, 1.0),
+                              ({"slo_class": "standard", "tenant": "ten_b"}, 0.9)],
+               q["goodput_tokens_per_s"]: [({"slo_class": "standard"}, 12.5)]}
+    with serving(fake_prometheus(answers, [])) as url:
+        client, _, acc = build(tmp_path, {"console": {"prometheus_url": url}})
+        body = client.get("/admin/latency", headers=ADMIN).json()
+    standard = body["classes"]["standard"]  # the single `slo:` is one class
+    assert standard["attainment"] == 0.97 and standard["goodput_tokens_per_s"] == 12.5
+    assert standard["tenants"] == {"ten_a": 1.0, "ten_b": 0.9}
+    assert standard["ttft_p95_s"] == body["slo"]["ttft_p95_s"] and body["goodput_tokens_per_s"] == 12.5
     acc.close()

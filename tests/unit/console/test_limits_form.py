@@ -22,9 +22,20 @@ def form_fields() -> dict[str, int]:
     return {name: int(least) for name, least in rows}
 
 
+TEXT = {"slo_class"}  # limits that are a name, not a number: TEXT_LIMITS
+
+
 def test_every_tenant_limit_has_an_input_with_the_apis_least_value():
-    wanted = {name: least_value(TenantLimits, name) for name in TenantLimits.model_fields if name != "models"}
+    wanted = {name: least_value(TenantLimits, name) for name in TenantLimits.model_fields
+              if name != "models" and name not in TEXT}
     assert form_fields() == wanted
+
+
+def test_every_text_limit_has_a_text_input():
+    listed = FORM[FORM.index("export const TEXT_LIMITS"):]
+    listed = listed[:listed.index("];")]
+    assert set(re.findall(r'\["(\w+)", "', listed)) == TEXT
+    assert all(TenantLimits.model_fields[name].annotation != int for name in TEXT)
 
 
 def test_every_per_base_limit_has_an_input():

@@ -10,7 +10,7 @@ from loraplex.metrics import catalog as c
 from loraplex.metrics.request_metrics import OUTCOMES
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "metrics.md"
-ROW = re.compile(r"^\| `(ray_loraplex_[a-z0-9_]+)` \| (counter|gauge|histogram) \|([a-z, ]*)\|")
+ROW = re.compile(r"^\| `(ray_loraplex_[a-z0-9_]+)` \| (counter|gauge|histogram) \|([a-z_, ]*)\|")
 
 
 def documented() -> dict[str, tuple[str, tuple[str, ...]]]:

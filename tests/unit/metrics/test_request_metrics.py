@@ -174,7 +174,27 @@ def test_metrics_on_registers_every_metric_of_its_role():
     engine, ingress = FakeSink(), FakeSink()
     Metrics.for_replica(MetricsConfig(), "engine", engine, base_model="qwen")
     Metrics.for_replica(MetricsConfig(), "ingress", ingress)
-    request_names = {s.name for s in c.REQUEST_METRICS + (c.REFUSALS,)}
+    request_names = {s.name for s in c.REQUEST_METRICS + c.SLO_METRICS + (c.REFUSALS,)}
     assert set(engine.metrics) == request_names | {s.name for s in c.ENGINE_METRICS + c.LEDGER_METRICS}
     assert set(ingress.metrics) == request_names | {c.ROUTING_DECISIONS.name, c.MIGRATIONS.name, c.DATABASE_REACHABLE.name} | {
         s.name for s in c.LEDGER_METRICS}
+
+
+def test_attainment_and_goodput_per_class_and_tenant(recorded):
+    """TTFT 0.5 s and TPOT 0.25 s (finished_usage): within a 1 s / 0.3 s class, not a 0.25 s TTFT one."""
+    from dataclasses import replace
+    from loraplex.contract import SloTargets
+    sink, _, meter = recorded
+    loose, tight = SloTargets("chat", 1.0, 0.3), SloTargets("interactive", 0.25, 0.3)
+    meter(replace(call("r1"), slo=loose), finished_usage(completion=5))
+    meter(replace(call("r2"), slo=tight), finished_usage(completion=5))
+    meter(replace(call("r3", tenant="ten_b"), slo=loose), finished_usage(completion=5, status="error"))
+    meter(call("r4"), finished_usage(completion=5))  # no class: not counted
+    flushed(meter)
+    slo = sink[c.SLO_REQUESTS.name]
+    assert slo.total(tenant="ten_a", slo_class="chat", met="true") == 1
+    assert slo.total(tenant="ten_a", slo_class="interactive", met="false") == 1
+    assert slo.total(tenant="ten_b", slo_class="chat", met="false") == 1  # an error is never within its SLO
+    assert slo.total() == 3
+    goodput = sink[c.GOODPUT_TOKENS.name]
+    assert goodput.total(slo_class="chat") == 5 and goodput.total() == 5

@@ -21,6 +21,8 @@ LIMITS = {"requests_per_minute": 60, "tokens_per_minute": 10_000, "max_concurren
           # the Batch API's (issue 36)
           "max_batch_files": 3, "max_batch_file_bytes": 1 << 20, "max_batches_in_flight": 2,
           "batch_tokens_per_day": 50_000,
+          # the SLO class its requests are served and counted by (issue 51)
+          "slo_class": "interactive",
           # per base model (issue 35)
           "models": {"tiny": {"requests_per_minute": 6, "tokens_per_minute": None, "max_concurrent_requests": 1,
                               "monthly_token_budget": 1000}}}

@@ -30,6 +30,10 @@ export const LIMIT_GROUPS = [
   ]],
 ];
 const LIMITS = LIMIT_GROUPS.flatMap(([, fields]) => fields);
+// [TenantLimits field, label, short name]: the text limits (a name, not a number).
+export const TEXT_LIMITS = [
+  ["slo_class", "SLO class (empty: the plan's)", "class"],
+];
 
 // BaseLimits: a tenant's extra limits on one base model, on top of the tenant-wide ones.
 export const BASE_LIMITS = LIMITS.filter(([key]) =>
@@ -47,6 +51,9 @@ export function limitInputs(fieldset, prefix) {
       fields.map(([key, label, , least]) => h("label", {}, label,
         numberInput(key, least, { id: `${prefix}-${key}` })))));
   }
+  fieldset.append(h("fieldset", { class: "limit-group" }, h("legend", {}, "Latency"),
+    TEXT_LIMITS.map(([key, label]) => h("label", {}, label,
+      h("input", { type: "text", maxlength: 64, "data-limit": key, id: `${prefix}-${key}` })))));
 }
 
 // One fieldset per base model (base names may hold '.', so no ids: [data-base][data-limit]).
@@ -62,7 +69,7 @@ export function baseLimitInputs(container, bases, own = {}) {
 }
 
 export function fillLimits(prefix, limits) {
-  for (const [key] of LIMITS) {
+  for (const [key] of [...LIMITS, ...TEXT_LIMITS]) {
     const v = limits[key];
     $(`#${prefix}-${key}`).value = v === null || v === undefined || (key === "priority" && v === 0) ? "" : v;
   }
@@ -77,6 +84,11 @@ export function readLimits(prefix, baseContainer, { clearEmpty, had = {} }) {
     const raw = $(`#${prefix}-${key}`).value.trim();
     if (raw !== "") limits[key] = Number(raw);
     else if (clearEmpty) limits[key] = key === "priority" ? 0 : null;
+  }
+  for (const [key] of TEXT_LIMITS) {
+    const raw = $(`#${prefix}-${key}`).value.trim();
+    if (raw !== "") limits[key] = raw;
+    else if (clearEmpty) limits[key] = null;
   }
   const models = {};
   for (const group of baseContainer.querySelectorAll("fieldset[data-base]")) {
@@ -94,13 +106,13 @@ export function readLimits(prefix, baseContainer, { clearEmpty, had = {} }) {
   return limits;
 }
 
-const SHORT = Object.fromEntries(LIMITS.map(([key, , short]) => [key, short]));
+const SHORT = Object.fromEntries([...LIMITS, ...TEXT_LIMITS].map(([key, , short]) => [key, short]));
 
 // "rpm 30, tpm 5,000, on <base>: rpm 10" or "unlimited".
 export function limitsText(limits) {
   const parts = Object.entries(limits)
     .filter(([k, v]) => k !== "models" && v !== null && !(k === "priority" && v === 0))
-    .map(([k, v]) => `${SHORT[k] || k} ${number(v)}`);
+    .map(([k, v]) => `${SHORT[k] || k} ${typeof v === "string" ? v : number(v)}`);
   for (const [base, own] of Object.entries(limits.models || {})) {
     const text = limitsText(own || {});
     if (text !== "unlimited") parts.push(`on ${base}: ${text}`);
