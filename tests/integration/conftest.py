@@ -72,8 +72,8 @@ def serve_app(tmp_path_factory):
         "ingress": {"num_replicas": 2, "num_cpus": 0.25, "max_ongoing_requests": 24, "body_timeout_s": 3},
         # test_batches: an idle runner looks for a batch twice a second.
         "batches": {"poll_s": 0.5},
-        # SLO classes: every tenant is `standard` (the default `slo:` figures, as before) but the one
-        # test_tenant_scheduler_real_engine makes `interactive`.
+        # SLO classes: every tenant is `standard` (the default `slo:` figures, as before); an
+        # `interactive` class a tenant may name.
         "slo": {"classes": {"standard": {"ttft_p95_s": 2.5, "tpot_p95_s": 0.3},
                             "interactive": {"ttft_p95_s": 1.0, "tpot_p95_s": 0.3}}, "default_class": "standard"},
     }
