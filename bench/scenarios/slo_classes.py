@@ -5,7 +5,7 @@ vLLM's own scheduler on the same load, in one run.
     python -m bench slo_classes [--duration 60] [--port 8012] [--variants classes,single,vllm]
 
 Each variant is its own `serve run` of serve_config.yaml (its `slo.classes`), tenants made with
-their `slo_class` limit: `classes` (as shipped), `single` (tenant_scheduler.slo_classes false:
+their `slo_class` limit: `classes` (tenant_scheduler.slo_classes true), `single` (false, as shipped:
 every step sized to the one TPOT target, prefill by counter), `vllm` (fair queue and tenant
 scheduler off: vLLM's scheduler behind the platform). Load (ShareGPT openings, ignore_eos):
 interactive, one ~200-character request every 2 s, 16 tokens; chat, 4 in flight, ~400
@@ -37,7 +37,8 @@ from bench.report import Column, Table
 from bench.tenants import new_tenant_key
 
 MODEL = "SmolLM2-135M-Instruct"
-VARIANTS = {"classes": ({}, {}), "single": ({}, {"tenant_scheduler": {"slo_classes": False}}),
+VARIANTS = {"classes": ({}, {"tenant_scheduler": {"slo_classes": True}}),
+            "single": ({}, {"tenant_scheduler": {"slo_classes": False}}),
             "vllm": ({"enabled": False}, {"tenant_scheduler": {"enabled": False}})}
 # (tenant, class, kind, arg, max_tokens, prompts): the mixed phase's senders.
 MIX = [("interactive", "interactive", "even", 0.5, 16, "short"), ("chat", "chat", "closed", 4, 64, "chat"),

@@ -187,10 +187,11 @@ class TenantSchedulerConfig(BaseModel):
         0.8, gt=0, le=1, description="A shared step's target time as a share of its TPOT target (the tightest "
         "SLO class's with decodes in the step, else tpot_s).")
     slo_classes: bool = Field(
-        True, description="Keep each request's SLO class (slo.classes): a shared step is sized to the tightest "
+        False, description="Keep each request's SLO class (slo.classes): a shared step is sized to the tightest "
         "TPOT target among the classes with decodes in it, and, while prompts of two or more TTFT targets "
-        "wait, prefill goes by TTFT slack within slack_bound_s; false: every step is sized to tpot_s and "
-        "prefill goes by counter alone (the single-SLO scheduler).")
+        "wait, prefill goes by TTFT slack within slack_bound_s; false (the default until it is shown to help "
+        "on the real engine: docs/operations.md, SLO classes): every step is sized to tpot_s and prefill goes "
+        "by counter alone (the single-SLO scheduler).")
     slack_bound_s: float = Field(
         1.0, ge=0, description="The fairness bound of the order by TTFT slack: a tenant whose virtual counter is "
         "more than this (engine-seconds per unit of weight) above its tier's lowest waits its turn by "

@@ -30,7 +30,8 @@ INTERACTIVE = SloTargets("interactive", ttft_s=1.0, tpot_s=0.3)
 
 
 def scheduler(max_num_seqs: int = 16, **settings):
-    config = TenantSchedulerConfig(tpot_s=0.3, **settings)
+    """The tenant scheduler keeping classes (off by default in the config) unless settings say otherwise."""
+    config = TenantSchedulerConfig(tpot_s=0.3, **{"slo_classes": True, **settings})
     s = make_scheduler(TenantScheduler, str(default_model_dir()), {CONFIG_KEY: config.settings()},
                        token_budget=2048, max_num_seqs=max_num_seqs)
     s.cost.prior = COSTS
