@@ -48,15 +48,7 @@ async def prometheus_latency(base_url: str, window_s: int, timeout_s: float, q: 
     values: dict[str, Optional[float]] = {}
     async with httpx.AsyncClient(base_url=base_url.rstrip("/"), timeout=timeout_s, transport=transport) as client:
         for field, promql in latency_queries(window_s, q).items():
-            try:
-                response = await client.get("/api/v1/query", params={"query": promql})
-                body = response.json()
-            except (httpx.HTTPError, ValueError) as exc:
-                raise PrometheusUnavailable(f"{base_url}: {type(exc).__name__}: {exc}") from exc
-            if response.status_code != 200 or body.get("status") != "success":
-                raise PrometheusUnavailable(f"{base_url} answered {response.status_code}: "
-                                            f"{body.get('error') or response.text[:200]}")
-            values[field] = _scalar(body)
+            values[field] = _scalar(await _query(client, base_url, promql))
         classes: dict[str, dict] = {}
         for field, promql in class_queries(window_s).items():
             for labels, value in _vector(await _query(client, base_url, promql)):
