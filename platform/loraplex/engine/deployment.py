@@ -9,7 +9,6 @@ import time
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
 
 from ray import serve
-from vllm.utils.gc_utils import freeze_gc_heap
 
 from loraplex import disk_full, store_io
 from loraplex.dedicated.replica import merged_engine_config, path_refusal
@@ -25,7 +24,6 @@ from loraplex.contract import (SSE_DONE, AdapterTarget, EngineCall, EngineChunk,
                                RequestUsage, sse_error)
 from loraplex.engine.shedding import InFlight, LoadShedder
 from loraplex.engine.stream_batcher import DeadlineExceeded, StreamBatcher
-from loraplex.engine.vllm_engine import VLLMEngine
 from loraplex.metrics.recorder import Metrics
 from loraplex.metrics.publisher import Publisher
 from loraplex.routing.serve_router import TenantAffinityRouter
@@ -85,11 +83,13 @@ class Engine:
     """Serve replica around VLLMEngine. `engine_cls` is injectable so tests can swap the engine,
     `metrics_sink` so they can read what the replica records (default: Ray's metrics)."""
 
-    async def __init__(self, config: PlatformConfig, engine_cls: type = VLLMEngine, metrics_sink=None,
+    async def __init__(self, config: PlatformConfig, engine_cls: type | None = None, metrics_sink=None,
                        home_node_id: str | None = None, dedicated: DedicatedTarget | None = None,
                        stopping: Callable[[], bool] | None = None):
         from loraplex.accounting.ledger import UsageLedger
         from loraplex.cluster import check_model_on_this_node, check_on_replica, for_this_node
+        if engine_cls is None:  # imported here: the app's build imports this module, and need not import vLLM
+            from loraplex.engine.vllm_engine import VLLMEngine as engine_cls
         from loraplex.db.engine import make_engine
         from loraplex.registry.store import AdapterStore
         from loraplex.registry.catalog import AdapterCatalog
@@ -179,7 +179,8 @@ class Engine:
                 self._publish_fair_queue,
             ], name=f"metrics-{replica_id}").start()
         if replica_id != "local":  # as the Ingress does: what init built stays out of every full
-            freeze_gc_heap()       # collection (never in a test process: its garbage would stay)
+            from vllm.utils.gc_utils import freeze_gc_heap  # collection (never in a test process:
+            freeze_gc_heap()                                # its garbage would stay)
 
     @staticmethod
     def _fair_queue(config: PlatformConfig) -> FairQueue | None:

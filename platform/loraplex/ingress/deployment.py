@@ -7,11 +7,9 @@ from typing import TYPE_CHECKING
 
 import ray
 from ray import serve
-from vllm.utils.gc_utils import freeze_gc_heap
 
 from loraplex import disk_full, store_io
 from loraplex.ingress.config import IngressDeploymentConfig
-from loraplex.ingress.app import build_ingress_app
 from loraplex.ingress.engine_client import ServeEngineClient
 from loraplex.ingress.overload import serve_max_ongoing_requests
 from loraplex.metrics.recorder import Metrics
@@ -89,6 +87,11 @@ class Ingress:
             ], name=f"metrics-{context.replica_id.unique_id}").start()
 
     def __serve_build_asgi_app__(self):
+        # Imported here: the app's build imports this module, and need not import vLLM (its protocol).
+        from vllm.utils.gc_utils import freeze_gc_heap
+
+        from loraplex.ingress.app import build_ingress_app
+
         app = build_ingress_app(
             self.engine, self.config, self.engine_replica_health, tenancy=self.tenancy, registry=self.registry,
             accounting=self.accounting, limiter=self.limiter, metrics=self.metrics, dedicated=self.dedicated,
