@@ -4,14 +4,14 @@ then the crashes it must survive, in file order on that one platform (a `serve r
 minute here):
 
 1. HTTP: curl-style and `openai` calls answer; bad requests get 4xx and the server keeps serving.
-2. kill -9 of the Engine replica while it holds unflushed usage records of replies already sent and
-   streams still running: every stream ends with an error event and `[DONE]` (never a hang or a
-   bare cut); the replacement replays the dead replica's spool; the platform serves again.
-3. kill -9 of the Ingress replica whose runner is working a batch, mid-way: its replacement takes
-   the batch over once the dead runner's lease runs out (`batches.lease_s`); then kill -9 of the
-   Engine replica serving its lines: the lines it held come back to the runner as lost and are sent
-   again. The batch completes, every input line in exactly one output line.
-4. The run stopped: each request of 2 and each batch line of 3 is in the ledger exactly once (the
+2. kill -9 of the Ingress replica whose runner is working a batch, mid-way: its replacement takes
+   the batch over once the dead runner's lease runs out (`batches.lease_s`). Then kill -9 of the
+   Engine replica serving its lines, while it holds unflushed usage records of replies already
+   sent and streams still running: every stream ends with an error event and `[DONE]` (never a hang
+   or a bare cut); the replacement replays the dead replica's spool and serves again; the lines it
+   held come back to the runner as lost and are sent again. The batch completes, every input line
+   in exactly one output line. (One Engine kill for both: a replacement costs most of a minute.)
+3. The run stopped: each request and each batch line of 2 is in the ledger exactly once (the
    cut streams as `engine_error` with exactly the tokens their clients received, batch lines under
    `<batch id>-<line index>`, lines cut by either kill and sent again included).
 """
@@ -128,8 +128,9 @@ def rss(pid: int) -> int:
         return 0
 
 
-def test_records_survive_kill_9_exactly_once(served):
+def test_a_batch_streams_and_records_survive_kill_9_of_the_ingress_then_the_engine(served):
     proc, db_url, _ = served
+    db = make_engine(db_url)
     key = new_tenant_key(BASE_URL, ADMIN_TOKEN, "crash")
     sent = {}
     with httpx.Client(base_url=BASE_URL, headers={"Authorization": f"Bearer {key}"}, timeout=120) as client:
@@ -139,63 +140,10 @@ def test_records_survive_kill_9_exactly_once(served):
             reply = client.post("/v1/chat/completions", json=body)
             assert reply.status_code == 200, reply.text
             sent[reply.headers["x-loraplex-request-id"]] = reply.json()["usage"]
-    db = make_engine(db_url)
     with db.connect() as conn:
         assert conn.execute(select(func.count()).select_from(usage_records)).scalar() == 0
 
-    # Three streams running on the replica when it dies.
-    streams = [StreamingChat(key, i, 1500) for i in range(3)]
-    for stream in streams:
-        stream.start()
-    wait_until(lambda: all(s.tokens >= 3 for s in streams) or any(s.failure for s in streams), 120,
-               "every stream's first tokens")
-    assert all(s.tokens >= 3 for s in streams), [(s.tokens, s.failure) for s in streams]
-
-    dead_replica = readyz_details().json()["probe"]["replica_id"]
-    [pid] = replica_pids(proc, "Engine")
-    engine_core = [c for c in descendants(pid) if "orphan_guard" not in cmdline(c)]
-    assert engine_core, "vLLM's EngineCore should be a child of the Engine replica"
-    core_memory = sum(rss(c) for c in engine_core)
-    os.kill(pid, signal.SIGKILL)
-    # vLLM's EngineCore does not watch its parent; the replica's orphan guard kills it, so
-    # its memory is back for the replacement replica.
-    wait_until(lambda: not any(alive(c) for c in engine_core), 30, f"EngineCore {engine_core} to die with its replica")
-    assert core_memory > 100 << 20  # it held real memory (the model), now freed
-    for stream in streams:
-        stream.join(timeout=60)
-        assert not stream.is_alive(), "a stream hung after its engine died"
-        assert stream.failure is None, f"the stream was cut without an error event: {stream.failure!r}"
-        error = json.loads(stream.events[-2].removeprefix("data: "))["error"]
-        assert error["code"] == 503 and "lost" in error["message"]
-        assert stream.events[-1] == "data: [DONE]"
-    # Serve notices the dead actor and starts another replica, which replays the dead one's spool.
-    wait_until(lambda: replica_pids(proc, "Engine") - {pid}, 300, "a replacement Engine replica process", interval_s=1)
-
-    def ready_on_the_replacement():
-        assert proc.poll() is None, f"`serve run` exited with {proc.returncode}"
-        ready = readyz_details()
-        return ready.status_code == 200 and ready.json()["probe"]["replica_id"] != dead_replica
-    wait_until(ready_on_the_replacement, 600, "/readyz to answer 200 from the replacement replica", interval_s=2)
-
-    def replayed():  # the earlier tests' requests were in that spool too
-        with db.connect() as conn:
-            rows = {r.request_id: r for r in conn.execute(select(usage_records))}
-        return rows if set(sent) <= set(rows) else None
-    rows = wait_until(replayed, 60, "the dead replica's spooled records to be replayed", interval_s=1)
-    for request_id, usage in sent.items():
-        assert rows[request_id].prompt_tokens == usage["prompt_tokens"]
-        assert rows[request_id].completion_tokens == usage["completion_tokens"]
-    # And the new replica serves and meters.
-    with httpx.Client(base_url=BASE_URL, headers={"Authorization": f"Bearer {key}"}, timeout=120) as client:
-        again = client.post("/v1/chat/completions", json={
-            "model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
-    assert again.status_code == 200
-    AFTER_STOP["crash"] = (rows[next(iter(sent))].tenant_id, sent, streams, again.headers["x-loraplex-request-id"])
-
-
-def test_a_batch_survives_kill_9_of_its_ingress_then_its_engine(served):
-    proc, db_url, _ = served
-    db = make_engine(db_url)
+    # The Ingress replica whose runner works the batch, killed mid-way.
     sdk = OpenAI(base_url=f"{BASE_URL}/v1", api_key=new_tenant_key(BASE_URL, ADMIN_TOKEN, "batch-crash"),
                  max_retries=0, timeout=30)
     lines = [{"custom_id": f"q{i}", "method": "POST", "url": "/v1/chat/completions",
@@ -221,7 +169,8 @@ def test_a_batch_survives_kill_9_of_its_ingress_then_its_engine(served):
 
     wait_until(lambda: replica_pids(proc, "Ingress") - {ingress}, 120, "a replacement Ingress replica", interval_s=1)
 
-    # The replacement's runner has taken the batch over and runs its lines: now the Engine replica.
+    # The replacement's runner has taken the batch over and runs its lines: now the Engine replica,
+    # which also holds three streams and, in its spool, the unflushed records of every reply so far.
     def resumed():
         try:
             now = sdk.batches.retrieve(batch.id)
@@ -229,12 +178,51 @@ def test_a_batch_survives_kill_9_of_its_ingress_then_its_engine(served):
             return False
         return now.request_counts.completed >= LINES - len(pending) + 2 or now.status != "in_progress"
     wait_until(resumed, 120, "the batch's lines to run again on the replacement Ingress", interval_s=0.05)
+    streams = [StreamingChat(key, i, 1500) for i in range(3)]
+    for stream in streams:
+        stream.start()
+    wait_until(lambda: all(s.tokens >= 3 for s in streams) or any(s.failure for s in streams), 120,
+               "every stream's first tokens")
+    assert all(s.tokens >= 3 for s in streams), [(s.tokens, s.failure) for s in streams]
+
+    dead_replica = readyz_details().json()["probe"]["replica_id"]
     [engine] = replica_pids(proc, "Engine")
+    engine_core = [c for c in descendants(engine) if "orphan_guard" not in cmdline(c)]
+    assert engine_core, "vLLM's EngineCore should be a child of the Engine replica"
+    core_memory = sum(rss(c) for c in engine_core)
     os.kill(engine, signal.SIGKILL)
     with db.connect() as conn:
         still = conn.execute(select(batches.c.status).where(batches.c.id == batch.id)).scalar()
     assert still == "in_progress", "the batch ended before the Engine kill: make its lines longer"
-    wait_until(lambda: replica_pids(proc, "Engine") - {engine}, 300, "a replacement Engine replica", interval_s=1)
+    # vLLM's EngineCore does not watch its parent; the replica's orphan guard kills it, so
+    # its memory is back for the replacement replica.
+    wait_until(lambda: not any(alive(c) for c in engine_core), 30, f"EngineCore {engine_core} to die with its replica")
+    assert core_memory > 100 << 20  # it held real memory (the model), now freed
+    for stream in streams:
+        stream.join(timeout=60)
+        assert not stream.is_alive(), "a stream hung after its engine died"
+        assert stream.failure is None, f"the stream was cut without an error event: {stream.failure!r}"
+        error = json.loads(stream.events[-2].removeprefix("data: "))["error"]
+        assert error["code"] == 503 and "lost" in error["message"]
+        assert stream.events[-1] == "data: [DONE]"
+    # Serve notices the dead actor and starts another replica, which replays the dead one's spool.
+    wait_until(lambda: replica_pids(proc, "Engine") - {engine}, 300, "a replacement Engine replica process",
+               interval_s=1)
+
+    def ready_on_the_replacement():
+        assert proc.poll() is None, f"`serve run` exited with {proc.returncode}"
+        ready = readyz_details()
+        return ready.status_code == 200 and ready.json()["probe"]["replica_id"] != dead_replica
+    wait_until(ready_on_the_replacement, 600, "/readyz to answer 200 from the replacement replica", interval_s=2)
+
+    def replayed():
+        with db.connect() as conn:
+            rows = {r.request_id: r for r in conn.execute(select(usage_records))}
+        return rows if set(sent) <= set(rows) else None
+    rows = wait_until(replayed, 60, "the dead replica's spooled records to be replayed", interval_s=1)
+    for request_id, usage in sent.items():
+        assert rows[request_id].prompt_tokens == usage["prompt_tokens"]
+        assert rows[request_id].completion_tokens == usage["completion_tokens"]
 
     def ended():
         assert proc.poll() is None, f"`serve run` exited with {proc.returncode}"
@@ -253,6 +241,13 @@ def test_a_batch_survives_kill_9_of_its_ingress_then_its_engine(served):
     for o in out:
         assert o["response"]["status_code"] == 200
         assert o["response"]["body"]["usage"]["completion_tokens"] == LINE_TOKENS
+
+    # And the new replica serves and meters.
+    with httpx.Client(base_url=BASE_URL, headers={"Authorization": f"Bearer {key}"}, timeout=120) as client:
+        again = client.post("/v1/chat/completions", json={
+            "model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+    assert again.status_code == 200
+    AFTER_STOP["crash"] = (rows[next(iter(sent))].tenant_id, sent, streams, again.headers["x-loraplex-request-id"])
     AFTER_STOP["batch"] = (batch.id, pending)
 
 
