@@ -15,7 +15,10 @@ or more distinct TTFT targets wait, a tenant is urgent if
 
 Urgent tenants go first within their tier, least slack first; the rest follow in the caller's
 own order (VTC). With one TTFT target waiting, slack would only be arrival order, so the order
-stays VTC's. Tiers are never crossed. Counters are in the caller's units (engine-seconds in the
+stays VTC's. A class without a TTFT target (batch work) waits with an infinite one (class_target):
+a class of its own beside the others, whose slack is never finite, so it goes after every class
+with a target; work with no class at all (health probes, Batch API lines) counts for none. Tiers
+are never crossed. Counters are in the caller's units (engine-seconds in the
 scheduler, weighted tokens in the queue), and so is its bound.
 """
 
@@ -26,6 +29,14 @@ from dataclasses import dataclass
 from typing import Iterable, Optional
 
 
+def class_target(slo_class: Optional[str], ttft_s: Optional[float]) -> Optional[float]:
+    """The TTFT target work of this class waits with: its own, infinite for a class without one,
+    None without a class."""
+    if not slo_class:
+        return None
+    return math.inf if ttft_s is None else ttft_s
+
+
 @dataclass(frozen=True)
 class Claim:
     """One tenant's waiting work, as the order by slack sees it."""
@@ -33,8 +44,8 @@ class Claim:
     tenant: str
     tier: int  # the caller's tier, lower first; the bound is measured within a tier
     counter: float  # its virtual counter
-    slack: float  # least TTFT slack of its waiting work, in seconds; inf: none has a target
-    targets: frozenset = frozenset()  # the TTFT targets of its waiting work
+    slack: float  # least TTFT slack of its waiting work, in seconds; inf: none has a finite target
+    targets: frozenset = frozenset()  # the TTFT targets of its waiting work (class_target; None left out)
     batch: bool = False  # batch work: never urgent
 
 

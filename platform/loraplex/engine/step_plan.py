@@ -62,7 +62,7 @@ class PromptWork:
     arrival: float
     weight: float = 1.0  # the tenant's plan weight: its share of a step against others'
     batch: bool = False  # a Batch API line: served from what online work leaves of the step
-    ttft_s: Optional[float] = None  # its SLO class's TTFT target; None: none (prefill_order ranks it last)
+    ttft_s: Optional[float] = None  # its class's TTFT target (slack_order.class_target: inf for none; None: no class)
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.request_queue import FCFSRequestQueue
 from vllm.v1.core.sched.scheduler import Scheduler
 
+from loraplex.engine.slack_order import class_target
 from loraplex.engine.step_cost import StepCost
 from loraplex.engine.step_plan import DecodeWork, PromptWork, is_shared, keep_decodes, plan_step
 from loraplex.engine.tenant_counters import TenantCounters
@@ -384,7 +385,8 @@ def _slo(r) -> tuple[str, Optional[float], Optional[float]]:
 def _work(r, running: bool) -> PromptWork:
     return PromptWork(key=r.request_id, tenant=_tenant(r), tier=tier(r),
                       remaining=max(r.num_tokens - r.num_computed_tokens, 1), running=running,
-                      arrival=r.arrival_time, weight=r.loraplex_weight, batch=is_batch(r), ttft_s=_slo(r)[1])
+                      arrival=r.arrival_time, weight=r.loraplex_weight, batch=is_batch(r),
+                      ttft_s=class_target(*_slo(r)[:2]))
 
 
 class TenantScheduler(TenantFairness, Scheduler):

@@ -202,3 +202,35 @@ async def test_a_queued_request_of_a_dead_ingress_leaves_the_queue_and_never_run
     await w0
     assert in_vllm(replica) == ["w0"]  # w1 never reached vLLM
     assert [r["request_id"] for r in ledger_rows(replica)] == ["w0"]  # and is not billed
+
+
+async def test_with_slo_classes_on_the_queue_admits_by_ttft_slack_from_the_ingress_arrival(tmp_path):
+    """The switch reaches the replica's queue, and the wait before it (EngineCall.arrival_time) counts."""
+    from dataclasses import replace
+
+    from loraplex.contract import SloTargets
+    from loraplex.engine.config import TenantSchedulerConfig
+
+    chat_class, interactive = SloTargets("chat", ttft_s=2.5), SloTargets("interactive", ttft_s=1.0)
+
+    async def order(classes: bool, chat_waited_s: float) -> list[str]:
+        replica = await start_replica(tmp_path / f"{classes}-{chat_waited_s}",
+                                      engine_config={"tenant_scheduler": TenantSchedulerConfig(slo_classes=classes)},
+                                      fair_queue={"dispatch_limit": 1, "newcomer_slots": 0})
+        llm(replica).script = Script(tokens=3, stall_after=1)
+        now = time.time()
+        calls = [make_call("w0", tenant="ten_w"),
+                 replace(make_call("c0", tenant="ten_c", slo=chat_class), arrival_time=now - chat_waited_s),
+                 replace(make_call("i0", tenant="ten_i", slo=interactive), arrival_time=now)]
+        tasks = []
+        for call in calls:
+            tasks.append(asyncio.create_task(drain(replica.generate(call, chat()))))
+            await settle()
+        llm(replica).gate.set()
+        await asyncio.gather(*tasks)
+        await replica.__del__()
+        return in_vllm(replica)
+
+    assert await order(True, 0.0) == ["w0", "i0", "c0"]  # 1 s of slack against 2.5 s
+    assert await order(False, 0.0) == ["w0", "c0", "i0"]  # off: by counter (tied), then as they came
+    assert await order(True, 2.0) == ["w0", "c0", "i0"]  # 2 s in the ingress: 0.5 s of slack left

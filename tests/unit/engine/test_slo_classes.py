@@ -164,6 +164,24 @@ def test_the_interactive_request_beside_a_long_prompt_gets_its_prompt_in_one_ste
     assert first_step(False) == 98  # by counter: half of them, and a second step for the rest
 
 
+def test_a_class_without_a_ttft_target_leaves_the_step_to_a_class_with_one():
+    bulk = SloTargets("batch")  # no targets at all: throughput only
+
+    def first_step(doc_class) -> int:
+        s = scheduler()
+        chat = request("chat", 16, max_tokens=64, slo=INTERACTIVE)
+        s.add_request(chat)
+        decoding(s, chat)
+        s.add_request(request("doc", 3000, slo=doc_class, arrival=time.time()))
+        step(s)
+        complete = request("complete", 150, slo=INTERACTIVE, arrival=time.time())
+        s.add_request(complete)
+        return step(s).get(complete.request_id, 0)
+
+    assert first_step(bulk) == 150  # the batch class is a class of its own, after every TTFT target
+    assert first_step(None) == 98  # beside work of no class, one TTFT target waits: by counter
+
+
 # -- shedding by class ------------------------------------------------------------------------------
 def test_a_full_queue_sheds_the_class_with_the_most_slack_first():
     q = FairQueue(FairQueueConfig(newcomer_slots=0, max_queued=2), FixedLimit(1), 8)
