@@ -143,10 +143,14 @@ def test_a_tenants_own_requests_stay_in_arrival_order():
 
 
 def test_the_bound_is_measured_from_the_lowest_counter_of_the_same_priority():
-    q, _, dispatched = full_queue()
-    q.submit(waiting("top", dispatched, ttft=CHAT, priority=50))  # the lowest counter, in another tier
-    q.submit(waiting("doc", dispatched, ttft=CHAT))
-    q.submit(waiting("complete", dispatched, ttft=INTERACTIVE))
+    clock = Clock()
+    q = FairQueue(FairQueueConfig(newcomer_slots=1), FixedLimit(1), 8, clock=clock, wall=clock, slo_classes=True)
+    dispatched = []
+    for e in (waiting("top", dispatched, ttft=CHAT, priority=50), waiting("top", dispatched, ttft=CHAT, priority=50),
+              waiting("x", dispatched, ttft=CHAT), waiting("doc", dispatched, ttft=CHAT),
+              waiting("complete", dispatched, ttft=INTERACTIVE)):
+        q.submit(e)  # top runs one and queues one; x takes the reserved slot; doc and complete queue
     q.charge("doc", 2000, 0)
-    q.charge("complete", 2500, 0)  # 500 above its tier's lowest, 2,500 above top's
-    assert served(q, dispatched) == ["top", "complete", "doc"]
+    q.charge("complete", 2500, 0)  # 500 above its priority's lowest, 2,500 above top's
+    q.finish(dispatched[1])  # x's reserved slot frees: top is at its share, so one of priority 0 takes it
+    assert dispatched[2].tenant == "complete"
