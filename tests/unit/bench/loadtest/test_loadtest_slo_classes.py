@@ -84,7 +84,7 @@ def test_the_load_test_reports_a_capacity_per_class(tmp_path, monkeypatch):
 
     def fake_target(base_url, model, workload, **kw):
         made.update(kw)
-        return cli.Target("loraplex", base_url, model, keys=["k"] * len(workload.tenants))
+        return cli.Target("loraplex", base_url, model, keys=["lpx-fake-key"] * len(workload.tenants))
 
     async def fake_closed(target, w, concurrency, **kw):
         return [result(s.tenant, (0.3 if s.tenant % 2 == 0 else 0.5) * concurrency) for s in w.requests]
