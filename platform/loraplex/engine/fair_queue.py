@@ -13,7 +13,7 @@ When a slot frees:
   class's target less the time since the ingress received them, least first), under the
   scheduler's rule (slack_order.py): only while two or more TTFT targets wait, not a request
   already past its target, not a tenant more than `slack_bound_tokens` above the tier's lowest
-  counter; the rest by counter. The queue cannot price a prompt's prefill (the step cost is
+  counter; the rest (a class without a TTFT target among them) by counter. The queue cannot price a prompt's prefill (the step cost is
   EngineCore's), so slack has no prefill estimate in it;
 - reserved slots (`newcomer_slots` beside the limit, never above max_num_seqs in all): a tenant
   running fewer than its share of the limit (limit x weight / the active tenants' weights, at

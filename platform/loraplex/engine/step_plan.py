@@ -182,6 +182,8 @@ def prefill_order(by_tenant: dict[str, list[PromptWork]], counters: TenantCounte
     has waited."""
     def vtc(t: str) -> tuple:
         return min(w.tier for w in by_tenant[t]), counters.get(t), min(w.arrival for w in by_tenant[t])
+    if slack_bound is None:  # classes off: nothing to weigh
+        return sorted(by_tenant, key=vtc), set()
     claims = {t: Claim(t, vtc(t)[0], counters.get(t),
                        slack=min((w.ttft_s - (now - w.arrival) for w in ws if w.ttft_s is not None), default=math.inf),
                        targets=frozenset(w.ttft_s for w in ws if w.ttft_s is not None), batch=ws[0].batch)
