@@ -17,7 +17,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Optional
 
-from bench.loadtest import report, targets, vllm_bench, workload as wl
+from bench.loadtest import report, slo_classes, targets, vllm_bench, workload as wl
 from bench.loadtest.client import Target
 from bench.loadtest.cpu_load import PROCESSES as CPU_LOAD_PROCESSES, cpu_load
 from bench.loadtest.runner import run_closed, run_open
@@ -116,6 +116,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     g.add_argument("--slo-ttft-p95", type=float, help="seconds (default: the config's slo:, else 2.0)")
     g.add_argument("--slo-tpot-p95", type=float, help="seconds (default: the config's slo:, else 0.1)")
     g.add_argument("--slo-max-error-rate", type=float, default=0.0)
+    g.add_argument("--tenant-classes", help="SLO classes of the config's slo.classes, cycled over the tenants "
+                   "(e.g. interactive,chat,agent): tenants made in them, and a capacity per class against its "
+                   "own targets (with --api-key: the classes those keys' tenants already have)")
     g.add_argument("--peak-concurrency", type=float, help="size the fleet for this many concurrent requests")
     g.add_argument("--gpu-hour-price", type=Decimal, help="default: the config's accounting.cost_model")
     g.add_argument("--gpus-per-replica", type=int, help="default: engine.tensor_parallel_size")
@@ -165,6 +168,8 @@ def run(a: argparse.Namespace, argv: list[str], report_to=None) -> int:
     tpot = a.slo_tpot_p95 if a.slo_tpot_p95 is not None else slo_cfg.get("tpot_p95", DEFAULT_SLO["tpot_p95"])
     slo_source = "flags" if a.slo_ttft_p95 or a.slo_tpot_p95 else "config slo:" if slo_cfg else "built-in default"
     slo = SLO(ttft, tpot, a.slo_max_error_rate)
+    classes = slo_classes.tenant_classes([x for x in (a.tenant_classes or "").split(",") if x], a.tenants)
+    class_slos = slo_classes.class_slos(app_args, classes.values(), a.slo_max_error_rate) if classes else {}
     price = a.gpu_hour_price if a.gpu_hour_price is not None else targets.cost_model(app_args, a.model).gpu_hour_price
     gpus = a.gpus_per_replica or eng.tensor_parallel_size
     out = a.out or ROOT / "var" / "loadtest" / datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
@@ -232,13 +237,13 @@ def run(a: argparse.Namespace, argv: list[str], report_to=None) -> int:
     other_work: list[dict] = []  # --bare-with-load: what the other processes took
     if a.url:
         plan.append((a.target_name, lambda: _external(a.url.rstrip("/"), model, setup_wl, a.admin_token, api_keys,
-                                                      archives, adapter_names, a.target_name)))
+                                                      archives, adapter_names, a.target_name, classes)))
     if a.start_platform:
         plan.append(("loraplex", lambda: _started_platform(config, a.port, out, model, setup_wl, archives,
-                                                                     secrets)))
+                                                                     secrets, classes=classes)))
         for name, overrides in _platform_variants(a.platform_variant):
             plan.append((name, lambda name=name, overrides=overrides: _started_platform(
-                config, a.port, out / name, model, setup_wl, archives, secrets, overrides, name)))
+                config, a.port, out / name, model, setup_wl, archives, secrets, overrides, name, classes)))
     elif a.platform_variant:
         raise SystemExit("loadtest: --platform-variant goes with --start-platform")
     pool_cpus = base_cpus(app_args, a.model)
@@ -309,7 +314,9 @@ def run(a: argparse.Namespace, argv: list[str], report_to=None) -> int:
         plans[tname] = {"capacity": cap["capacity"], "all_levels_met": cap["all_met"],
                         "met_above_first_miss": cap["met_above_first_miss"],
                         "max_num_seqs": int(cap["capacity"]) if cap["capacity"] and level_name == "concurrency" else None,
-                        "peak_concurrency": a.peak_concurrency, "cost": cost}
+                        "peak_concurrency": a.peak_concurrency, "cost": cost,
+                        # Each tenant's class against its own targets (bare vLLM: the same tenants' requests).
+                        "classes": slo_classes.per_class(per[first_sc]["requests"], classes, class_slos, a.window_s)}
     curves = {t: per[first_sc]["levels"] for t, per in results.items()}
     plot_path = report.plot(curves, slo, out / "curve.png", level_name) if len(levels) > 1 or open_loop else None
     doc_out = {
@@ -319,7 +326,7 @@ def run(a: argparse.Namespace, argv: list[str], report_to=None) -> int:
         "burstiness": a.burstiness if open_loop else None,
         "workload": {n: w.describe() for n, w in workloads.items()},
         "slo": {"ttft_p95_s": slo.ttft_p95_s, "tpot_p95_s": slo.tpot_p95_s, "max_error_rate": slo.max_error_rate,
-                "source": slo_source},
+                "source": slo_source, "tenant_classes": classes},
         "plan": plans, "plot": str(plot_path) if plot_path else None,
         "targets": {t: {sc: {"levels": v["levels"]} for sc, v in per.items()} for t, per in results.items()},
         "vllm_bench": {t: vb for t, (_, vb) in cross.items()},
@@ -353,9 +360,9 @@ def _s(x, scale=1.0) -> str:
 
 
 @contextlib.contextmanager
-def _external(url, model, setup_wl, admin_token, api_keys, archives, adapter_names, name):
+def _external(url, model, setup_wl, admin_token, api_keys, archives, adapter_names, name, classes=None):
     target = targets.platform_target(url, model, setup_wl, admin_token=admin_token, api_keys=api_keys,
-                                     adapter_archives=archives, adapter_names=adapter_names)
+                                     adapter_archives=archives, adapter_names=adapter_names, slo_classes=classes)
     target.name = name
     yield target
 
@@ -372,11 +379,13 @@ def _bare_with_load(cores, eng, port, log_dir, setup_wl, archives, variant, pool
 
 
 @contextlib.contextmanager
-def _started_platform(config, port, out, model, setup_wl, archives, secrets: list, overrides=None, name="loraplex"):
+def _started_platform(config, port, out, model, setup_wl, archives, secrets: list, overrides=None, name="loraplex",
+                      classes=None):
     out.mkdir(parents=True, exist_ok=True)
     with targets.start_platform(config, port, out, overrides=overrides) as (base, token):
         secrets.append(token)
-        target = targets.platform_target(base, model, setup_wl, admin_token=token, adapter_archives=archives)
+        target = targets.platform_target(base, model, setup_wl, admin_token=token, adapter_archives=archives,
+                                         slo_classes=classes)
         target.name = name
         yield target
 
@@ -447,6 +456,10 @@ def markdown(doc: dict, results, slo: SLO, level_name: str, first_sc: str, plans
         cap = {"capacity": p["capacity"], "all_met": p["all_levels_met"], "met_above_first_miss": p["met_above_first_miss"],
                "at": next((s for s in per[first_sc]["levels"] if s["level"] == p["capacity"]), None)}
         lines += report.capacity_lines(cap, p["cost"], p["peak_concurrency"], level_name)
+        if p["classes"]:
+            lines += ["", f"### capacity per SLO class ({tname}, workload `{first_sc}`: each class's requests "
+                      f"against its own targets; `+`: every level swept met them)", "",
+                      report.class_capacity_table(p["classes"], level_name)]
     names = list(results)
     for i, a in enumerate(names):
         for b in names[i + 1:]:

@@ -23,6 +23,20 @@ def curve_table(levels: list[dict], slo, level_name: str = "concurrency") -> str
     return "\n".join([head, *rows])
 
 
+def class_capacity_table(classes: dict[str, dict], level_name: str = "concurrency") -> str:
+    """One row per SLO class (slo_classes.per_class): its targets, its capacity and its figures there."""
+    head = (f"| class | tenants | TTFT P95 target s | TPOT P95 target ms | capacity ({level_name}) | "
+            "TTFT P95 s there | TPOT P95 ms there | requests there |\n|" + "---|" * 8)
+    rows = []
+    for name, c in classes.items():
+        at = next((s for s in c["levels"] if s["level"] == c["capacity"]), None)
+        cap = "none" if c["capacity"] is None else f"{c['capacity']:g}" + ("+" if c["all_levels_met"] else "")
+        rows.append(f"| {name} | {', '.join(str(t) for t in c['tenants'])} | {_f(c['ttft_p95_s'])} | "
+                    f"{_f(c['tpot_p95_s'], 1, 1e3)} | {cap} | {_f(at and at['ttft_p95'])} | "
+                    f"{_f(at and at['tpot_p95'], 1, 1e3)} | {at['requests'] if at else '-'} |")
+    return "\n".join([head, *rows])
+
+
 def capacity_lines(cap: dict, cost: Optional[dict], peak: Optional[float], level_name: str) -> list[str]:
     out = []
     if cap["capacity"] is None:

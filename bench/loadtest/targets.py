@@ -103,19 +103,22 @@ LOADTEST_LIMITS = {"max_concurrent_requests": 100_000}
 
 def platform_target(base_url: str, model: str, workload, *, admin_token: Optional[str] = None,
                     api_keys: Optional[list[str]] = None, adapter_archives: Optional[list[Path]] = None,
-                    run_id: Optional[str] = None, adapter_names: Optional[list[str]] = None) -> Target:
-    """With `admin_token`: a fresh tenant and key per workload tenant, and each tenant's adapters
-    uploaded (archives cycled). Else the given keys (cycled over tenants) and adapters that already
-    exist under `adapter_names` (cycled per tenant)."""
+                    run_id: Optional[str] = None, adapter_names: Optional[list[str]] = None,
+                    slo_classes: Optional[dict[int, str]] = None) -> Target:
+    """With `admin_token`: a fresh tenant and key per workload tenant, in its SLO class if
+    `slo_classes` names one (tenant index -> class), and each tenant's adapters uploaded (archives
+    cycled). Else the given keys (cycled over tenants; their tenants' classes are their own) and
+    adapters that already exist under `adapter_names` (cycled per tenant)."""
     run_id = run_id or uuid.uuid4().hex[:6]
     target = Target("loraplex", base_url, model)
     if admin_token:
         admin = {"Authorization": f"Bearer {admin_token}"}
         with httpx.Client(base_url=base_url, timeout=120) as c:
-            for t in workload.tenants:
+            for i, t in enumerate(workload.tenants):
                 # Its own concurrency limit: a load test measures the replicas, not a plan's per-tenant bound.
+                limits = {**LOADTEST_LIMITS, **({"slo_class": slo_classes[i]} if slo_classes else {})}
                 r = c.post("/admin/tenants", json={"name": f"loadtest-{run_id}-{t.name}",
-                                                   "limits": LOADTEST_LIMITS}, headers=admin)
+                                                   "limits": limits}, headers=admin)
                 _ok(r, "create tenant")
                 k = c.post(f"/admin/tenants/{r.json()['id']}/keys", headers=admin)
                 _ok(k, "create key")

@@ -159,6 +159,11 @@ class FairQueueConfig(BaseModel):
         description="Most of the dispatch limit Batch API lines may hold at once (at least one sequence); they "
         "start only while no online request is queued.",
     )
+    slack_bound_tokens: float = Field(
+        1000.0, ge=0,
+        description="With engine.tenant_scheduler.slo_classes on, the fairness bound of admission by TTFT slack: "
+        "a tenant whose virtual counter is more than this (weighted tokens per unit of weight, about one long "
+        "prompt) above its tier's lowest waiting one is dispatched by counter, not ahead by slack.")
     adaptive: AdaptiveLimitConfig = Field(
         default_factory=AdaptiveLimitConfig,
         description="How the dispatch limit adapts when dispatch_limit is `adaptive`.",
@@ -188,10 +193,11 @@ class TenantSchedulerConfig(BaseModel):
         "SLO class's with decodes in the step, else tpot_s).")
     slo_classes: bool = Field(
         False, description="Keep each request's SLO class (slo.classes): a shared step is sized to the tightest "
-        "TPOT target among the classes with decodes in it, and, while prompts of two or more TTFT targets "
-        "wait, prefill goes by TTFT slack within slack_bound_s; false (the default until it is shown to help "
-        "on the real engine: docs/operations.md, SLO classes): every step is sized to tpot_s and prefill goes "
-        "by counter alone (the single-SLO scheduler).")
+        "TPOT target among the classes with decodes in it, and, while requests of two or more TTFT targets "
+        "wait, prefill goes by TTFT slack within slack_bound_s and the fair queue admits by TTFT slack within "
+        "fair_queue.slack_bound_tokens; false (the default until it is shown to help "
+        "on the real engine: docs/operations.md, SLO classes): every step is sized to tpot_s, and prefill and "
+        "the fair queue go by counter alone (the single-SLO scheduler).")
     slack_bound_s: float = Field(
         1.0, ge=0, description="The fairness bound of the order by TTFT slack: a tenant whose virtual counter is "
         "more than this (engine-seconds per unit of weight) above its tier's lowest waits its turn by "

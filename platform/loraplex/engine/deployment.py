@@ -18,6 +18,7 @@ from loraplex.engine.cpu_backend import EngineDeployment, pin_to_cpus, share_cor
 from loraplex.engine.dispatch_limit import AdaptiveLimit, FixedLimit
 from loraplex.engine.engine_counters import EngineStatsReader
 from loraplex.engine.fair_queue import Entry, FairQueue
+from loraplex.engine.slack_order import class_target
 from loraplex.engine.hand_back import HandBackClock, serve_stopping
 from loraplex.engine.metering import Meter
 from loraplex.contract import (SSE_DONE, AdapterTarget, EngineCall, EngineChunk, EngineError, ReplicaStopping,
@@ -193,7 +194,8 @@ class Engine:
         else:  # None: work-conserving, the whole batch (fairness is the tenant scheduler's, in vLLM's step)
             limit = FixedLimit(min(fq.dispatch_limit or max_num_seqs, max_num_seqs))
         # The reserve sits beside the limit: vLLM runs max_num_seqs + newcomer_slots (engine_config).
-        return FairQueue(fq, limit, max_num_seqs + fq.newcomer_slots)
+        return FairQueue(fq, limit, max_num_seqs + fq.newcomer_slots,
+                         slo_classes=config.engine.tenant_scheduler.slo_classes)
 
     @staticmethod
     def engine_config(config: PlatformConfig):
@@ -336,7 +338,8 @@ class Engine:
         entry = Entry(tenant=call.tenant_id or "-", priority=call.priority, weight=call.weight,
                       deadline=call.deadline, ready=lambda e: slot.done() or slot.set_result(None),
                       sequences=call.sequences, batch=call.batch,
-                      ttft_s=call.slo.ttft_s if call.slo is not None else None)
+                      ttft_s=class_target(call.slo.name, call.slo.ttft_s) if call.slo is not None else None,
+                      arrival=call.arrival_time or None)
         queue = self.fair_queue
         queue.submit(entry)
         try:

@@ -9,6 +9,12 @@ When a slot frees:
   of one tier;
 - within a tier, the lowest virtual counter: prompt_token_cost x prompt + completion_token_cost x
   completion tokens as they stream (charge), divided by the plan's weight;
+- with SLO classes on (`slo_classes`), within a tier the head requests by TTFT slack first (their
+  class's target less the time since the ingress received them, least first), under the
+  scheduler's rule (slack_order.py): only while two or more TTFT targets wait, not a request
+  already past its target, not a tenant more than `slack_bound_tokens` above the tier's lowest
+  counter; the rest (a class without a TTFT target among them) by counter. The queue cannot price a prompt's prefill (the step cost is
+  EngineCore's), so slack has no prefill estimate in it;
 - reserved slots (`newcomer_slots` beside the limit, never above max_num_seqs in all): a tenant
   running fewer than its share of the limit (limit x weight / the active tenants' weights, at
   least 1) may take one when the limit's slots are taken, so a light tenant does not wait for a
@@ -39,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Callable, NamedTuple, Optional
 
 from loraplex.engine.config import FairQueueConfig
+from loraplex.engine.slack_order import Claim, slack_rank, urgent_tenants
 from loraplex.engine.tenant_counters import TenantCounters
 
 TOP_TIER = 100
@@ -63,7 +70,10 @@ class Entry:
     # more than the limit waits for the whole limit, then runs (it is never stuck).
     sequences: int = 1
     batch: bool = False  # a Batch API line: below every online request (the module docstring)
-    ttft_s: Optional[float] = None  # its SLO class's TTFT target; None: none (shed first within its tier)
+    # Its class's TTFT target (slack_order.class_target: inf for a class with none; None: no class);
+    # no finite target: shed first within its tier.
+    ttft_s: Optional[float] = None
+    arrival: Optional[float] = None  # wall-clock seconds the ingress received it (its TTFT runs from there); None: at submit
 
 
 @dataclass
@@ -94,8 +104,11 @@ class _Pick(NamedTuple):
 
 class FairQueue:
     def __init__(self, config: FairQueueConfig, limit, max_num_seqs: int,
-                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time,
+                 slo_classes: bool = False):
         self.config = config
+        # The fairness bound of the order by TTFT slack (module docstring); None: classes off, by counter alone.
+        self.slack_bound = config.slack_bound_tokens if slo_classes else None
         # The dispatch limit: called for its value now; told (saw_full) when a request had to queue.
         self.limit = limit
         self.max_num_seqs = max_num_seqs
@@ -124,6 +137,8 @@ class FairQueue:
     def submit(self, entry: Entry) -> None:
         """Dispatch the entry now, queue it, or refuse it; `entry.ready` is called unless queued."""
         self.expire()
+        if entry.arrival is None:
+            entry.arrival = self.wall()
         if entry.batch:
             return self._submit_batch(entry)
         t = self.tenants.get(entry.tenant)
@@ -315,12 +330,15 @@ class FairQueue:
         if newcomers_only and not self._reserve_free(limit):
             return None
         weight = sum(a.weight for a in self.active.values()) if newcomers_only else 0.0
-        best, best_key = None, None  # by tier, then VTC
+        claims = self._claims()
+        urgent = urgent_tenants(claims.values(), self.slack_bound) if claims else set()
+        best, best_key = None, None  # by tier, then TTFT slack (classes on), then VTC
         for name, t in self.backlog.items():
             if newcomers_only and not self._under_share(t, limit, weight):
                 continue
+            by_slack = slack_rank(claims[name], urgent) if urgent else ()
             # Equal counters (a tenant just lifted to another's): the one running fewer goes first.
-            key = (-self.tier(t.queue[0]), t.counter, t.running)
+            key = (-self.tier(t.queue[0]), *by_slack, t.counter, t.running)
             if best_key is None or key < best_key:
                 best, best_key = name, key
         if best is None:
@@ -354,6 +372,20 @@ class FairQueue:
             return None
         self._aged_dispatch_at = now
         return _Pick(aged, aged_slot)
+
+    def _claims(self) -> dict[str, Claim]:
+        """Each backlogged tenant's head request as the order by slack sees it (slack_order.py):
+        the head is what the tenant dispatches next. Empty with classes off."""
+        if self.slack_bound is None:
+            return {}
+        now, claims = self.wall(), {}
+        for name, t in self.backlog.items():
+            head = t.queue[0]
+            target = head.ttft_s
+            claims[name] = Claim(name, -self.tier(head), t.counter,
+                                 slack=target - (now - head.arrival) if target is not None else math.inf,
+                                 targets=frozenset(() if target is None else (target,)))
+        return claims
 
     def _head_slot(self, name: str, newcomers_only: bool) -> Optional[bool]:
         """The slot the tenant's head request takes (whether reserved), None if it does not fit."""

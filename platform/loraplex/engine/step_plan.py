@@ -41,6 +41,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Iterable, Optional
 
+from loraplex.engine.slack_order import Claim, slack_rank, urgent_tenants
 from loraplex.engine.tenant_counters import TenantCounters
 
 # Steps in a row a decode may be held before it goes first among its tenant's: its stream stalls
@@ -61,7 +62,7 @@ class PromptWork:
     arrival: float
     weight: float = 1.0  # the tenant's plan weight: its share of a step against others'
     batch: bool = False  # a Batch API line: served from what online work leaves of the step
-    ttft_s: Optional[float] = None  # its SLO class's TTFT target; None: none (prefill_order ranks it last)
+    ttft_s: Optional[float] = None  # its class's TTFT target (slack_order.class_target: inf for none; None: no class)
 
 
 @dataclass(frozen=True)
@@ -174,30 +175,21 @@ def prefill_order(by_tenant: dict[str, list[PromptWork]], counters: TenantCounte
                   slack_bound: Optional[float]) -> tuple[list[str], set[str]]:
     """The tenants with prompt work in the order the step serves them, and the urgent among them.
 
-    By tier, then counter (VTC), then arrival; but when two or more distinct TTFT targets wait
-    (tenants of different SLO classes), within a tier the tenants whose counter is within
-    `slack_bound` of the tier's lowest go first, by TTFT slack (their class's target less the
-    time their oldest prompt has waited: the least first), and are urgent: they take what they
-    need of the budget before the others share it; a tenant whose prompts are all past their
-    target is not urgent. So a tight class is served first, and a tenant that got ahead of its
-    share by more than the bound waits its turn by counter again."""
+    By tier, then counter (VTC), then arrival; within a tier the urgent by TTFT slack first
+    (slack_order.py: two or more TTFT targets waiting, within `slack_bound` of the tier's lowest
+    counter, not past its target), each taking what it needs of the budget before the others
+    share it. The slack of a tenant's work: its class's target less how long its oldest prompt
+    has waited."""
     def vtc(t: str) -> tuple:
         return min(w.tier for w in by_tenant[t]), counters.get(t), min(w.arrival for w in by_tenant[t])
-    ranked = sorted(by_tenant, key=vtc)
-    targets = {w.ttft_s for ws in by_tenant.values() for w in ws if w.ttft_s is not None}
-    if slack_bound is None or len(targets) < 2:
-        return ranked, set()
-    low: dict[int, float] = {}
-    for t in ranked:
-        low.setdefault(vtc(t)[0], counters.get(t))
-    slack = {t: min((w.ttft_s - (now - w.arrival) for w in by_tenant[t] if w.ttft_s is not None),
-                    default=math.inf) for t in ranked}
-    # Past its target already (slack < 0), a prompt can no longer meet it: it waits its turn by
-    # counter rather than make the one that still can miss too (earliest-deadline-first's domino).
-    urgent = {t for t in ranked if 0 <= slack[t] < math.inf and not by_tenant[t][0].batch
-              and counters.get(t) - low[vtc(t)[0]] <= slack_bound}
-    return sorted(ranked, key=lambda t: (vtc(t)[0], t not in urgent, slack[t] if t in urgent else 0.0,
-                                         *vtc(t)[1:])), urgent
+    if slack_bound is None:  # classes off: nothing to weigh
+        return sorted(by_tenant, key=vtc), set()
+    claims = {t: Claim(t, vtc(t)[0], counters.get(t),
+                       slack=min((w.ttft_s - (now - w.arrival) for w in ws if w.ttft_s is not None), default=math.inf),
+                       targets=frozenset(w.ttft_s for w in ws if w.ttft_s is not None), batch=ws[0].batch)
+              for t, ws in by_tenant.items()}
+    urgent = urgent_tenants(claims.values(), slack_bound)
+    return sorted(by_tenant, key=lambda t: (vtc(t)[0], *slack_rank(claims[t], urgent), *vtc(t)[1:])), urgent
 
 
 def _water_fill(demand: dict[str, int], budget: int, weight: dict[str, float] | None = None) -> dict[str, int]:

@@ -36,6 +36,7 @@ from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.request_queue import FCFSRequestQueue
 from vllm.v1.core.sched.scheduler import Scheduler
 
+from loraplex.engine.slack_order import class_target
 from loraplex.engine.step_cost import StepCost
 from loraplex.engine.step_plan import DecodeWork, PromptWork, is_shared, keep_decodes, plan_step
 from loraplex.engine.tenant_counters import TenantCounters
@@ -160,8 +161,9 @@ class TenantFairness:
         trace = os.environ.get("LORAPLEX_SCHEDULER_TRACE")
         self._trace = open(trace, "a", buffering=1) if trace else None
         self.shared_steps = 0  # steps whose prompt budget was the TPOT-sized one (for tests and logs)
-        # Per SLO class: shared steps sized to its TPOT target that even one decode alone overruns
-        # (the step's fixed cost is past it): the class cannot be met on this engine, and is said so.
+        # Per SLO class (classes on): shared steps sized to its TPOT target that even one decode alone
+        # overruns (the step's fixed cost is past it): the class cannot be met on this engine, and is
+        # said so. A step sized to tpot_s is no class's and is not counted.
         self.unreachable: dict[str, int] = {}
         logger.info("tenant scheduler on: %s", self.settings)
 
@@ -202,7 +204,7 @@ class TenantFairness:
         plan = plan_step([_tenant(r) for r in decodes], work, self.counters, shared_budget,
                          ceiling, s.min_prompt_tokens, recent=recent, now=time.time(),
                          slack_bound=s.slack_bound_s if s.classes else None)
-        if (plan.shared or held_decodes) and target is not None and self._unreachable(target):
+        if tight and (plan.shared or held_decodes) and self._unreachable(target):
             self.unreachable[tight] = self.unreachable.get(tight, 0) + 1
         if (not plan.shared and not plan.held and not plan.chunk_cap and not held_decodes
                 and s.max_prompt_tokens is None):
@@ -275,7 +277,7 @@ class TenantFairness:
     def _step_target(self, decodes: list, prompts: list) -> tuple[Optional[float], str]:
         """(a shared step's target time, the class it is for): the tightest TPOT target among the
         classes with decodes in the step (without decodes, among those with prompt work) x
-        step_share; the settings' target when none has one (or with classes off)."""
+        step_share; the settings' target and "" (no class) when none has one, or with classes off."""
         s = self.settings
         if s.classes:
             for group in (decodes, prompts):
@@ -384,7 +386,8 @@ def _slo(r) -> tuple[str, Optional[float], Optional[float]]:
 def _work(r, running: bool) -> PromptWork:
     return PromptWork(key=r.request_id, tenant=_tenant(r), tier=tier(r),
                       remaining=max(r.num_tokens - r.num_computed_tokens, 1), running=running,
-                      arrival=r.arrival_time, weight=r.loraplex_weight, batch=is_batch(r), ttft_s=_slo(r)[1])
+                      arrival=r.arrival_time, weight=r.loraplex_weight, batch=is_batch(r),
+                      ttft_s=class_target(*_slo(r)[:2]))
 
 
 class TenantScheduler(TenantFairness, Scheduler):

@@ -202,3 +202,42 @@ async def test_a_queued_request_of_a_dead_ingress_leaves_the_queue_and_never_run
     await w0
     assert in_vllm(replica) == ["w0"]  # w1 never reached vLLM
     assert [r["request_id"] for r in ledger_rows(replica)] == ["w0"]  # and is not billed
+
+
+async def test_with_slo_classes_on_the_queue_admits_by_ttft_slack_from_the_ingress_arrival(tmp_path):
+    """The switch reaches the replica's queue, the wait before it (EngineCall.arrival_time) counts,
+    and a class without a TTFT target waits as a class of its own."""
+    from dataclasses import replace
+
+    from loraplex.contract import SloTargets
+    from loraplex.engine.config import TenantSchedulerConfig
+
+    classes = {"chat": SloTargets("chat", ttft_s=2.5), "interactive": SloTargets("interactive", ttft_s=1.0),
+               "batch": SloTargets("batch")}
+
+    async def order(on: bool, *queued: tuple[str, str, float]) -> list[str]:
+        """The order vLLM got w0 (holding the one slot) and the queued (id, class, seconds since the ingress got it)."""
+        replica = await start_replica(tmp_path / str(len(list(tmp_path.iterdir()))),
+                                      engine_config={"tenant_scheduler": TenantSchedulerConfig(slo_classes=on)},
+                                      fair_queue={"dispatch_limit": 1, "newcomer_slots": 0})
+        llm(replica).script = Script(tokens=3, stall_after=1)
+        now = time.time()
+        calls = [make_call("w0", tenant="ten_w")] + [
+            replace(make_call(rid, tenant=f"ten_{rid}", slo=classes[name]), arrival_time=now - waited)
+            for rid, name, waited in queued]
+        tasks = []
+        for call in calls:
+            tasks.append(asyncio.create_task(drain(replica.generate(call, chat()))))
+            await settle()
+        llm(replica).gate.set()
+        await asyncio.gather(*tasks)
+        await replica.__del__()
+        return in_vllm(replica)
+
+    # Counters tied: by slack (1 s against 2.5 s) with classes on, in arrival order with them off.
+    assert await order(True, ("c0", "chat", 0.0), ("i0", "interactive", 0.0)) == ["w0", "i0", "c0"]
+    assert await order(False, ("c0", "chat", 0.0), ("i0", "interactive", 0.0)) == ["w0", "c0", "i0"]
+    # 2 s in the ingress already: 0.5 s of slack left.
+    assert await order(True, ("c0", "chat", 2.0), ("i0", "interactive", 0.0)) == ["w0", "c0", "i0"]
+    # The batch class (no targets) after a class with one.
+    assert await order(True, ("b0", "batch", 0.0), ("i0", "interactive", 0.0)) == ["w0", "i0", "b0"]

@@ -31,7 +31,7 @@ INTERACTIVE = SloTargets("interactive", ttft_s=1.0, tpot_s=0.3)
 
 def scheduler(max_num_seqs: int = 16, **settings):
     """The tenant scheduler keeping classes (off by default in the config) unless settings say otherwise."""
-    config = TenantSchedulerConfig(tpot_s=0.3, **{"slo_classes": True, **settings})
+    config = TenantSchedulerConfig(**{"tpot_s": 0.3, "slo_classes": True, **settings})
     s = make_scheduler(TenantScheduler, str(default_model_dir()), {CONFIG_KEY: config.settings()},
                        token_budget=2048, max_num_seqs=max_num_seqs)
     s.cost.prior = COSTS
@@ -72,15 +72,21 @@ def test_a_shared_step_is_sized_to_the_tightest_tpot_among_the_classes_decoding_
 
 
 def test_a_class_the_step_cost_cannot_meet_is_counted_not_hidden():
-    s = scheduler()
-    tight = SloTargets("tight", ttft_s=1.0, tpot_s=0.05)  # 0.04 s x 0.8 target: one decode takes 0.044 s
-    a = request("a", 16, max_tokens=64, slo=tight)
-    s.add_request(a)
-    decoding(s, a)
-    s.add_request(request("b", 16, max_tokens=64, slo=CHAT))
-    for _ in range(5):
-        step(s)
-    assert s.unreachable.get("tight", 0) >= 4 and "chat" not in s.unreachable
+    def unreachable(classes: bool, **settings) -> dict[str, int]:
+        s = scheduler(slo_classes=classes, **settings)
+        tight = SloTargets("tight", ttft_s=1.0, tpot_s=0.05)  # 0.04 s x 0.8 target: one decode takes 0.044 s
+        a = request("a", 16, max_tokens=64, slo=tight)
+        s.add_request(a)
+        decoding(s, a)
+        s.add_request(request("b", 16, max_tokens=64, slo=CHAT))
+        for _ in range(5):
+            step(s)
+        return s.unreachable
+
+    counted = unreachable(True)
+    assert counted.get("tight", 0) >= 4 and "chat" not in counted
+    # Classes off: steps are sized to tpot_s, no class's; not counted, even where tpot_s cannot be met.
+    assert unreachable(False) == {} and unreachable(False, tpot_s=0.05) == {}
 
 
 def test_with_one_class_the_steps_are_the_single_slo_schedulers_step_for_step():
@@ -162,6 +168,24 @@ def test_the_interactive_request_beside_a_long_prompt_gets_its_prompt_in_one_ste
 
     assert first_step(True) == 150  # 0.24 - 0.04 - 4 ms = 196 prompt tokens: its 150 first
     assert first_step(False) == 98  # by counter: half of them, and a second step for the rest
+
+
+def test_a_class_without_a_ttft_target_leaves_the_step_to_a_class_with_one():
+    bulk = SloTargets("batch")  # no targets at all: throughput only
+
+    def first_step(doc_class) -> int:
+        s = scheduler()
+        chat = request("chat", 16, max_tokens=64, slo=INTERACTIVE)
+        s.add_request(chat)
+        decoding(s, chat)
+        s.add_request(request("doc", 3000, slo=doc_class, arrival=time.time()))
+        step(s)
+        complete = request("complete", 150, slo=INTERACTIVE, arrival=time.time())
+        s.add_request(complete)
+        return step(s).get(complete.request_id, 0)
+
+    assert first_step(bulk) == 150  # the batch class is a class of its own, after every TTFT target
+    assert first_step(None) == 98  # beside work of no class, one TTFT target waits: by counter
 
 
 # -- shedding by class ------------------------------------------------------------------------------
