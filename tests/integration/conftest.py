@@ -39,9 +39,7 @@ def serve_app(tmp_path_factory):
 
     this_checkout_first_on_pythonpath()
     # 2 cores: give Ray more logical CPUs than that so engine + ingress + helpers all schedule.
-    # Metrics exported every 2 s, not Ray's 10: the metrics tests wait for what they sent to show.
-    ray.init(num_cpus=8, object_store_memory=256 * 1024**2, include_dashboard=False, logging_level="WARNING",
-             _system_config={"metrics_report_interval_ms": 2000})
+    ray.init(num_cpus=8, object_store_memory=256 * 1024**2, include_dashboard=False, logging_level="WARNING")
     port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     state = tmp_path_factory.mktemp("loraplex-state")
@@ -74,8 +72,6 @@ def serve_app(tmp_path_factory):
         "ingress": {"num_replicas": 2, "num_cpus": 0.25, "max_ongoing_requests": 24, "body_timeout_s": 3},
         # test_batches: an idle runner looks for a batch twice a second.
         "batches": {"poll_s": 0.5},
-        # The metrics tests: gauges and vLLM's counters copied into the exported metrics every second.
-        "metrics": {"publish_period_s": 1.0},
         # SLO classes: every tenant is `standard` (the default `slo:` figures, as before); an
         # `interactive` class a tenant may name.
         "slo": {"classes": {"standard": {"ttft_p95_s": 2.5, "tpot_p95_s": 0.3},
