@@ -75,8 +75,8 @@ def test_a_chat_tenant_keeps_its_tpot_beside_a_long_prompt_tenant(base_url, admi
             loops = [asyncio.create_task(long_loop(i)) for i in range(3)]
             await asyncio.sleep(4)  # L's prompts are in the engine first
             chat = []
-            for i in range(6):
-                chat.append(await chat_stream(client, chat_headers, model_name, f"[{i}] Name a colour.", 24))
+            for i in range(4):
+                chat.append(await chat_stream(client, chat_headers, model_name, f"[{i}] Name a colour.", 16))
             stop.set()
             await asyncio.gather(*loops)
         return chat, long_done
