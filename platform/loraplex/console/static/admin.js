@@ -1,5 +1,5 @@
-// The admin view: tenants (limits, status, keys, month-to-date usage), latency against the SLO,
-// Engine replicas, billing export status. Every action is an /admin route the CLI uses too.
+// The admin view: tenants (limits, status, keys, month-to-date usage), latency against the SLO and
+// per SLO class, Engine replicas, billing export status. Every action is an /admin route the CLI uses too.
 import { Session, download } from "./api.js";
 import { baseLimitInputs, fillLimits, limitInputs, limitsText, readLimits } from "./limits_form.js";
 import { $, confirmAction, fillRows, h, number, say, signInForm, when } from "./ui.js";
@@ -207,11 +207,61 @@ async function loadLatency() {
         h("td", {}, ok === null ? "-" : h("span", { class: `badge ${ok ? "good" : "bad"}` }, ok ? "within SLO" : "over SLO")));
     });
     fillRows($("#latency-table tbody"), rows, "", 4);
+    renderClasses(body);
     say(message, body.prometheus_error ? `Prometheus did not answer, so these are from the ledger: ${body.prometheus_error}` : "",
       body.prometheus_error ? "warn" : "info");
   } catch (err) {
     say(message, err.message, "error");
   }
+}
+
+// -- latency per SLO class (/admin/latency's `classes`) -----------------------------------------
+const percent = (v) => `${+(v * 100).toFixed(2)} %`;
+
+// Each field of a `classes` entry, in #classes-table's column order (after Class, before Status),
+// with what an empty one says: a target's null is no target; a measured figure's (from Prometheus
+// only) is no requests of the class in the window, or "not measured" when the figures are the ledger's.
+const CLASS_FIELDS = [
+  ["ttft_p95_s", seconds, "none"],
+  ["tpot_p95_s", seconds, "none"],
+  ["availability", percent, "-"],
+  ["attainment", percent, "measured"],
+  ["goodput_tokens_per_s", (v) => `${v.toFixed(2)} tokens/s`, "measured"],
+  ["tenants", (v) => Object.entries(v).sort(([a, x], [b, y]) => x - y || a.localeCompare(b)) // worst first
+    .map(([id, x]) => `${tenantName(id)} ${percent(x)}`).join(", "), "measured"],
+];
+
+function tenantName(id) {
+  const t = tenants.find((x) => x.id === id);
+  return t ? t.name : id;
+}
+
+function classStatus(c) {
+  if (c.ttft_p95_s === null && c.tpot_p95_s === null) return "no latency target";
+  if (c.attainment === null) return "-";
+  const ok = c.attainment >= c.availability; // LoraplexSLOClassMissed fires below it
+  return h("span", { class: `badge ${ok ? "good" : "bad"}` }, ok ? "within objective" : "below objective");
+}
+
+function renderClasses(body) {
+  const prometheus = body.source === "prometheus";
+  const missing = prometheus ? "no requests" : "not measured";
+  $("#classes-caption").textContent = prometheus
+    ? `Per SLO class: its targets, and over the last ${Math.round(body.window_s / 60)} minutes the share of its requests `
+      + "within them (attainment, against its availability) and their output tokens/s (goodput), from Prometheus"
+    : "Per SLO class: its targets; attainment and goodput are measured from Prometheus only (console.prometheus_url)";
+  const rows = Object.entries(body.classes || {}).map(([name, c]) => h("tr", { "data-class": name },
+    h("th", { scope: "row" }, name),
+    CLASS_FIELDS.map(([key, format, empty]) => {
+      const v = c[key];
+      const none = v === null || v === undefined || (typeof v === "object" && !Object.keys(v).length);
+      return h("td", { class: key === "tenants" ? null : "num", "data-field": key },
+        none ? (empty === "measured" ? missing : empty) : format(v));
+    }),
+    h("td", {}, classStatus(c))));
+  fillRows($("#classes-table tbody"), rows, "No SLO class configured.", 8);
+  const total = body.goodput_tokens_per_s;
+  $("#classes-goodput").textContent = total === null || total === undefined ? missing : `${total.toFixed(2)} tokens/s`;
 }
 
 // -- replicas (GET /admin/replicas, where the server has it) ----------------------------------
@@ -398,8 +448,8 @@ function init() {
     signOutButton: $("#sign-out"),
     verify: () => session.json("/admin/tenants"),
     onSignedIn: async () => {
-      const named = loadTenants(); // the replicas' tenants and adapters are shown by name
-      await Promise.all([named, loadBases(), loadModelUsage(), loadLatency(), named.then(loadReplicas), loadDedicated(), loadBilling()]);
+      const named = loadTenants(); // the replicas' and classes' tenants and adapters are shown by name
+      await Promise.all([named, loadBases(), loadModelUsage(), named.then(loadLatency), named.then(loadReplicas), loadDedicated(), loadBilling()]);
       document.body.dataset.ready = "admin";
     },
     onSignedOut: () => {
