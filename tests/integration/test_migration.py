@@ -10,8 +10,6 @@ their end for no one: engine/caller_watch.py) and billed for what was generated;
 through the other Ingress replica.
 
 On the pool of engine_pool.py (two Engine and two Ingress replicas, deployed as `serve deploy` does).
-The Engine replica is killed last: no test here waits for its replacement (test_routing_replicas
-scales the pool down to one next).
 With `ingress.max_migrations: 0` the cut streams end with the error event and this test fails
 (engine_pool.MAX_MIGRATIONS; see docs/operations.md).
 """
@@ -130,8 +128,53 @@ def usage_rows(state, ids: list[str], streams: list | None = None) -> dict:
                              f"{[(s.i, s.request_id, s.finish, s.failure, s.tokens) for s in streams or []]}") from None
 
 
+def test_streams_on_a_killed_engine_replica_finish_on_the_other_billed_once(two_engines, keys):
+    base_url, state = two_engines
+    unkilled = run_streams(base_url, keys)
+    assert all(s.finish == "length" and not s.errors and s.failure is None for s in unkilled)
+
+    killed = {}
+
+    def kill_one_replica():
+        # The replica holding the most streams (the router may have put them all on one): its
+        # in_flight as /admin/replicas reports it (asked now, or from its last routing stats).
+        with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=60) as admin:
+            load = {r["replica_id"]: r.get("in_flight", 0) for r in admin.get("/admin/replicas").json()["data"]}
+        running = [r for r in engine_replicas() if r["state"] == "RUNNING"]
+        replica = max(running, key=lambda r: load.get(r["replica_id"], -1))
+        pid = replica["pid"]
+        killed["pid"], killed["core"] = pid, [c for c in descendants(pid) if "orphan_guard" not in
+                                              Path(f"/proc/{c}/cmdline").read_bytes().decode(errors="replace")]
+        os.kill(pid, signal.SIGKILL)
+
+    streams = run_streams(base_url, keys, kill=kill_one_replica)
+    report = [(s.i, s.finish, s.errors, s.failure, s.tokens) for s in streams]
+    assert all(s.failure is None for s in streams), report
+    assert all(not s.errors for s in streams), report  # no error event: the cut streams moved
+    assert all(s.finish == "length" and s.usage["completion_tokens"] == MAX_TOKENS for s in streams), report
+    same = [s.text == u.text for s, u in zip(streams, unkilled)]
+    # Greedy on CPU: a different batch on the new replica can tip a near tie; never more than one here.
+    assert sum(same) >= STREAMS - 1, [(s.text, u.text) for s, u, ok in zip(streams, unkilled, same) if not ok]
+    # vLLM's EngineCore of the killed replica dies with it (the orphan guard).
+    assert killed["core"]
+    wait_until(lambda: not any(alive(c) for c in killed["core"]), 30, "the killed replica's EngineCore to die")
+
+    rows = usage_rows(state, [s.request_id for s in streams], streams)
+    for s in streams:  # billed once: the prompt as the client's usage says, every token it received
+        row = rows[s.request_id]
+        assert (row.status, row.prompt_tokens, row.completion_tokens) == (
+            "length", s.usage["prompt_tokens"], s.usage["completion_tokens"]), (s.i, row)
+    moved = [r for r in rows.values() if r.migrated_prompt_tokens > 0]
+    print(f"\nengine kill: {len(moved)}/{STREAMS} streams moved, {sum(same)}/{STREAMS} texts equal to the unkilled "
+          f"run, finish reasons {sorted({s.finish for s in streams})}, error events {sum(len(s.errors) for s in streams)}, "
+          f"migrated_prompt_tokens {[r.migrated_prompt_tokens for r in moved]}")
+    assert moved, "the kill should have moved at least one stream"
+    assert all(r.migrated_prompt_tokens > r.prompt_tokens for r in moved)  # the prompt and the text so far
+
+
 def test_an_ingress_replica_killed_mid_stream_leaves_no_engine_request_running(two_engines, keys):
     base_url, state = two_engines
+    wait_whole()  # the Engine replica the test above killed, replaced
     killed_at = {}
 
     def kill_one_ingress():
@@ -177,8 +220,9 @@ def test_the_serve_proxy_killed_mid_stream_leaves_no_engine_request_running(two_
     from ray._private.state import actors
     from ray.serve.context import _get_global_client
 
-    base_url, state = two_engines  # the killed Ingress replica's replacement may still be starting:
-    killed_at = {}                  # the other one serves
+    base_url, state = two_engines
+    wait_whole()
+    killed_at = {}
 
     def kill_the_proxy():
         [proxy] = _get_global_client().get_serve_details()["proxies"].values()  # one node: one proxy
@@ -206,47 +250,3 @@ def test_the_serve_proxy_killed_mid_stream_leaves_no_engine_request_running(two_
         return reply.status_code == 200
     wait_until(answers, 120, "a new Serve proxy to answer", interval_s=1)
     print(f"proxy kill: answered again {time.time() - killed_at['t']:.1f} s after the kill")
-
-
-def test_streams_on_a_killed_engine_replica_finish_on_the_other_billed_once(two_engines, keys):
-    base_url, state = two_engines
-    unkilled = run_streams(base_url, keys)
-    assert all(s.finish == "length" and not s.errors and s.failure is None for s in unkilled)
-
-    killed = {}
-
-    def kill_one_replica():
-        # The replica holding the most streams (the router may have put them all on one): its
-        # in_flight as /admin/replicas reports it (asked now, or from its last routing stats).
-        with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=60) as admin:
-            load = {r["replica_id"]: r.get("in_flight", 0) for r in admin.get("/admin/replicas").json()["data"]}
-        running = [r for r in engine_replicas() if r["state"] == "RUNNING"]
-        replica = max(running, key=lambda r: load.get(r["replica_id"], -1))
-        pid = replica["pid"]
-        killed["pid"], killed["core"] = pid, [c for c in descendants(pid) if "orphan_guard" not in
-                                              Path(f"/proc/{c}/cmdline").read_bytes().decode(errors="replace")]
-        os.kill(pid, signal.SIGKILL)
-
-    streams = run_streams(base_url, keys, kill=kill_one_replica)
-    report = [(s.i, s.finish, s.errors, s.failure, s.tokens) for s in streams]
-    assert all(s.failure is None for s in streams), report
-    assert all(not s.errors for s in streams), report  # no error event: the cut streams moved
-    assert all(s.finish == "length" and s.usage["completion_tokens"] == MAX_TOKENS for s in streams), report
-    same = [s.text == u.text for s, u in zip(streams, unkilled)]
-    # Greedy on CPU: a different batch on the new replica can tip a near tie; never more than one here.
-    assert sum(same) >= STREAMS - 1, [(s.text, u.text) for s, u, ok in zip(streams, unkilled, same) if not ok]
-    # vLLM's EngineCore of the killed replica dies with it (the orphan guard).
-    assert killed["core"]
-    wait_until(lambda: not any(alive(c) for c in killed["core"]), 30, "the killed replica's EngineCore to die")
-
-    rows = usage_rows(state, [s.request_id for s in streams], streams)
-    for s in streams:  # billed once: the prompt as the client's usage says, every token it received
-        row = rows[s.request_id]
-        assert (row.status, row.prompt_tokens, row.completion_tokens) == (
-            "length", s.usage["prompt_tokens"], s.usage["completion_tokens"]), (s.i, row)
-    moved = [r for r in rows.values() if r.migrated_prompt_tokens > 0]
-    print(f"\nengine kill: {len(moved)}/{STREAMS} streams moved, {sum(same)}/{STREAMS} texts equal to the unkilled "
-          f"run, finish reasons {sorted({s.finish for s in streams})}, error events {sum(len(s.errors) for s in streams)}, "
-          f"migrated_prompt_tokens {[r.migrated_prompt_tokens for r in moved]}")
-    assert moved, "the kill should have moved at least one stream"
-    assert all(r.migrated_prompt_tokens > r.prompt_tokens for r in moved)  # the prompt and the text so far

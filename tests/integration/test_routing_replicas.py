@@ -21,7 +21,7 @@ from waiting import wait_until
 pytestmark = pytest.mark.integration
 
 TENANTS = 12
-REPLICAS = ENGINES  # scaled from one up to this and back down
+REPLICAS = ENGINES  # scaled to one fewer and back
 
 
 def engine_replicas() -> dict[str, str]:
@@ -35,12 +35,11 @@ def running_engines(n: int) -> set[str] | None:
 
 @pytest.fixture(scope="module")
 def routed(engine_pool):
-    """(base_url, state dir): the pool down to one Engine and one Ingress replica (test_migration
-    leaves a killed replica's replacement starting: stopped before it runs). With one router,
-    "every router has heard of the change" is one wait (each Ingress replica's router hears it
-    through Serve's long poll on its own)."""
-    deploy(engine_pool[1], 1, ingresses=1)
-    wait_whole(1, 1)
+    """(base_url, state dir): the pool with REPLICAS Engine replicas and one Ingress replica: with
+    one router, "every router has heard of the change" is one wait (each Ingress replica's router
+    hears it through Serve's long poll on its own)."""
+    deploy(engine_pool[1], REPLICAS, ingresses=1)
+    wait_whole(REPLICAS, 1)
     return engine_pool
 
 
@@ -98,48 +97,25 @@ def test_scaling_in_place_moves_only_the_tenants_it_must(routed, model_name):
     def new_tenants(first: int, n: int) -> dict[int, str]:
         return {t: new_tenant_key(admin, f"route-{t}") for t in range(first, first + n)}
 
-    # One replica: home to every tenant.
-    keys = new_tenants(0, TENANTS)
-    home = homes(db, one_round(base_url, keys, model_name))
-    [first] = set(engine_replicas())
-    assert set(home.values()) == {first}
-
-    # One more: a new replica joins; the running one stays (same id).
-    deploy(state, REPLICAS, ingresses=1)
-    pool = wait_until(lambda: running_engines(REPLICAS), 600, f"Serve to scale the Engine deployment to {REPLICAS}")
-    assert first in pool, (first, pool)
-    [joined] = pool - {first}
-
-    # Every tenant the pool already serves stays where its prefix is cached. Routers hear of the
-    # new replica through the long poll; a fresh tenant whose rendezvous order puts it first shows
-    # when they have (a fresh one each try: once routed, a key stays).
-    probes = iter(range(1000, 2000))
-
-    def router_knows_joined():
-        t = next(probes)
-        sent = one_round(base_url, new_tenants(t, 1), model_name)
-        [(tenant, replica)] = served_by(db, [sent[0][1]]).values()
-        return replica == joined if rendezvous_order(tenant, pool)[0] == joined else None
-    wait_until(router_knows_joined, 120, "routers to route to the joining replica", interval_s=1)
-    assert homes(db, one_round(base_url, keys, model_name)) == home  # nobody moved to it
-
-    # New tenants go to their rendezvous winner: the joining replica takes exactly those it wins.
-    # Until each replica is home to some, so that whichever one Serve removes, some tenants must move.
+    # Tenants until every one of the replicas is home to at least one, so that whichever
+    # replica Serve removes, some tenants must move.
+    keys: dict[int, str] = {}
+    home: dict[int, str] = {}
     while len(set(home.values())) < REPLICAS and len(keys) < 4 * TENANTS:
-        fresh = new_tenants(len(keys), TENANTS)
-        sent = one_round(base_url, fresh, model_name)
-        landed, ids = homes(db, sent), tenant_ids(db, sent)
-        assert landed == {t: rendezvous_order(ids[t], pool)[0] for t in fresh}, (landed, ids)
-        keys.update(fresh)
-        home.update(landed)
-    assert set(home.values()) == pool, f"{len(keys)} tenants never reached all replicas: {home}"
+        batch = new_tenants(len(keys), TENANTS)
+        keys.update(batch)
+        home.update(homes(db, one_round(base_url, batch, model_name) + one_round(base_url, batch, model_name)))
+    assert len(set(home.values())) == REPLICAS, f"{len(keys)} tenants never reached all replicas: {home}"
+    first = set(engine_replicas())
+    assert set(home.values()) == first
 
-    # One fewer: Serve stops one replica and keeps the other running (same id).
+    # One fewer: Serve stops one replica and keeps the others running (same ids).
     deploy(state, REPLICAS - 1, ingresses=1)
     survivors = wait_until(lambda: running_engines(REPLICAS - 1), 300, "Serve to scale the Engine deployment down")
-    assert survivors < pool, (survivors, pool)
-    [removed] = pool - survivors
+    assert survivors < first, (survivors, first)
+    [removed] = first - survivors
     held = {t for t in home if home[t] == removed}
+    assert held, "the removed replica held no tenant"
 
     # Routers hear of the removal through Serve's long poll: until then a request for a moved
     # tenant may still be sent to the stopped replica.
@@ -151,4 +127,30 @@ def test_scaling_in_place_moves_only_the_tenants_it_must(routed, model_name):
     now = homes(db, one_round(base_url, keys, model_name))
     assert set(now.values()) == survivors
     assert {t for t in home if now[t] != home[t]} == held, (home, now)  # exactly its tenants moved
+
+    # Back: a new replica joins; the running ones stay (same ids).
+    deploy(state, REPLICAS, ingresses=1)
+    pool = wait_until(lambda: running_engines(REPLICAS), 600, f"Serve to scale the Engine deployment to {REPLICAS}")
+    assert survivors < pool, (survivors, pool)
+    [joined] = pool - survivors
+
+    # Every tenant the pool already serves stays where its prefix is cached: held keys first.
+    # Routers hear of the new replica through the long poll; a fresh tenant whose rendezvous
+    # order puts it first shows when they have (a fresh one each try: once routed, a key stays).
+    probes = iter(range(1000, 2000))
+
+    def router_knows_joined():
+        t = next(probes)
+        sent = one_round(base_url, new_tenants(t, 1), model_name)
+        [(tenant, replica)] = served_by(db, [sent[0][1]]).values()
+        return replica == joined if rendezvous_order(tenant, pool)[0] == joined else None
+    wait_until(router_knows_joined, 120, "routers to route to the joining replica", interval_s=1)
+
+    assert homes(db, one_round(base_url, keys, model_name)) == now  # nobody moved to it
+
+    # New tenants go to their rendezvous winner: the joining replica takes exactly those it wins.
+    fresh = new_tenants(len(keys), TENANTS)
+    sent = one_round(base_url, fresh, model_name)
+    landed, ids = homes(db, sent), tenant_ids(db, sent)
+    assert landed == {t: rendezvous_order(ids[t], pool)[0] for t in fresh}, (landed, ids)
     admin.close()
