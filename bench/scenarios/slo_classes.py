@@ -2,7 +2,7 @@
 the tenant scheduler keeping each class's targets, side by side with the single-SLO scheduler and
 vLLM's own scheduler on the same load, in one run.
 
-    python -m bench slo_classes [--duration 60] [--port 8012] [--variants classes,single,vllm]
+    python -m bench slo_classes [--duration 60] [--port 8012] [--variants classes,single,vllm] [--load 1]
 
 Each variant is its own `serve run` of serve_config.yaml (its `slo.classes`), tenants made with
 their `slo_class` limit: `classes` (tenant_scheduler.slo_classes true), `single` (false, as shipped:
@@ -43,6 +43,13 @@ VARIANTS = {"classes": ({}, {"tenant_scheduler": {"slo_classes": True}}),
 # (tenant, class, kind, arg, max_tokens, prompts): the mixed phase's senders.
 MIX = [("interactive", "interactive", "even", 0.5, 16, "short"), ("chat", "chat", "closed", 4, 64, "chat"),
        ("agent", "agent", "closed", 2, 256, "chat"), ("batch", "batch", "closed", 4, 32, "documents")]
+
+
+def scaled(mix: list, load: float) -> list:
+    """The mix at `load` times its rates: each closed loop's in-flight count (at least 1) and the
+    even sender's arrival rate."""
+    return [(name, c, kind, arg * load if kind == "even" else max(1, round(arg * load)), tokens, texts)
+            for name, c, kind, arg, tokens, texts in mix]
 
 
 def config(tmp: Path, queue: dict, engine: dict) -> Path:
@@ -107,6 +114,8 @@ def add_arguments(p) -> None:
     p.add_argument("--simulate", action="store_true", help="fake steps on a fake clock instead of a serve run")
     p.add_argument("--scales", default="0.8,1.0,1.2", help="--simulate: multiples of the mix's arrival rates")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--load", type=float, default=1.0,
+                   help="multiple of the mix's in-flight counts and interactive rate (0.5: half of each)")
 
 
 def simulated(args, out) -> None:
@@ -143,6 +152,7 @@ def run(args, out) -> None:
     classes = yaml.safe_load((ROOT / "serve_config.yaml").read_text())["applications"][0]["args"]["slo"]["classes"]
     prompts = {"short": f.Prompts(prompt_chars=200), "chat": f.Prompts(), "documents": f.Prompts(4000, documents=True)}
     alone = [("chat", "chat", "closed", 16, 64, "chat")]
+    mix_senders = scaled(MIX, args.load)
     runs: dict = {}
     with tempfile.TemporaryDirectory(prefix="bench-slo-") as tmp:
         tmp = Path(tmp)
@@ -151,9 +161,9 @@ def run(args, out) -> None:
             print(f"variant {name}: serve run ...", flush=True)
             with start_platform(config(tmp, queue, engine), args.port, tmp) as (url, token):
                 platform = f.Platform(url, token, MODEL)
-                res, secs = asyncio.run(phase(platform, MIX, args.duration, prompts))
+                res, secs = asyncio.run(phase(platform, mix_senders, args.duration, prompts))
                 print(f"  {name} mix: {len(res)} requests in {secs:.0f} s", flush=True)
-                mix = summarize(res, secs, MIX, classes)
+                mix = summarize(res, secs, mix_senders, classes)
                 res, secs = asyncio.run(phase(platform, alone, args.duration / 2, prompts))
                 print(f"  {name} chat alone: {len(res)} requests in {secs:.0f} s", flush=True)
                 runs[name] = {"mix": mix, "alone": summarize(res, secs, alone, classes)}
@@ -174,7 +184,8 @@ def run(args, out) -> None:
         row["alone"] = f"{r['alone']['throughput']:.1f}"
         row["alone_vs"] = ratio(r["alone"]["throughput"], base.get("alone", {}).get("throughput"))
         rows.append(row)
-    table = Table("**SLO classes: one replica, four tenants (within their class's targets; goodput out tok/s)**",
+    table = Table(f"**SLO classes: one replica, four tenants at {args.load:g}x the mix (within their class's targets; "
+                  "goodput out tok/s)**",
                   [Column("variant", "scheduler", right=False)]
                   + [Column(t, f"{t} within ({c})", right=False) for t, c, *_ in MIX]
                   + [Column("goodput", "goodput tok/s"), Column("vs_vllm", "vs vllm"),
