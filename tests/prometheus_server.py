@@ -55,7 +55,10 @@ def throwaway_prometheus(workdir: Path, scrape_interval: str = "1s", targets: Se
     config = workdir / "prometheus.yml"
     jobs = [{"job_name": "prometheus", "static_configs": [{"targets": [f"127.0.0.1:{port}"]}]}]
     if targets:
-        jobs.append({"job_name": "ray", "static_configs": [{"targets": list(targets)}]})
+        # A Ray node's export is large (every series of every process on the node) and renders in
+        # Python: under load it takes over a second, so a 1 s scrape would time out (`up` 0).
+        jobs.append({"job_name": "ray", "scrape_interval": "5s", "scrape_timeout": "5s",
+                     "static_configs": [{"targets": list(targets)}]})
     config.write_text(yaml.safe_dump({
         "global": {"scrape_interval": scrape_interval, "evaluation_interval": scrape_interval},
         "rule_files": [str(f) for f in rule_files], "scrape_configs": jobs}))

@@ -60,8 +60,15 @@ def test_a_real_prometheus_scrapes_the_platform_and_every_panel_and_rule_works(
                 }
                 want = {"prompt": ledger["prompt"], "completion": ledger["completion"],
                         "requests": ledger["requests"], "ttft": ledger["requests"]}
-                return got == want or None
-            wait_until(counted, 120, "Prometheus's per-tenant counters to equal the ledger's", interval_s=2)
+                seen["prometheus, ledger"] = (got, want)
+                return got == want
+
+            seen: dict = {}
+            try:
+                wait_until(counted, 120, "Prometheus's per-tenant counters to equal the ledger's", interval_s=2)
+            except AssertionError as exc:  # what differed, and whether the scrapes succeeded
+                scrapes = [instant_query(url, q) for q in ("up", "scrape_duration_seconds")]
+                raise AssertionError(f"{exc}; {seen}; scrapes: {scrapes}") from None
 
         rules = instant_rules(url)
         assert rules and all(r["health"] == "ok" for r in rules), [r for r in rules if r["health"] != "ok"]
