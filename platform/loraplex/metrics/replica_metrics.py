@@ -50,7 +50,7 @@ class ReplicaMetrics:
                 (label, values), = spec.values.items()
                 for value in values:
                     metric.zero({label: value})
-            else:
+            elif set(spec.labels) <= {c.MODEL}:  # a label of values known only later: from its first count
                 metric.zero()
 
     # -- Engine ---------------------------------------------------------------------------------
@@ -67,6 +67,17 @@ class ReplicaMetrics:
                 self.metrics[spec.name].inc(grown)
             self._last[key] = value
         self.metrics[c.LOADED_ADAPTERS.name].set(float(stats.get("lora_running_adapters", 0)), {c.TIER: "gpu"})
+
+    def unreachable_steps(self, by_class: Mapping[str, int]) -> None:
+        """The tenant scheduler's cumulative count of unreachable steps per SLO class."""
+        for name, value in by_class.items():
+            key = f"unreachable/{name}"
+            grown = value - self._last.get(key, 0.0)
+            if grown < 0:  # a new EngineCore (never within one vLLM engine)
+                grown = value
+            if grown > 0:
+                self.metrics[c.UNREACHABLE_STEPS.name].inc(float(grown), {c.SLO_CLASS: name})
+            self._last[key] = float(value)
 
     def fair_queue(self, snapshot: Mapping, tenant_label) -> None:
         """The fair queue's snapshot; tenant_label maps a tenant id through the label guard."""
@@ -135,6 +146,9 @@ class NoReplicaMetrics:
         pass
 
     def fair_queue(self, snapshot, tenant_label) -> None:
+        pass
+
+    def unreachable_steps(self, by_class) -> None:
         pass
 
     def adapter_loaded(self, seconds) -> None:

@@ -4,6 +4,7 @@ ledger's rows, refusals say why, adapter loads and evictions are counted, gauges
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from pathlib import Path
 
@@ -183,3 +184,28 @@ async def test_the_fair_queue_gauges_per_tenant_go_through_the_label_guard(tmp_p
     finally:
         llm(replica).gate.set()
         await replica.__del__()
+
+
+async def test_the_publisher_asks_engine_core_for_the_unreachable_steps_only_with_classes_on(tmp_path):
+    from types import SimpleNamespace
+
+    from loraplex.engine.tenant_scheduler import UNREACHABLE_UTILITY
+
+    asked = []
+
+    async def call_utility_async(method, *args):
+        asked.append(method)
+        return {"interactive": 4}
+
+    for classes in (False, True):
+        replica, sink = await start(tmp_path / str(classes), metrics={"publish_period_s": 3600})
+        try:
+            scheduler = replica.engine.config.tenant_scheduler.model_copy(update={"enabled": True, "slo_classes": classes})
+            replica.engine.config = replica.engine.config.model_copy(update={"tenant_scheduler": scheduler})
+            llm(replica).engine_core = SimpleNamespace(call_utility_async=call_utility_async)
+            before = len(asked)
+            await asyncio.to_thread(replica._publish_unreachable)  # the publisher's thread; the call on the loop
+            assert asked[before:] == ([UNREACHABLE_UTILITY] if classes else [])
+            assert sink[c.UNREACHABLE_STEPS.name].total(slo_class="interactive") == (4 if classes else 0)
+        finally:
+            await replica.__del__()

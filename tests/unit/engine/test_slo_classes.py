@@ -7,6 +7,8 @@ from __future__ import annotations
 import random
 import time
 
+from vllm.v1.engine.core import EngineCore
+
 from bench.fake_steps import fake_request as request
 from bench.fake_steps import fake_step as step
 from bench.fake_steps import make_scheduler
@@ -17,7 +19,7 @@ from loraplex.engine.fair_queue import Entry, FairQueue
 from loraplex.engine.step_cost import Coefficients
 from loraplex.engine.step_plan import PromptWork, plan_step
 from loraplex.engine.tenant_counters import TenantCounters
-from loraplex.engine.tenant_scheduler import CONFIG_KEY, TenantScheduler
+from loraplex.engine.tenant_scheduler import CONFIG_KEY, UNREACHABLE_UTILITY, TenantScheduler
 from loraplex.engine.vllm_engine import engine_args
 
 from model_dir import default_model_dir
@@ -85,6 +87,11 @@ def test_a_class_the_step_cost_cannot_meet_is_counted_not_hidden():
 
     counted = unreachable(True)
     assert counted.get("tight", 0) >= 4 and "chat" not in counted
+    # The replica reads it through EngineCore's utility call, which looks the method up on EngineCore.
+    core = type("Core", (EngineCore,), {})()  # EngineCore's methods, not its start
+    core.scheduler = scheduler(slo_classes=True)
+    core.scheduler.unreachable = dict(counted)
+    assert getattr(core, UNREACHABLE_UTILITY)() == counted
     # Classes off: steps are sized to tpot_s, no class's; not counted, even where tpot_s cannot be met.
     assert unreachable(False) == {} and unreachable(False, tpot_s=0.05) == {}
 

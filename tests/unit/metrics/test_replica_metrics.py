@@ -136,3 +136,18 @@ def test_an_engine_replica_without_its_base_model_is_refused():
 
     with pytest.raises(ValueError, match="engine.model_id"):
         ReplicaMetrics(FakeSink(), "engine")
+
+
+def test_unreachable_steps_per_class_are_exported_by_what_they_grew():
+    sink = FakeSink()
+    replica = ReplicaMetrics(sink, "engine", "qwen")
+    assert sink[c.UNREACHABLE_STEPS.name].values == {}  # its classes are known only when counted
+    replica.unreachable_steps({})
+    replica.unreachable_steps({"interactive": 3})
+    replica.unreachable_steps({"interactive": 5, "agent": 1})
+    replica.unreachable_steps({"interactive": 5, "agent": 1})  # nothing grew: nothing added
+    metric = sink[c.UNREACHABLE_STEPS.name]
+    assert metric.total(slo_class="interactive") == 5 and metric.total(slo_class="agent") == 1
+    assert metric.label_values(c.MODEL) == {"qwen"}
+    replica.unreachable_steps({"interactive": 2})  # a new EngineCore counts from 0 again
+    assert metric.total(slo_class="interactive") == 7
