@@ -250,3 +250,37 @@ def test_the_serve_proxy_killed_mid_stream_leaves_no_engine_request_running(two_
         return reply.status_code == 200
     wait_until(answers, 120, "a new Serve proxy to answer", interval_s=1)
     print(f"proxy kill: answered again {time.time() - killed_at['t']:.1f} s after the kill")
+
+
+def test_a_killed_serve_controller_replaces_no_replica_and_cuts_no_stream(two_engines, keys):
+    """Serve's controller killed mid-stream: Ray restarts it, and it recovers the running replicas
+    (asking each, among other things, for its log file: serve_log.py). The streams finish as
+    without the kill, none moved, and every replica is the one from before. With the replicas' log
+    handler closed by vLLM's logging setup, the recovering controller replaced every Engine
+    replica and their streams hit their deadlines (`python -m bench drill --drills controller`)."""
+    from ray._private.state import actors
+    from ray.serve.context import _get_global_client
+
+    base_url, state = two_engines
+    wait_whole()
+    before = {d: {r["replica_id"] for r in replicas(d)} for d in ("Engine", "Ingress")}
+    killed_at = {}
+
+    def kill_the_controller():
+        [pid] = [a["Pid"] for a in actors().values()
+                 if a["ActorClassName"] == "ServeController" and a["State"] == "ALIVE"]
+        os.kill(pid, signal.SIGKILL)
+        killed_at["t"] = time.time()
+
+    streams = run_streams(base_url, keys, kill=kill_the_controller, under_way=4)
+    assert all(s.finish == "length" and not s.errors and s.failure is None for s in streams), \
+        [(s.i, s.finish, s.errors, s.failure, s.tokens) for s in streams]
+    rows = usage_rows(state, [s.request_id for s in streams], streams)
+    assert not [r.request_id for r in rows.values() if r.migrated_prompt_tokens], "a stream moved"
+
+    def recovered():  # the restarted controller answers, and has had time to check every replica
+        _get_global_client().get_serve_details()
+        return time.time() - killed_at["t"] > 20
+    wait_until(recovered, 120, "the Serve controller to answer again", interval_s=1)
+    wait_whole()
+    assert {d: {r["replica_id"] for r in replicas(d)} for d in ("Engine", "Ingress")} == before

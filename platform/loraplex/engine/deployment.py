@@ -90,10 +90,10 @@ class Engine:
         from loraplex.accounting.ledger import UsageLedger
         from loraplex.cluster import check_model_on_this_node, check_on_replica, for_this_node
         if engine_cls is None:  # imported here: the app's build imports this module, and need not import vLLM
-            from loraplex.serve_log import serve_log_kept
+            from loraplex.serve_log import keep_serve_log_open
 
-            with serve_log_kept():  # vLLM's first import configures logging (serve_log.py)
-                from loraplex.engine.vllm_engine import VLLMEngine as engine_cls
+            keep_serve_log_open()  # vLLM configures logging on its import and its start (serve_log.py)
+            from loraplex.engine.vllm_engine import VLLMEngine as engine_cls
         from loraplex.db.engine import make_engine
         from loraplex.registry.store import AdapterStore
         from loraplex.registry.catalog import AdapterCatalog

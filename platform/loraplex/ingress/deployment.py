@@ -88,12 +88,12 @@ class Ingress:
 
     def __serve_build_asgi_app__(self):
         # Imported here: the app's build imports this module, and need not import vLLM (its protocol).
-        from loraplex.serve_log import serve_log_kept
+        from loraplex.serve_log import keep_serve_log_open
 
-        with serve_log_kept():  # vLLM's first import configures logging (serve_log.py)
-            from vllm.utils.gc_utils import freeze_gc_heap
+        keep_serve_log_open()  # vLLM configures logging on its import (serve_log.py)
+        from vllm.utils.gc_utils import freeze_gc_heap
 
-            from loraplex.ingress.app import build_ingress_app
+        from loraplex.ingress.app import build_ingress_app
 
         app = build_ingress_app(
             self.engine, self.config, self.engine_replica_health, tenancy=self.tenancy, registry=self.registry,
