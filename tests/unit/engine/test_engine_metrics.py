@@ -205,7 +205,8 @@ async def test_the_publisher_asks_engine_core_for_the_unreachable_steps_only_wit
             llm(replica).engine_core = SimpleNamespace(call_utility_async=call_utility_async)
             before = len(asked)
             await asyncio.to_thread(replica._publish_unreachable)  # the publisher's thread; the call on the loop
-            assert asked[before:] == ([UNREACHABLE_UTILITY] if classes else [])
+            # (the publisher thread's own first publish may ask too: the same cumulative counts)
+            assert set(asked[before:]) == ({UNREACHABLE_UTILITY} if classes else set())
             assert sink[c.UNREACHABLE_STEPS.name].total(slo_class="interactive") == (4 if classes else 0)
         finally:
             await replica.__del__()
