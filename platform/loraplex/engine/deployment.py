@@ -460,9 +460,13 @@ class Engine:
     def _publish_adapters(self) -> None:
         if not hasattr(self.engine, "resident_adapter_ids"):
             return  # an engine without LoRA adapters (a benchmark's fake)
-        future = asyncio.run_coroutine_threadsafe(self._sample_adapters(), self._loop)
+        self._on_loop(self._sample_adapters())
+
+    def _on_loop(self, coro):
+        """Run `coro` on the replica's event loop from the publisher's thread, within a period."""
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
         try:
-            future.result(timeout=self.metrics.config.publish_period_s)
+            return future.result(timeout=self.metrics.config.publish_period_s)
         except BaseException:
             future.cancel()
             raise
@@ -480,12 +484,7 @@ class Engine:
     def _publish_unreachable(self) -> None:
         if not hasattr(self.engine, "unreachable_steps"):
             return  # an engine without the tenant scheduler (a benchmark's fake)
-        future = asyncio.run_coroutine_threadsafe(self.engine.unreachable_steps(), self._loop)
-        try:
-            self.metrics.replica.unreachable_steps(future.result(timeout=self.metrics.config.publish_period_s))
-        except BaseException:
-            future.cancel()
-            raise
+        self.metrics.replica.unreachable_steps(self._on_loop(self.engine.unreachable_steps()))
 
     def _publish_fair_queue(self) -> None:
         if self.fair_queue is not None:

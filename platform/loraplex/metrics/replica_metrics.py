@@ -59,25 +59,22 @@ class ReplicaMetrics:
         for key, spec in _ENGINE_GAUGES.items():
             self.metrics[spec.name].set(float(stats.get(key, 0.0)))
         for key, spec in _ENGINE_COUNTERS.items():
-            value = float(stats.get(key, 0.0))
-            grown = value - self._last.get(key, 0.0)
-            if grown < 0:  # the engine's counters restarted (never within one vLLM engine)
-                grown = value
-            if grown > 0:
-                self.metrics[spec.name].inc(grown)
-            self._last[key] = value
+            self._add_growth(key, float(stats.get(key, 0.0)), spec)
         self.metrics[c.LOADED_ADAPTERS.name].set(float(stats.get("lora_running_adapters", 0)), {c.TIER: "gpu"})
 
     def unreachable_steps(self, by_class: Mapping[str, int]) -> None:
         """The tenant scheduler's cumulative count of unreachable steps per SLO class."""
         for name, value in by_class.items():
-            key = f"unreachable/{name}"
-            grown = value - self._last.get(key, 0.0)
-            if grown < 0:  # a new EngineCore (never within one vLLM engine)
-                grown = value
-            if grown > 0:
-                self.metrics[c.UNREACHABLE_STEPS.name].inc(float(grown), {c.SLO_CLASS: name})
-            self._last[key] = float(value)
+            self._add_growth(f"unreachable/{name}", float(value), c.UNREACHABLE_STEPS, {c.SLO_CLASS: name})
+
+    def _add_growth(self, key: str, value: float, spec, tags: dict | None = None) -> None:
+        """Re-export an engine's cumulative count as our counter: what grew since the last publish."""
+        grown = value - self._last.get(key, 0.0)
+        if grown < 0:  # the engine's counters restarted (never within one vLLM engine)
+            grown = value
+        if grown > 0:
+            self.metrics[spec.name].inc(grown, tags)
+        self._last[key] = value
 
     def fair_queue(self, snapshot: Mapping, tenant_label) -> None:
         """The fair queue's snapshot; tenant_label maps a tenant id through the label guard."""
