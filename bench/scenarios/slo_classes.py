@@ -114,6 +114,8 @@ def add_arguments(p) -> None:
     p.add_argument("--simulate", action="store_true", help="fake steps on a fake clock instead of a serve run")
     p.add_argument("--scales", default="0.8,1.0,1.2", help="--simulate: multiples of the mix's arrival rates")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--costs", default="0.06,0.004,0.0015",
+                   help="--simulate: a step's seconds as base,per_decode,per_prompt_token (a replica's fit is in its log)")
     p.add_argument("--load", type=float, default=1.0,
                    help="multiple of the mix's in-flight counts and interactive rate (0.5: half of each)")
 
@@ -122,10 +124,11 @@ def simulated(args, out) -> None:
     import dataclasses
 
     from bench.slo_sim import MIX as SIM, p95, simulate
+    costs = tuple(float(x) for x in args.costs.split(","))
     rows = []
     for scale in [float(x) for x in args.scales.split(",")]:
         mix = [dataclasses.replace(load, rate=load.rate * scale) for load in SIM]
-        runs = {v: simulate(v, mix, args.duration, args.seed) for v in ("classes", "single", "vllm")}
+        runs = {v: simulate(v, mix, args.duration, args.seed, costs) for v in ("classes", "single", "vllm")}
         for name, r in runs.items():
             row = {"scale": f"{scale:g}x", "variant": name}
             for load in SIM:
@@ -137,7 +140,8 @@ def simulated(args, out) -> None:
             row["throughput"] = f"{r['throughput']:.1f}"
             row["unreachable"] = ",".join(f"{k}:{v}" for k, v in r["unreachable"].items()) or "-"
             rows.append(row)
-    out.table(Table("**SLO classes, simulated (fake steps at 0.06 s + 4 ms/decode + 1.5 ms/prompt token, +-10 %; "
+    out.table(Table(f"**SLO classes, simulated (fake steps at {costs[0]:g} s + {costs[1] * 1000:g} ms/decode + "
+                    f"{costs[2] * 1000:g} ms/prompt token, +-10 %; "
                     f"{args.duration:.0f} s of Poisson arrivals; cell: within class, TTFT p95 s / TPOT p95 s)**",
                     [Column("scale", "load", right=False), Column("variant", "scheduler", right=False)]
                     + [Column(load.tenant, f"{load.tenant} ({load.slo[1] or '-'} / {load.slo[2] or '-'} s)", right=False)

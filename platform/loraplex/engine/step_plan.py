@@ -15,7 +15,8 @@ vLLM glue (tenant_scheduler.py) describes the step's work and applies the plan.
   slow it below bare vLLM): its steps are vLLM's own.
 - A shared step's decodes fit the target too: when a step's decodes alone would run past it (a
   backlogged tenant's full batch beside a light tenant's few), the decodes are cut to what fits
-  (`StepCost.decode_capacity`) and shared the same way, tier then counter, max-min by weight: the
+  (`StepCost.decode_capacity`) and shared the same way, tier then class (tightest TPOT first)
+  then counter, max-min by weight: the
   light tenant's decodes all run, and of the heavy tenant's its oldest (so they finish, as they
   would have had it been alone with a smaller batch; taking turns made all of them slow, and in
   a 20-tenant overload none finished). The held ones keep their KV blocks and slots. A decode
@@ -75,6 +76,7 @@ class DecodeWork:
     arrival: float  # a tenant's oldest decodes go first
     weight: float = 1.0
     held_steps: int = 0  # steps in a row this decode was held out of the step, up to the last one
+    tpot_s: float = math.inf  # its class's TPOT target (inf: none, or classes off): the tighter goes first
 
 
 @dataclass
@@ -94,19 +96,22 @@ def is_shared(decode_tenants: Iterable[str], work: Iterable[PromptWork], recent:
 
 def keep_decodes(decodes: list[DecodeWork], counters: TenantCounters, cap: int) -> set[str]:
     """The decodes a shared step carries when it cannot carry them all: `cap` of them, split across
-    tenants in order of tier then counter, max-min by weight (a tenant with few gets all of them),
-    and within a tenant those held MAX_HELD_STEPS steps in a row first (the longest held first),
-    then its oldest."""
+    tenants in order of tier, then class (the tightest TPOT target first: the step is sized for
+    it, and a hold that kept a looser class's decodes instead would slow everyone and pace no
+    one), then counter, max-min by weight (a tenant with few gets all of them), and within a
+    tenant those held MAX_HELD_STEPS steps in a row first (the longest held first), then its oldest."""
     if len(decodes) <= cap:
         return {d.key for d in decodes}
     by_tenant: dict[str, list[DecodeWork]] = {}
     for d in sorted(decodes, key=_decode_order):
         by_tenant.setdefault(d.tenant, []).append(d)
+
+    def rank(t: str) -> tuple:
+        return min(d.tier for d in by_tenant[t]), min(d.tpot_s for d in by_tenant[t])
     kept: set[str] = set()
     left = max(cap, 1)
-    for tier in sorted({min(d.tier for d in ds) for ds in by_tenant.values()}):
-        group = sorted((t for t, ds in by_tenant.items() if min(d.tier for d in ds) == tier),
-                       key=lambda t: counters.get(t))
+    for level in sorted({rank(t) for t in by_tenant}):
+        group = sorted((t for t in by_tenant if rank(t) == level), key=lambda t: counters.get(t))
         shares = _water_fill({t: len(by_tenant[t]) for t in group}, left,
                              {t: by_tenant[t][0].weight for t in group})
         for t in group:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -163,9 +164,9 @@ class TenantFairness:
         trace = os.environ.get("LORAPLEX_SCHEDULER_TRACE")
         self._trace = open(trace, "a", buffering=1) if trace else None
         self.shared_steps = 0  # steps whose prompt budget was the TPOT-sized one (for tests and logs)
-        # Per SLO class (classes on): shared steps sized to its TPOT target that even one decode alone
-        # overruns (the step's fixed cost is past it): the class cannot be met on this engine, and is
-        # said so. A step sized to tpot_s is no class's and is not counted.
+        # Per SLO class (classes on): shared steps its TPOT target was the tightest for, but out of
+        # reach (one decode, and the least prompt work when some waits, overrun it): the class
+        # cannot be met on this engine, and is said so. tpot_s's target is no class's: not counted.
         self.unreachable: dict[str, int] = {}
         logger.info("tenant scheduler on: %s", self.settings)
 
@@ -192,7 +193,7 @@ class TenantFairness:
         prefills = [r for r in running if r.is_prefill_chunk]
         work = [_work(r, True) for r in prefills] + [_work(r, False) for r in waiting]
         recent = self._recent({_tenant(r) for r in running} | {w.tenant for w in work}, started)
-        target, tight = self._step_target(decodes, prefills + waiting)
+        target, missed = self._step_target(decodes, prefills + waiting, bool(work))
         held_decodes = self._over_step_target(decodes, work, recent, target)
         for r in decodes:  # steps in a row each was held (keep_decodes bounds them)
             r.loraplex_held_steps = getattr(r, "loraplex_held_steps", 0) + 1 if r.request_id in held_decodes else 0
@@ -206,8 +207,9 @@ class TenantFairness:
         plan = plan_step([_tenant(r) for r in decodes], work, self.counters, shared_budget,
                          ceiling, s.min_prompt_tokens, recent=recent, now=time.time(),
                          slack_bound=s.slack_bound_s if s.classes else None)
-        if tight and (plan.shared or held_decodes) and self._unreachable(target):
-            self.unreachable[tight] = self.unreachable.get(tight, 0) + 1
+        if plan.shared:
+            for name in missed:
+                self.unreachable[name] = self.unreachable.get(name, 0) + 1
         if (not plan.shared and not plan.held and not plan.chunk_cap and not held_decodes
                 and s.max_prompt_tokens is None):
             # One tenant's step (or no prompts beside others' decodes): vLLM's own.
@@ -276,22 +278,35 @@ class TenantFairness:
                 online = True
         return batch if online else set()
 
-    def _step_target(self, decodes: list, prompts: list) -> tuple[Optional[float], str]:
-        """(a shared step's target time, the class it is for): the tightest TPOT target among the
-        classes with decodes in the step (without decodes, among those with prompt work) x
-        step_share; the settings' target and "" (no class) when none has one, or with classes off."""
+    def _step_target(self, decodes: list, prompts: list, prompt_work: bool) -> tuple[Optional[float], list[str]]:
+        """(a shared step's target time, the classes whose tighter targets it cannot reach).
+
+        The target: the tightest TPOT target x step_share among the classes with decodes in the
+        step (without decodes, among those with prompt work) that a step can reach; the settings'
+        target with classes off or when none has one. None when no target is in reach: sized to
+        one it cannot meet, a step would only starve prefill (floor-sized chunks, each paying the
+        step's fixed cost) and hold decodes, and pace no one; vLLM's own step sizes serve better."""
         s = self.settings
+        candidates = [(s.step_target_s, "")] if s.step_target_s is not None else []
         if s.classes:
             for group in (decodes, prompts):
-                targets = [(r.loraplex_tpot, r.loraplex_class) for r in group if _slo(r)[2] is not None]
+                targets = sorted({(r.loraplex_tpot * s.step_share, r.loraplex_class)
+                                  for r in group if _slo(r)[2] is not None})
                 if targets:
-                    tpot, name = min(targets)
-                    return tpot * s.step_share, name
-        return s.step_target_s, ""
+                    candidates = targets
+                    break
+        missed = []
+        for target, name in candidates:
+            if self._reachable(target, s.min_prompt_tokens if prompt_work else 0):
+                return target, missed
+            if name:
+                missed.append(name)
+        return None, missed
 
-    def _unreachable(self, target: float) -> bool:
-        """A step of one decode alone would take longer than `target` (the fit's figures)."""
-        return self.cost.step_seconds(1, 0) + max(self.cost.bias_s, 0.0) > target
+    def _reachable(self, target: float, prompt_tokens: int) -> bool:
+        """A step of one decode (and the least prompt work worth a step, when some waits) ends within
+        `target` (the fit's figures)."""
+        return self.cost.step_seconds(1, prompt_tokens) + max(self.cost.bias_s, 0.0) <= target
 
     def _over_step_target(self, decodes: list, work: list, recent: list, target: Optional[float]) -> set[str]:
         """Decodes a shared step leaves out because, with them all, its decodes alone (and the least
@@ -305,7 +320,9 @@ class TenantFairness:
         if len(decodes) <= cap:
             return set()
         kept = keep_decodes([DecodeWork(r.request_id, _tenant(r), tier(r), r.arrival_time, r.loraplex_weight,
-                                        getattr(r, "loraplex_held_steps", 0)) for r in decodes], self.counters, cap)
+                                        getattr(r, "loraplex_held_steps", 0),
+                                        r.loraplex_tpot if s.classes and _slo(r)[2] is not None else math.inf)
+                             for r in decodes], self.counters, cap)
         return {r.request_id for r in decodes if r.request_id not in kept}
 
     def _over_lora_slots(self, waiting: list, held: set[str], rank: dict[str, int]) -> set[str]:

@@ -96,6 +96,35 @@ def test_a_class_the_step_cost_cannot_meet_is_counted_not_hidden():
     assert unreachable(False) == {} and unreachable(False, tpot_s=0.05) == {}
 
 
+def test_a_step_is_sized_to_the_tightest_class_it_can_reach_and_counts_the_tighter():
+    s = scheduler()
+    # A slower engine: a step costs 0.1 s. The agent's 0.12 s target cannot carry one decode and the
+    # least prompt work (0.1 + 4 ms + 32 x 1 ms = 0.136 s); the chat class's 0.24 s can.
+    s.cost.prior = Coefficients(base_s=0.1, per_decode_s=0.004, per_prompt_s=0.001)
+    chat = [request("chat", 16, max_tokens=64, slo=CHAT) for _ in range(2)]
+    agent = [request("agent", 16, max_tokens=64, slo=AGENT) for _ in range(2)]
+    for r in chat + agent:
+        s.add_request(r)
+    decoding(s, *chat, *agent)
+    s.unreachable.clear()
+    s.add_request(request("long", 3000, slo=CHAT))
+    # Sized to chat's target: 0.24 - 0.1 - 4 x 4 ms = 124 prompt tokens (to the agent's, the 32-token floor).
+    assert of("long", step(s)) == 124
+    assert s.unreachable == {"agent": 1}
+
+
+def test_a_step_carries_the_tightest_classs_decodes_first_when_it_cannot_carry_all():
+    s = scheduler(max_num_seqs=64)
+    agent = [request("agent", 16, max_tokens=100, slo=AGENT) for _ in range(20)]
+    chat = [request("chat", 16, max_tokens=100, slo=CHAT) for _ in range(20)]
+    for r in chat + agent:
+        s.add_request(r)
+    decoding(s, *agent, *chat)
+    # The agent's 0.12 s: (0.12 - 0.04) / 4 ms = 20 decodes, all the agent's.
+    tokens = step(s)
+    assert of("agent", tokens) == 20 and of("chat", tokens) == 0
+
+
 def test_with_one_class_the_steps_are_the_single_slo_schedulers_step_for_step():
     """A randomized workload of one class (and of none) against classes off: the same steps."""
     for seed in range(6):

@@ -179,6 +179,20 @@ def test_a_shared_steps_decodes_past_its_cap_go_by_tier_then_counter_max_min_by_
     assert keep_decodes(tiers, counters, 3) == {"o0", "h0", "h1"}
 
 
+def test_a_shared_steps_decodes_past_its_cap_go_tightest_class_first():
+    """The step is sized to the tightest TPOT target: that class's decodes are the ones it carries,
+    before a looser class's, whatever the counters (a hold that kept the looser would pace no one)."""
+    counters = TenantCounters()
+    counters.charge("agent", 5.0)
+    decodes = ([DecodeWork(f"a{i}", "agent", 0, 0, tpot_s=0.16) for i in range(8)]
+               + [DecodeWork(f"c{i}", "chat", 0, 0, tpot_s=0.24) for i in range(8)])
+    kept = keep_decodes(decodes, counters, 10)
+    assert {f"a{i}" for i in range(8)} <= kept and len(kept) == 10
+    # Without classes (both inf), the counter and the water level decide: 5 each.
+    flat = [DecodeWork(d.key, d.tenant, 0, 0) for d in decodes]
+    assert sum(k.startswith("a") for k in keep_decodes(flat, counters, 10)) == 5
+
+
 
 def test_a_decode_held_max_held_steps_in_a_row_goes_first_within_its_tenants_share():
     counters = TenantCounters()

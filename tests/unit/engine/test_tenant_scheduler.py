@@ -121,6 +121,24 @@ def test_a_shared_steps_decodes_fit_the_target_the_light_tenants_all_the_heavy_o
     assert sum(step(alone).values()) == 60
 
 
+def test_a_target_the_step_cost_cannot_reach_sizes_no_step_and_holds_no_decode():
+    """A slow CPU: a step's fixed cost 0.2 s, so one decode and the 32-token floor (0.344 s) overrun
+    the 0.24 s target. Sized anyway, every shared step would carry 32 prompt tokens and one decode
+    (prefill starved, the queue growing without end); the steps are vLLM's own instead."""
+    slow = Coefficients(base_s=0.2, per_decode_s=0.002, per_prompt_s=0.0045)
+    s = scheduler(max_num_seqs=64)
+    s.cost.prior = slow
+    heavy = [request("heavy", 16, max_tokens=100) for _ in range(60)]
+    chat = [request("chat", 16, max_tokens=100) for _ in range(2)]
+    for r in heavy + chat:
+        s.add_request(r)
+    decoding(s, *heavy, *chat)
+    s.add_request(request("long", 3000))
+    tokens = step(s)
+    assert of("heavy", tokens) + of("chat", tokens) == 62  # no decode held
+    assert of("long", tokens) == TOKEN_BUDGET - 62  # the whole token budget, as vLLM's own step
+
+
 def test_the_budget_is_split_across_tenants_and_a_long_prompt_is_chunked():
     s = scheduler(min_prompt_tokens=16)
     chat = request("chat", 16, max_tokens=64)
