@@ -23,6 +23,19 @@ from loraplex.engine.tenant_scheduler import slo_args
 BLOCK = 16
 
 
+class FakeClock:
+    """The `time` module for the tenant scheduler on fake steps: moves only by the fake steps' times."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def time(self) -> float:
+        return self.now
+
+
 def make_scheduler(cls, model_dir: str, additional_config: dict | None = None, max_num_seqs: int = 16,
                    token_budget: int = 2048, max_loras: int | None = None, blocks: int = 4096):
     """A scheduler of class `cls` (vLLM's Scheduler or a subclass) over a fake KV cache of `blocks`."""

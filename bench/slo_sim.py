@@ -27,24 +27,18 @@ MIX = [Load("interactive", ("interactive", 1.0, 0.3), 0.5, (60, 150), 16),
        Load("chat", ("chat", 2.5, 0.3), 0.4, (50, 300), 64),
        Load("agent", ("agent", 5.0, 0.2), 0.06, (100, 300), 256),
        Load("batch", ("batch", None, None), 0.25, (800, 1200), 32)]
-
-
-class FakeClock:
-    def __init__(self):
-        self.now = 1000.0
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def time(self) -> float:
-        return self.now
+# A chat tenant beside a neighbour sending 1,000-token prompts (fairness's `longprompt`, open loop):
+# at the slower CPU's costs (0.18 s a step, 4.5 ms a prompt token) the neighbour alone is past capacity.
+LONGPROMPT = [Load("long", ("chat", 2.5, 0.3), 0.3, (900, 1100), 16),
+              Load("chat", ("chat", 2.5, 0.3), 0.5, (40, 60), 16)]
+MIXES = {"classes": MIX, "longprompt": LONGPROMPT}
 
 
 def simulate(variant: str, mix: list[Load], seconds: float, seed: int = 0, costs=(0.06, 0.004, 0.0015)) -> dict:
     from vllm.v1.core.sched.scheduler import Scheduler
     from vllm.v1.outputs import ModelRunnerOutput
 
-    from bench.fake_steps import fake_request, make_scheduler
+    from bench.fake_steps import FakeClock, fake_request, make_scheduler
     from loraplex.contract import SloTargets
     from loraplex.engine import tenant_scheduler
     from loraplex.engine.config import TenantSchedulerConfig

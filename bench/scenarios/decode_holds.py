@@ -27,21 +27,11 @@ from bench.report import Table
 PER_PROMPT_S = 0.002
 
 
-class FakeClock:
-    """time.monotonic for the scheduler: moves only by the fake steps' times."""
-
-    def __init__(self):
-        self.now = 1000.0
-
-    def monotonic(self) -> float:
-        return self.now
-
-
 def simulate(base_s: float, per_decode_s: float, tenants: list[int], steps: int, tokens: int, seed: int,
              bound: bool) -> dict:
     from vllm.v1.outputs import ModelRunnerOutput
 
-    from bench.fake_steps import fake_request, make_scheduler
+    from bench.fake_steps import FakeClock, fake_request, make_scheduler
     from loraplex.engine import step_plan, tenant_scheduler
     from loraplex.engine.config import TenantSchedulerConfig
 

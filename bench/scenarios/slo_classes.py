@@ -16,7 +16,8 @@ Goodput: output tokens/s of requests within their class's targets.
 
 `--simulate`: no model, no Ray (bench/slo_sim.py): vLLM's Scheduler and the tenant scheduler
 (classes on and off) on fake steps at the CPU profile's step costs, a Poisson mix of the four
-classes at each `--scales` multiple of its rates; within class, TTFT / TPOT p95 per tenant, goodput.
+classes (`--mix longprompt`: a chat tenant beside 1,000-token prompts) at each `--scales` multiple
+of its rates and `--costs` step costs; within class, TTFT / TPOT p95 per tenant, goodput.
 """
 
 from __future__ import annotations
@@ -113,6 +114,8 @@ def add_arguments(p) -> None:
     p.add_argument("--out", type=Path, help="also write the tables to FILE, and what ran to FILE.json")
     p.add_argument("--simulate", action="store_true", help="fake steps on a fake clock instead of a serve run")
     p.add_argument("--scales", default="0.8,1.0,1.2", help="--simulate: multiples of the mix's arrival rates")
+    p.add_argument("--mix", default="classes", choices=("classes", "longprompt"),
+                   help="--simulate: the four classes' tenants, or a chat tenant beside 1,000-token prompts")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--costs", default="0.06,0.004,0.0015",
                    help="--simulate: a step's seconds as base,per_decode,per_prompt_token (a replica's fit is in its log)")
@@ -123,15 +126,16 @@ def add_arguments(p) -> None:
 def simulated(args, out) -> None:
     import dataclasses
 
-    from bench.slo_sim import MIX as SIM, p95, simulate
+    from bench.slo_sim import MIXES, p95, simulate
+    loads = MIXES[args.mix]
     costs = tuple(float(x) for x in args.costs.split(","))
     rows = []
     for scale in [float(x) for x in args.scales.split(",")]:
-        mix = [dataclasses.replace(load, rate=load.rate * scale) for load in SIM]
+        mix = [dataclasses.replace(load, rate=load.rate * scale) for load in loads]
         runs = {v: simulate(v, mix, args.duration, args.seed, costs) for v in ("classes", "single", "vllm")}
         for name, r in runs.items():
             row = {"scale": f"{scale:g}x", "variant": name}
-            for load in SIM:
+            for load in loads:
                 t = r["tenants"][load.tenant]
                 row[load.tenant] = (f"{t['good']}/{t['sent']} ({100 * t['good'] / max(t['sent'], 1):.0f}%) "
                                     f"{p95(t['ttft']) or 0:.2f}/{p95(t['tpot']) or 0:.3f}")
@@ -145,7 +149,7 @@ def simulated(args, out) -> None:
                     f"{args.duration:.0f} s of Poisson arrivals; cell: within class, TTFT p95 s / TPOT p95 s)**",
                     [Column("scale", "load", right=False), Column("variant", "scheduler", right=False)]
                     + [Column(load.tenant, f"{load.tenant} ({load.slo[1] or '-'} / {load.slo[2] or '-'} s)", right=False)
-                       for load in SIM]
+                       for load in loads]
                     + [Column("goodput", "goodput tok/s"), Column("vs_vllm", "vs vllm"), Column("throughput", "out tok/s"),
                        Column("unreachable", "unreachable steps")], rows))
 

@@ -106,8 +106,8 @@ def test_every_replica_exports_per_tenant_metrics_that_agree_with_the_ledger(
             return None
         # Every metric is there, under the name Ray exports it by (a process that started late,
         # like the limiter actor, shows its series at its first export period, not at once).
-        # Not the unreachable-step count: it is counted only with tenant_scheduler.slo_classes on
-        # (off here), from a class's first count (unit/metrics/test_replica_metrics.py).
+        # Not the unreachable-step count: it exists only with tenant_scheduler.slo_classes on (off
+        # here), from the replica's start (unit/engine/test_engine_metrics.py).
         names = {s.name for s in samples}
         missing = [n for n in (spec.exported + ("_count" if spec.kind == "histogram" else "") for spec in c.ALL
                                if spec is not c.UNREACHABLE_STEPS)

@@ -134,6 +134,10 @@ class Engine:
         if self.metrics.enabled and metrics_sink is None:  # the adapter store and disk failure counters, exported at 0
             store_io.FAILURES.start()
             disk_full.FAILURES.start()
+        scheduler = config.engine.tenant_scheduler
+        if scheduler.enabled and scheduler.slo_classes:
+            self.metrics.replica.slo_classes(name for name, k in config.slo.resolved_classes().items()
+                                             if k.tpot_p95_s is not None)
         # vLLM's own numbers, read from its registry by one reader: the shedder, the routing
         # stats and the metrics publisher share its readings.
         self.stats = EngineStatsReader(max_age_s=deployment.shedding.sample_period_s)

@@ -57,6 +57,10 @@ NO_TENANT = "-"  # requests without one (health probes)
 # so they never share a rank with its online work, and sort after every online tier: vLLM
 # priorities run 0..100 (100 - EngineCall.priority), batch lines' tiers start past them.
 BATCH_SUFFIX, BATCH_TIER = "#batch", 1000
+# With no TPOT target in reach, a shared step's time as a multiple of its fixed part (the fit's
+# base and its decodes): prompt tokens get the rest, so prefill keeps most of its speed while a
+# neighbour's decodes still run every step (docs/operations.md, the tenant scheduler).
+OUT_OF_REACH_STEP = 4.0
 
 
 @dataclass(frozen=True)
@@ -194,6 +198,7 @@ class TenantFairness:
         work = [_work(r, True) for r in prefills] + [_work(r, False) for r in waiting]
         recent = self._recent({_tenant(r) for r in running} | {w.tenant for w in work}, started)
         target, missed = self._step_target(decodes, prefills + waiting, bool(work))
+        in_reach = target is not None and self._reachable(target, s.min_prompt_tokens if work else 0)
         held_decodes = self._over_step_target(decodes, work, recent, target)
         for r in decodes:  # steps in a row each was held (keep_decodes bounds them)
             r.loraplex_held_steps = getattr(r, "loraplex_held_steps", 0) + 1 if r.request_id in held_decodes else 0
@@ -226,7 +231,9 @@ class TenantFairness:
                         token_budget=min(len(decodes) + plan.prompt_budget, self._token_budget),
                         chunk_cap=plan.chunk_cap,
                         # Its budget was the TPOT-sized one: its time tells how far off the fit is for such steps.
-                        sized=plan.shared and shared_budget is not None and plan.prompt_budget == shared_budget)
+                        # (a step sized past a target out of reach has no target to correct for)
+                        sized=(in_reach and plan.shared and shared_budget is not None
+                               and plan.prompt_budget == shared_budget))
             self.shared_steps += plan.shared
         output = self._run(step, args, kwargs)
         self._note_step(output, started, step.sized)
@@ -283,9 +290,10 @@ class TenantFairness:
 
         The target: the tightest TPOT target x step_share among the classes with decodes in the
         step (without decodes, among those with prompt work) that a step can reach; the settings'
-        target with classes off or when none has one. None when no target is in reach: sized to
-        one it cannot meet, a step would only starve prefill (floor-sized chunks, each paying the
-        step's fixed cost) and hold decodes, and pace no one; vLLM's own step sizes serve better."""
+        target with classes off or when none has one; None without any. When none is in reach,
+        OUT_OF_REACH_STEP times the step's fixed part: sized to a target it cannot meet, a step
+        carried floor-sized chunks, each paying the fixed cost, and one decode (prefill starved,
+        no one paced); unsized, a neighbour's long prompts filled vLLM's whole token budget."""
         s = self.settings
         candidates = [(s.step_target_s, "")] if s.step_target_s is not None else []
         if s.classes:
@@ -301,7 +309,9 @@ class TenantFairness:
                 return target, missed
             if name:
                 missed.append(name)
-        return None, missed
+        if not candidates:
+            return None, missed
+        return OUT_OF_REACH_STEP * self.cost.step_seconds(len(decodes), 0), missed  # its fixed part a quarter
 
     def _reachable(self, target: float, prompt_tokens: int) -> bool:
         """A step of one decode (and the least prompt work worth a step, when some waits) ends within

@@ -273,8 +273,8 @@ class VLLMEngine:
         return set(await self.llm.list_loras())
 
     async def unreachable_steps(self) -> dict[str, int]:
-        """The tenant scheduler's count, per SLO class, of steps sized to a class's TPOT target
-        that one decode alone would overrun (counted only with tenant_scheduler.slo_classes on)."""
+        """The tenant scheduler's count, per SLO class, of shared steps whose tightest class's TPOT
+        target was out of reach (counted only with tenant_scheduler.slo_classes on)."""
         scheduler = self.config.tenant_scheduler
         if not (scheduler.enabled and scheduler.slo_classes):
             return {}

@@ -126,8 +126,9 @@ GOODPUT_TOKENS = MetricSpec(
 # -- per Engine replica, each labelled with the replica's base model (`model`)
 UNREACHABLE_STEPS = MetricSpec(
     "loraplex_slo_unreachable_steps_total", "counter", (SLO_CLASS, MODEL),
-    "Shared steps the tenant scheduler sized to a class's TPOT target that one decode alone would overrun "
-    "(tenant_scheduler.slo_classes on): the class's TPOT cannot be met on this engine at any batch size.")
+    "Shared steps whose tightest class's TPOT target was out of reach: one decode (and the least prompt work, "
+    "while prompts wait) would overrun it (tenant_scheduler.slo_classes on; from 0 for each class with a TPOT "
+    "target): the class's TPOT cannot be met on this engine then, at any batch size.")
 KV_USAGE = MetricSpec(
     "loraplex_kv_cache_usage_ratio", "gauge", (MODEL,),
     "Fraction of the replica's KV cache in use (vLLM's kv_cache_usage_perc); over 0.9 preemption is near.")

@@ -13,7 +13,7 @@ grew since the last publish. Counters with known label values start at 0 (see Ra
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Iterable, Mapping
 
 from loraplex.metrics import catalog as c
 from loraplex.metrics.counts import Counts
@@ -61,6 +61,12 @@ class ReplicaMetrics:
         for key, spec in _ENGINE_COUNTERS.items():
             self._add_growth(key, float(stats.get(key, 0.0)), spec)
         self.metrics[c.LOADED_ADAPTERS.name].set(float(stats.get("lora_running_adapters", 0)), {c.TIER: "gpu"})
+
+    def slo_classes(self, names: Iterable[str]) -> None:
+        """The SLO classes this replica's scheduler keeps (those with a TPOT target): their
+        unreachable-step counters start at 0, so a query or alert finds each before its first count."""
+        for name in names:
+            self.metrics[c.UNREACHABLE_STEPS.name].zero({c.SLO_CLASS: name})
 
     def unreachable_steps(self, by_class: Mapping[str, int]) -> None:
         """The tenant scheduler's cumulative count of unreachable steps per SLO class."""
@@ -143,6 +149,9 @@ class NoReplicaMetrics:
         pass
 
     def fair_queue(self, snapshot, tenant_label) -> None:
+        pass
+
+    def slo_classes(self, names) -> None:
         pass
 
     def unreachable_steps(self, by_class) -> None:

@@ -21,11 +21,13 @@ from fake_sink import FakeSink  # noqa: E402
 OTHER_ADAPTER = ADAPTER.__class__("ten_a/other@def", 8, "ten_a", "other", "def", requested_as="other", version=1)
 
 
-async def start(tmp_path, metrics: dict | None = None, **deployment):
+async def start(tmp_path, metrics: dict | None = None, update: dict | None = None, **deployment):
     sink = FakeSink()
     config = make_config(tmp_path, **deployment)
     if metrics:
         config = config.model_copy(update={"metrics": config.metrics.model_copy(update=metrics)})
+    if update:
+        config = config.model_copy(update=update)
     store = FakeAdapterStore(tmp_path)
     engine_cls = type("VLLMEngineOverFakeVLLM", (VLLMEngineOverFakeVLLM,), {"fake_store": store})
     replica = Engine.__new__(Engine)
@@ -210,3 +212,21 @@ async def test_the_publisher_asks_engine_core_for_the_unreachable_steps_only_wit
             assert sink[c.UNREACHABLE_STEPS.name].total(slo_class="interactive") == (4 if classes else 0)
         finally:
             await replica.__del__()
+
+
+async def test_each_scheduled_class_with_a_tpot_target_has_its_unreachable_series_from_the_start(tmp_path):
+    from loraplex.config import PlatformConfig
+
+    classes = PlatformConfig.from_args({
+        "database_url": "sqlite://", "slo": {"classes": {"interactive": {"ttft_p95_s": 1.0, "tpot_p95_s": 0.3},
+                                                      "agent": {"ttft_p95_s": 5.0, "tpot_p95_s": 0.2},
+                                                      "batch": {}}},
+        "engine": {"tenant_scheduler": {"enabled": True, "slo_classes": True}}})
+    replica, sink = await start(tmp_path, metrics={"publish_period_s": 3600},
+                                update={"slo": classes.slo, "engine": classes.engine})
+    try:
+        # At 0 before any count (an alert's rate() needs the series), and none for batch (no TPOT target).
+        assert sink[c.UNREACHABLE_STEPS.name].label_values(c.SLO_CLASS) == {"interactive", "agent"}
+        assert sink[c.UNREACHABLE_STEPS.name].total() == 0
+    finally:
+        await replica.__del__()
