@@ -61,6 +61,8 @@ BATCH_SUFFIX, BATCH_TIER = "#batch", 1000
 # base and its decodes): prompt tokens get the rest, so prefill keeps most of its speed while a
 # neighbour's decodes still run every step (docs/operations.md, the tenant scheduler).
 OUT_OF_REACH_STEP = 4.0
+# Decodes are held out of a shared step only where its fixed cost is at most this share of its target.
+HOLD_FIXED_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -322,9 +324,14 @@ class TenantFairness:
         """Decodes a shared step leaves out because, with them all, its decodes alone (and the least
         prompt work, when some waits) would run past the step's target: a backlogged tenant's full
         batch beside a light tenant's few made every step of this CPU 0.3 s, the whole TPOT target.
-        Who waits is step_plan.keep_decodes' choice (the heaviest tenant's newest)."""
+        Who waits is step_plan.keep_decodes' choice (the heaviest tenant's newest). None is held
+        where the step's fixed cost is past HOLD_FIXED_SHARE of the target: there the held would
+        buy the kept little time at a large cost (on a CPU with 0.2 s steps, 28 of 48 decodes held
+        to make a 0.296 s step 0.24 s: the backlogged tenant at 0.2x of alone)."""
         s = self.settings
         if target is None or not is_shared((_tenant(r) for r in decodes), work, recent):
+            return set()
+        if self.cost.step_seconds(0, 0) + max(self.cost.bias_s, 0.0) > HOLD_FIXED_SHARE * target:
             return set()
         cap = self.cost.decode_capacity(target, s.min_prompt_tokens if work else 0)
         if len(decodes) <= cap:

@@ -141,6 +141,19 @@ def test_a_target_the_step_cost_cannot_reach_holds_no_decode_and_gives_prompts_t
     assert of("long", tokens) == 216
 
 
+def test_no_decode_is_held_where_the_steps_fixed_cost_is_past_half_its_target():
+    """0.2 s before any token against a 0.24 s target: one decode alone is in reach, but holding 30 of
+    50 decodes would make a 0.3 s step 0.24 s at 0.4x the tokens: every decode runs."""
+    s = scheduler(max_num_seqs=64)
+    s.cost.prior = Coefficients(base_s=0.2, per_decode_s=0.002, per_prompt_s=0.0045)
+    heavy = [request("heavy", 16, max_tokens=100) for _ in range(48)]
+    chat = [request("chat", 16, max_tokens=100) for _ in range(2)]
+    for r in heavy + chat:
+        s.add_request(r)
+    decoding(s, *heavy, *chat)
+    assert sum(step(s).values()) == 50
+
+
 def test_the_budget_is_split_across_tenants_and_a_long_prompt_is_chunked():
     s = scheduler(min_prompt_tokens=16)
     chat = request("chat", 16, max_tokens=64)
