@@ -58,8 +58,8 @@ NO_TENANT = "-"  # requests without one (health probes)
 # priorities run 0..100 (100 - EngineCall.priority), batch lines' tiers start past them.
 BATCH_SUFFIX, BATCH_TIER = "#batch", 1000
 # With no TPOT target in reach, a shared step's time as a multiple of its fixed part (the fit's
-# base and its decodes): prompt tokens get the rest, so prefill keeps most of its speed while a
-# neighbour's decodes still run every step (docs/operations.md, the tenant scheduler).
+# base and its decodes): prompt tokens get the rest, three quarters of the step (why 4, not 2 or
+# unsized: docs/operations.md, the tenant scheduler).
 OUT_OF_REACH_STEP = 4.0
 # Decodes are held out of a shared step only where its fixed cost is at most this share of its target.
 HOLD_FIXED_SHARE = 0.5
@@ -313,7 +313,7 @@ class TenantFairness:
                 missed.append(name)
         if not candidates:
             return None, missed
-        return OUT_OF_REACH_STEP * self.cost.step_seconds(len(decodes), 0), missed  # its fixed part a quarter
+        return OUT_OF_REACH_STEP * self.cost.step_seconds(len(decodes), 0), missed
 
     def _reachable(self, target: float, prompt_tokens: int) -> bool:
         """A step of one decode (and the least prompt work worth a step, when some waits) ends within
