@@ -318,12 +318,7 @@ def ingress_drill(args, keys: list[str]) -> dict:
     rows = records(args.database_url, [r.request_id for r in cut])
     stopped = [rows[r.request_id].finish_time.timestamp() - killed_at for r in cut if r.request_id in rows]
     time.sleep(max(killed_at + 5 - time.time(), 0))
-    codes = []
-    for i in range(10):
-        reply = httpx.post(f"{args.base_url}/v1/chat/completions", headers={"Authorization": f"Bearer {key}"},
-                           json={"model": MODEL, "max_tokens": 2, "messages": [{"role": "user", "content": f"hi {i}"}]},
-                           timeout=120)
-        codes.append(reply.status_code)
+    codes = new_requests(args, key)
     return {"drill": "Ingress replica SIGKILL, streams", "requests": len(streams),
             "normal finish": sum(r.finish in ("stop", "length") and r.failure is None for r in streams),
             "error events / failed": f"{len(cut)} cut", "text = unkilled run": "-",
@@ -353,6 +348,7 @@ def controller_back(timeout_s: float = 300) -> float:
 
 
 def new_requests(args, key: str, n: int = 10) -> list[int]:
+    """The status of each of n short requests, one after another (0: no answer)."""
     codes = []
     for i in range(n):
         try:
@@ -369,18 +365,16 @@ def controller_drill(args, keys: list[str]) -> dict:
     wait_for_engines(args)
     reference, _ = send_requests(args, keys, True)
     back: dict = {}
+    poll = threading.Thread(target=lambda: back.update(s=controller_back()), daemon=True)
 
     def kill():
         pid = serve_process_pid("ServeController")
         os.kill(pid, signal.SIGKILL)
         print(f"  SIGKILL ServeController pid {pid}", file=sys.stderr)
-        # Polled beside the streams, from the kill on.
-        threading.Thread(target=lambda: back.update(s=controller_back()), daemon=True).start()
+        poll.start()  # polled beside the streams, from the kill on
     streams, _ = send_requests(args, keys, True, kill=kill)
-    wait_s = 300
-    while "s" not in back and wait_s > 0:
-        time.sleep(1)
-        wait_s -= 1
+    if poll.ident is not None:  # started by the kill
+        poll.join(timeout=300)
     rows = records(args.database_url, [r.request_id for r in streams])
     row = outcome_row("Serve controller SIGKILL, streams", streams, reference, rows,
                       {row.replica_id for row in rows.values()})
