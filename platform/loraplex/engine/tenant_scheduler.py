@@ -57,10 +57,6 @@ NO_TENANT = "-"  # requests without one (health probes)
 # so they never share a rank with its online work, and sort after every online tier: vLLM
 # priorities run 0..100 (100 - EngineCall.priority), batch lines' tiers start past them.
 BATCH_SUFFIX, BATCH_TIER = "#batch", 1000
-# With no TPOT target in reach, a shared step's time as a multiple of its fixed part (the fit's
-# base and its decodes): prompt tokens get the rest, three quarters of the step (why 4, not 2 or
-# unsized: docs/operations.md, the tenant scheduler).
-OUT_OF_REACH_STEP = 4.0
 # Decodes are held out of a shared step only where its fixed cost is at most this share of its target.
 HOLD_FIXED_SHARE = 0.5
 
@@ -293,9 +289,9 @@ class TenantFairness:
         The target: the tightest TPOT target x step_share among the classes with decodes in the
         step (without decodes, among those with prompt work) that a step can reach; the settings'
         target with classes off or when none has one; None without any. When none is in reach,
-        OUT_OF_REACH_STEP times the step's fixed part: sized to a target it cannot meet, a step
-        carried floor-sized chunks, each paying the fixed cost, and one decode (prefill starved,
-        no one paced); unsized, a neighbour's long prompts filled vLLM's whole token budget."""
+        the tightest: the step carries the least prompt work (min_prompt_tokens) and, its fixed
+        cost past half the target, holds no decode (_over_step_target). Unsized instead, a
+        neighbour's long prompts filled vLLM's whole token budget (9 s steps on a slow CPU)."""
         s = self.settings
         candidates = [(s.step_target_s, "")] if s.step_target_s is not None else []
         if s.classes:
@@ -311,9 +307,7 @@ class TenantFairness:
                 return target, missed
             if name:
                 missed.append(name)
-        if not candidates:
-            return None, missed
-        return OUT_OF_REACH_STEP * self.cost.step_seconds(len(decodes), 0), missed
+        return (candidates[0][0] if candidates else None), missed
 
     def _reachable(self, target: float, prompt_tokens: int) -> bool:
         """A step of one decode (and the least prompt work worth a step, when some waits) ends within
