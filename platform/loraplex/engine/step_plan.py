@@ -105,13 +105,11 @@ def keep_decodes(decodes: list[DecodeWork], counters: TenantCounters, cap: int) 
     by_tenant: dict[str, list[DecodeWork]] = {}
     for d in sorted(decodes, key=_decode_order):
         by_tenant.setdefault(d.tenant, []).append(d)
-
-    def rank(t: str) -> tuple:
-        return min(d.tier for d in by_tenant[t]), min(d.tpot_s for d in by_tenant[t])
+    rank = {t: (min(d.tier for d in ds), min(d.tpot_s for d in ds)) for t, ds in by_tenant.items()}
     kept: set[str] = set()
     left = max(cap, 1)
-    for level in sorted({rank(t) for t in by_tenant}):
-        group = sorted((t for t in by_tenant if rank(t) == level), key=lambda t: counters.get(t))
+    for level in sorted(set(rank.values())):
+        group = sorted((t for t in by_tenant if rank[t] == level), key=lambda t: counters.get(t))
         shares = _water_fill({t: len(by_tenant[t]) for t in group}, left,
                              {t: by_tenant[t][0].weight for t in group})
         for t in group:

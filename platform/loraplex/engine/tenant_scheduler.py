@@ -195,8 +195,7 @@ class TenantFairness:
         prefills = [r for r in running if r.is_prefill_chunk]
         work = [_work(r, True) for r in prefills] + [_work(r, False) for r in waiting]
         recent = self._recent({_tenant(r) for r in running} | {w.tenant for w in work}, started)
-        target, missed = self._step_target(decodes, prefills + waiting, bool(work))
-        in_reach = target is not None and self._reachable(target, s.min_prompt_tokens if work else 0)
+        target, in_reach, missed = self._step_target(decodes, prefills + waiting, bool(work))
         held_decodes = self._over_step_target(decodes, work, recent, target)
         for r in decodes:  # steps in a row each was held (keep_decodes bounds them)
             r.loraplex_held_steps = getattr(r, "loraplex_held_steps", 0) + 1 if r.request_id in held_decodes else 0
@@ -283,8 +282,9 @@ class TenantFairness:
                 online = True
         return batch if online else set()
 
-    def _step_target(self, decodes: list, prompts: list, prompt_work: bool) -> tuple[Optional[float], list[str]]:
-        """(a shared step's target time, the classes whose tighter targets it cannot reach).
+    def _step_target(self, decodes: list, prompts: list, prompt_work: bool) -> tuple[Optional[float], bool, list[str]]:
+        """(a shared step's target time, whether a step can reach it, the classes whose tighter
+        targets it cannot reach).
 
         The target: the tightest TPOT target x step_share among the classes with decodes in the
         step (without decodes, among those with prompt work) that a step can reach; the settings'
@@ -304,10 +304,10 @@ class TenantFairness:
         missed = []
         for target, name in candidates:
             if self._reachable(target, s.min_prompt_tokens if prompt_work else 0):
-                return target, missed
+                return target, True, missed
             if name:
                 missed.append(name)
-        return (candidates[0][0] if candidates else None), missed
+        return (candidates[0][0] if candidates else None), False, missed
 
     def _reachable(self, target: float, prompt_tokens: int) -> bool:
         """A step of one decode (and the least prompt work worth a step, when some waits) ends within
