@@ -366,6 +366,7 @@ def percentiles(results: list, since: float, until: float) -> dict:
     return {"n": len(took), "p50": took[len(took) // 2], "p95": took[int(len(took) * 0.95)], "max": took[-1]}
 
 
+@pytest.mark.drill
 def test_slow_database_drill(stack, db_proxy):
     """PostgreSQL slow (every reply SLOW_S late, through the delay proxy) for STEADY_S under two chat
     tenants, one on the base model and one on an adapter: no request waits for the database once

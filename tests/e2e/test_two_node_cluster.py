@@ -273,6 +273,7 @@ GCS_DOWN_S = 30
 GCS_STREAM_TOKENS = 150
 
 
+@pytest.mark.drill
 def test_the_gcs_restarting_keeps_the_running_replicas_serving(env):
     replicas = running_exactly(2)
     tenants = [t for r in sorted(replicas) for t in tenants_preferring(env, r, replicas, 1, f"gcs-{r[:6]}")]
@@ -327,6 +328,7 @@ def test_the_gcs_restarting_keeps_the_running_replicas_serving(env):
 STREAM_TOKENS = 300
 
 
+@pytest.mark.drill
 def test_losing_a_node_moves_its_tenants_to_the_survivor_and_keeps_serving(env):
     replicas = running_exactly(2)
     [lost] = [r for r, node in replicas.items() if node == env.second.node_id]

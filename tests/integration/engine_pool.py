@@ -1,4 +1,4 @@
-"""A second application beside the session's: two Engine and two Ingress replicas, deployed from a
+"""A second application beside the session's: two Engine replicas and an Ingress, deployed from a
 config as `serve deploy` does (Serve's controller, `import_path` + `args`) and scaled by its
 `deployments:` entries as an operator would. test_migration.py kills its replicas,
 test_routing_replicas.py scales its Engine pool: one app for both (an app's start costs over a
@@ -12,7 +12,7 @@ from tenant_keys import ADMIN_TOKEN
 APP = "pool"
 PREFIX = "/pool"
 ENGINES = 2
-INGRESSES = 2
+INGRESSES = 1  # test_migration.py's Ingress drill deploys a second one
 MAX_MIGRATIONS = 2  # the default; 0 turns migration off (then a cut stream ends with the error event)
 
 

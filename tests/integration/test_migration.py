@@ -9,7 +9,9 @@ An Ingress replica: the engine requests it was streaming are aborted within 2 s 
 their end for no one: engine/caller_watch.py) and billed for what was generated; new requests flow
 through the other Ingress replica.
 
-On the pool of engine_pool.py (two Engine and two Ingress replicas, deployed as `serve deploy` does).
+On the pool of engine_pool.py (two Engine replicas and one Ingress replica, two for the Ingress
+drill; deployed as `serve deploy` does). The Ingress, proxy and controller kills are drills
+(`-m drill`, docs/testing.md#drills): CI runs the Engine replica's.
 With `ingress.max_migrations: 0` the cut streams end with the error event and this test fails
 (engine_pool.MAX_MIGRATIONS; see docs/operations.md).
 """
@@ -27,7 +29,7 @@ from sqlalchemy import select
 
 from loraplex.accounting.tables import usage_records
 from loraplex.db.engine import make_engine
-from engine_pool import deploy, replicas, wait_whole
+from engine_pool import ENGINES, INGRESSES, deploy, replicas, wait_whole
 from process_tree import alive, descendants
 from tenant_keys import ADMIN_TOKEN, new_tenant_key
 from waiting import wait_until
@@ -44,10 +46,16 @@ def engine_replicas() -> list[dict]:
 
 @pytest.fixture(scope="module")
 def two_engines(engine_pool):
-    """(base_url, state dir): the pool with its two Engine and two Ingress replicas running."""
-    deploy(engine_pool[1])
-    wait_whole()
+    """(base_url, state dir): the pool with its two Engine replicas and its Ingress replica running."""
+    whole(engine_pool[1])
     return engine_pool
+
+
+def whole(state, ingresses: int = INGRESSES) -> None:
+    """The pool at its replica counts with `ingresses` Ingress replicas, every replica running (a
+    killed one replaced)."""
+    deploy(state, ENGINES, ingresses)
+    wait_whole(ENGINES, ingresses)
 
 
 class Stream(threading.Thread):
@@ -172,9 +180,10 @@ def test_streams_on_a_killed_engine_replica_finish_on_the_other_billed_once(two_
     assert all(r.migrated_prompt_tokens > r.prompt_tokens for r in moved)  # the prompt and the text so far
 
 
+@pytest.mark.drill
 def test_an_ingress_replica_killed_mid_stream_leaves_no_engine_request_running(two_engines, keys):
     base_url, state = two_engines
-    wait_whole()  # the Engine replica the test above killed, replaced
+    whole(state, ingresses=2)  # a second Ingress replica to kill; a killed Engine replica replaced
     killed_at = {}
 
     def kill_one_ingress():
@@ -212,6 +221,7 @@ def test_an_ingress_replica_killed_mid_stream_leaves_no_engine_request_running(t
     assert codes == [200] * 10
 
 
+@pytest.mark.drill
 def test_the_serve_proxy_killed_mid_stream_leaves_no_engine_request_running(two_engines, keys):
     """Serve's HTTP proxy is to an Ingress replica what an Ingress replica is to an Engine replica:
     the caller of its requests. Killed, its connections break; the Ingress replicas must stop
@@ -221,7 +231,7 @@ def test_the_serve_proxy_killed_mid_stream_leaves_no_engine_request_running(two_
     from ray.serve.context import _get_global_client
 
     base_url, state = two_engines
-    wait_whole()
+    whole(state)
     killed_at = {}
 
     def kill_the_proxy():
@@ -252,6 +262,7 @@ def test_the_serve_proxy_killed_mid_stream_leaves_no_engine_request_running(two_
     print(f"proxy kill: answered again {time.time() - killed_at['t']:.1f} s after the kill")
 
 
+@pytest.mark.drill
 def test_a_killed_serve_controller_replaces_no_replica_and_cuts_no_stream(two_engines, keys):
     """Serve's controller killed mid-stream: Ray restarts it, and it recovers the running replicas
     (asking each, among other things, for its log file: serve_log.py). The streams finish as
@@ -262,7 +273,7 @@ def test_a_killed_serve_controller_replaces_no_replica_and_cuts_no_stream(two_en
     from ray.serve.context import _get_global_client
 
     base_url, state = two_engines
-    wait_whole()
+    whole(state)
     before = {d: {r["replica_id"] for r in replicas(d)} for d in ("Engine", "Ingress")}
     killed_at = {}
 
