@@ -148,28 +148,24 @@ class PlatformConfig(BaseModel):
     def _prices_name_served_bases(self) -> "PlatformConfig":
         """A per-base price for a base this app does not serve would be stored and never charged
         (a misspelt id bills at the plan's prices): refuse it, naming the bases."""
-        unknown = _unserved(sorted(self.accounting.pricing.priced_models()), self.base_names)
-        if unknown:
-            raise ValueError(f"accounting.pricing prices base model(s) {', '.join(unknown)}, which this app does not "
-                             f"serve (its bases: {', '.join(self.base_names)}): fix the name under `models:` of the "
-                             "plan or override")
-        unknown = _unserved(sorted(set(self.accounting.cost_model.models)), self.base_names)
-        if unknown:
-            raise ValueError(f"accounting.cost_model.models names {', '.join(unknown)}, which this app does not serve "
-                             f"(its bases: {', '.join(self.base_names)})")
+        for where, names, fix in (
+                ("accounting.pricing prices base model(s)", self.accounting.pricing.priced_models(),
+                 ": fix the name under `models:` of the plan or override"),
+                ("accounting.cost_model.models names", self.accounting.cost_model.models, "")):
+            if unknown := _unserved(sorted(set(names)), self.base_names):
+                raise ValueError(f"{where} {', '.join(unknown)}, which this app does not serve (its bases: "
+                                 f"{', '.join(self.base_names)}){fix}")
         return self
 
     @model_validator(mode="after")
     def _plan_limits_name_known_bases(self) -> "PlatformConfig":
         """A plan's per-base limits on a base that is not served would never apply: a typo or a
         base removed from `models:` is refused at start, not silently unlimited."""
-        bases = self.base_names
         for plan, plan_config in self.tenancy.plans.items():
-            unknown = _unserved(plan_config.limits.models or {}, bases)
-            if unknown:
+            if unknown := _unserved(plan_config.limits.models or {}, self.base_names):
                 raise ValueError(f"tenancy.plans.{plan}.limits.models: unknown base model {unknown[0]!r}; the bases "
-                                 f"are {', '.join(bases)}. Name one of them (a base's `name`, else its model "
-                                 "dir's name) or remove the entry")
+                                 f"are {', '.join(self.base_names)}. Name one of them (a base's `name`, else its "
+                                 "model dir's name) or remove the entry")
         return self
 
     @model_validator(mode="after")
@@ -279,22 +275,15 @@ class PlatformConfig(BaseModel):
 
     def resolved(self, base_dir: Path) -> "PlatformConfig":
         """Pin every relative local path to base_dir: replicas run in other working dirs."""
-        db = self.database_url
-        prefix = "sqlite:///"
+        db, prefix = self.database_url, "sqlite:///"
         if db.startswith(prefix) and not db.startswith(prefix + "/") and db != prefix + ":memory:":
             db = prefix + str((base_dir / db[len(prefix):]).resolve())
-        registry = self.registry.model_copy(update={
-            "store_url": _local_abs(self.registry.store_url, base_dir),
-            "cache_dir": _local_abs(self.registry.cache_dir, base_dir),
-        })
-        accounting = self.accounting.model_copy(update={
-            "spool_dir": _local_abs(self.accounting.spool_dir, base_dir),
-        })
+        registry = self.registry.model_copy(update={"store_url": _local_abs(self.registry.store_url, base_dir),
+                                                    "cache_dir": _local_abs(self.registry.cache_dir, base_dir)})
+        accounting = self.accounting.model_copy(update={"spool_dir": _local_abs(self.accounting.spool_dir, base_dir)})
         models = [base.model_copy(update={"engine": base.engine.resolved(base_dir)}) for base in self.bases()]
-        return self.model_copy(update={
-            "models": models, "engine": models[0].engine, "database_url": db, "registry": registry,
-            "accounting": accounting,
-        })
+        return self.model_copy(update={"models": models, "engine": models[0].engine, "database_url": db,
+                                       "registry": registry, "accounting": accounting})
 
 
 def pool_deployment_name(index: int, model_id: str) -> str:
