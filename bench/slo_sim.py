@@ -31,7 +31,10 @@ MIX = [Load("interactive", ("interactive", 1.0, 0.3), 0.5, (60, 150), 16),
 # at the slower CPU's costs (0.18 s a step, 4.5 ms a prompt token) the neighbour alone is past capacity.
 LONGPROMPT = [Load("long", ("chat", 2.5, 0.3), 0.3, (900, 1100), 16),
               Load("chat", ("chat", 2.5, 0.3), 0.5, (40, 60), 16)]
-MIXES = {"classes": MIX, "longprompt": LONGPROMPT}
+# A light chat tenant beside a decode-heavy neighbour (fairness's `noisy`: many 96-token answers in flight).
+NOISY = [Load("heavy", ("chat", 2.5, 0.3), 1.0, (50, 300), 96),
+         Load("chat", ("chat", 2.5, 0.3), 0.5, (40, 60), 16)]
+MIXES = {"classes": MIX, "longprompt": LONGPROMPT, "noisy": NOISY}
 
 
 def simulate(variant: str, mix: list[Load], seconds: float, seed: int = 0, costs=(0.06, 0.004, 0.0015)) -> dict:

@@ -114,8 +114,9 @@ def add_arguments(p) -> None:
     p.add_argument("--out", type=Path, help="also write the tables to FILE, and what ran to FILE.json")
     p.add_argument("--simulate", action="store_true", help="fake steps on a fake clock instead of a serve run")
     p.add_argument("--scales", default="0.8,1.0,1.2", help="--simulate: multiples of the mix's arrival rates")
-    p.add_argument("--mix", default="classes", choices=("classes", "longprompt"),
-                   help="--simulate: the four classes' tenants, or a chat tenant beside 1,000-token prompts")
+    p.add_argument("--mix", default="classes", choices=("classes", "longprompt", "noisy"),
+                   help="--simulate: the four classes' tenants, a chat tenant beside 1,000-token prompts, or beside a "
+                   "decode-heavy neighbour")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--costs", default="0.06,0.004,0.0015",
                    help="--simulate: a step's seconds as base,per_decode,per_prompt_token (a replica's fit is in its log)")

@@ -19,7 +19,9 @@ vLLM glue (tenant_scheduler.py) describes the step's work and applies the plan.
   then counter, max-min by weight: the
   light tenant's decodes all run, and of the heavy tenant's its oldest (so they finish, as they
   would have had it been alone with a smaller batch; taking turns made all of them slow, and in
-  a 20-tenant overload none finished). The held ones keep their KV blocks and slots. A decode
+  a 20-tenant overload none finished). Prompt work waiting makes room out of the decodes too, but
+  never out of the first tenant's: the step keeps its decodes and as many of each other tenant's
+  (`first_tenant_room`). The held ones keep their KV blocks and slots. A decode
   held `MAX_HELD_STEPS` steps in a row goes first among its tenant's: oldest first alone held a
   tenant's newer stream for its older one's whole length (a stall of minutes, to its deadline).
 - The budget is split across tenants by their virtual counters: tenants in order of tier (the
@@ -118,6 +120,21 @@ def keep_decodes(decodes: list[DecodeWork], counters: TenantCounters, cap: int) 
         if left <= 0:
             break
     return kept
+
+
+def first_tenant_room(decodes: list[DecodeWork], counters: TenantCounters) -> int:
+    """The least cap with which keep_decodes keeps every decode of the tenant it serves first (the
+    lowest tier, then class, then counter): at that level, each tenant's decodes up to as many as
+    the first tenant has (its max-min share)."""
+    by_tenant: dict[str, list[DecodeWork]] = {}
+    for d in decodes:
+        by_tenant.setdefault(d.tenant, []).append(d)
+    level = {t: (min(d.tier for d in ds), min(d.tpot_s for d in ds)) for t, ds in by_tenant.items()}
+    if not level:
+        return 0
+    first = min(by_tenant, key=lambda t: (*level[t], counters.get(t)))
+    n = len(by_tenant[first])
+    return sum(min(len(ds), n) for t, ds in by_tenant.items() if level[t] == level[first])
 
 
 def _decode_order(d: DecodeWork) -> tuple:

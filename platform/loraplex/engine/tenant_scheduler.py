@@ -40,7 +40,8 @@ from vllm.v1.engine.core import EngineCore
 
 from loraplex.engine.slack_order import class_target
 from loraplex.engine.step_cost import StepCost
-from loraplex.engine.step_plan import DecodeWork, PromptWork, is_shared, keep_decodes, plan_step
+from loraplex.engine.step_plan import (DecodeWork, PromptWork, first_tenant_room, is_shared, keep_decodes,
+                                       plan_step)
 from loraplex.engine.tenant_counters import TenantCounters
 
 # Under "vllm.": EngineCore configures vLLM's loggers only, and this runs in EngineCore.
@@ -318,7 +319,11 @@ class TenantFairness:
         """Decodes a shared step leaves out because, with them all, its decodes alone (and the least
         prompt work, when some waits) would run past the step's target: a backlogged tenant's full
         batch beside a light tenant's few made every step of this CPU 0.3 s, the whole TPOT target.
-        Who waits is step_plan.keep_decodes' choice (the heaviest tenant's newest). None is held
+        Who waits is step_plan.keep_decodes' choice (the heaviest tenant's newest). The room for
+        prompt work comes out of the other tenants' decodes, never the first tenant's (tier, class,
+        counter): its decodes and as many of each other's run (first_tenant_room), as far as
+        decodes alone fit: held so that a neighbour's document got its chunk, a chat tenant's own
+        streams ran at a fraction of the pace (docs/operations.md). None is held
         where the step's fixed cost is past HOLD_FIXED_SHARE of the target: there the held would
         buy the kept little time at a large cost (on a CPU with 0.2 s steps, 28 of 48 decodes held
         to make a 0.296 s step 0.24 s: the backlogged tenant at 0.2x of alone)."""
@@ -330,10 +335,14 @@ class TenantFairness:
         cap = self.cost.decode_capacity(target, s.min_prompt_tokens if work else 0)
         if len(decodes) <= cap:
             return set()
-        kept = keep_decodes([DecodeWork(r.request_id, _tenant(r), tier(r), r.arrival_time, r.loraplex_weight,
-                                        getattr(r, "loraplex_held_steps", 0),
-                                        r.loraplex_tpot if s.classes and _slo(r)[2] is not None else math.inf)
-                             for r in decodes], self.counters, cap)
+        ranked = [DecodeWork(r.request_id, _tenant(r), tier(r), r.arrival_time, r.loraplex_weight,
+                             getattr(r, "loraplex_held_steps", 0),
+                             r.loraplex_tpot if s.classes and _slo(r)[2] is not None else math.inf) for r in decodes]
+        # Prompt work takes its room from the other tenants' decodes, never from the first tenant's.
+        cap = max(cap, min(first_tenant_room(ranked, self.counters), self.cost.decode_capacity(target)))
+        if len(decodes) <= cap:
+            return set()
+        kept = keep_decodes(ranked, self.counters, cap)
         return {r.request_id for r in decodes if r.request_id not in kept}
 
     def _over_lora_slots(self, waiting: list, held: set[str], rank: dict[str, int]) -> set[str]:

@@ -139,6 +139,26 @@ def test_a_target_the_step_cost_cannot_reach_holds_no_decode_and_carries_the_lea
     assert of("long", tokens) == 32  # min_prompt_tokens
 
 
+def test_prompt_work_takes_no_room_from_the_first_tenants_decodes():
+    """The fit of a CPU without bf16 (0.073 s + 18 ms a decode + 4.6 ms a prompt token): one decode
+    and the 32-token floor fill the 0.24 s target, so a decode cap that kept room for the floor held
+    two of the chat tenant's three streams every step a neighbour's document waited (its TPOT 1.5 s
+    on the real engine, beside 32 tokens of the document). The first tenant's decodes all run, and
+    of a heavier tenant's as many (max-min): the step carries the floor beside them (0.33 s, not
+    the 0.49 s of all 15), the heavier tenant's other decodes wait."""
+    s = scheduler(max_num_seqs=64)
+    s.cost.prior = Coefficients(base_s=0.073, per_decode_s=0.018, per_prompt_s=0.0046)
+    chat = [request("chat", 16, max_tokens=100) for _ in range(3)]
+    heavy = [request("heavy", 16, max_tokens=100) for _ in range(12)]
+    for r in chat + heavy:
+        s.add_request(r)
+    decoding(s, *chat, *heavy)
+    s.counters.charge("heavy", 10.0)  # the heavier: ranked after chat
+    s.add_request(request("long", 3000))
+    tokens = step(s)
+    assert of("chat", tokens) == 3 and of("heavy", tokens) == 3 and of("long", tokens) == 32
+
+
 def test_no_decode_is_held_where_the_steps_fixed_cost_is_past_half_its_target():
     """0.2 s before any token against a 0.24 s target: one decode alone is in reach, but holding 30 of
     50 decodes would make a 0.3 s step 0.24 s at 0.4x the tokens: every decode runs."""
