@@ -104,10 +104,7 @@ def keep_decodes(decodes: list[DecodeWork], counters: TenantCounters, cap: int) 
     tenant those held MAX_HELD_STEPS steps in a row first (the longest held first), then its oldest."""
     if len(decodes) <= cap:
         return {d.key for d in decodes}
-    by_tenant: dict[str, list[DecodeWork]] = {}
-    for d in sorted(decodes, key=_decode_order):
-        by_tenant.setdefault(d.tenant, []).append(d)
-    rank = {t: (min(d.tier for d in ds), min(d.tpot_s for d in ds)) for t, ds in by_tenant.items()}
+    by_tenant, rank = _decode_levels(sorted(decodes, key=_decode_order))
     kept: set[str] = set()
     left = max(cap, 1)
     for level in sorted(set(rank.values())):
@@ -126,15 +123,20 @@ def first_tenant_room(decodes: list[DecodeWork], counters: TenantCounters) -> in
     """The least cap with which keep_decodes keeps every decode of the tenant it serves first (the
     lowest tier, then class, then counter): at that level, each tenant's decodes up to as many as
     the first tenant has (its max-min share)."""
-    by_tenant: dict[str, list[DecodeWork]] = {}
-    for d in decodes:
-        by_tenant.setdefault(d.tenant, []).append(d)
-    level = {t: (min(d.tier for d in ds), min(d.tpot_s for d in ds)) for t, ds in by_tenant.items()}
+    by_tenant, level = _decode_levels(decodes)
     if not level:
         return 0
     first = min(by_tenant, key=lambda t: (*level[t], counters.get(t)))
     n = len(by_tenant[first])
     return sum(min(len(ds), n) for t, ds in by_tenant.items() if level[t] == level[first])
+
+
+def _decode_levels(decodes: list[DecodeWork]) -> tuple[dict[str, list[DecodeWork]], dict[str, tuple]]:
+    """Each tenant's decodes (in the given order) and its level among them: (tier, class TPOT), the lowest first."""
+    by_tenant: dict[str, list[DecodeWork]] = {}
+    for d in decodes:
+        by_tenant.setdefault(d.tenant, []).append(d)
+    return by_tenant, {t: (min(d.tier for d in ds), min(d.tpot_s for d in ds)) for t, ds in by_tenant.items()}
 
 
 def _decode_order(d: DecodeWork) -> tuple:

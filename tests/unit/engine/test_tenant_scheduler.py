@@ -41,6 +41,17 @@ def of(tenant: str, tokens: dict[str, int]) -> int:
     return sum(n for rid, n in tokens.items() if rid.startswith(tenant + "-"))
 
 
+def streams(s: Scheduler, **counts: int) -> dict[str, list[Request]]:
+    """Each named tenant's `count` 16-token requests of 100 output tokens, added in that order and
+    run past their prefill."""
+    made = {tenant: [request(tenant, 16, max_tokens=100) for _ in range(n)] for tenant, n in counts.items()}
+    every = [r for rs in made.values() for r in rs]
+    for r in every:
+        s.add_request(r)
+    decoding(s, *every)
+    return made
+
+
 def decoding(s: Scheduler, *requests: Request) -> None:
     """Run until every one of these is past its prefill."""
     for _ in range(50):
@@ -101,11 +112,7 @@ def test_decodes_go_first_even_behind_a_running_long_prefill():
 
 def test_a_shared_steps_decodes_fit_the_target_the_light_tenants_all_the_heavy_ones_oldest():
     s = scheduler(max_num_seqs=64)
-    heavy = [request("heavy", 16, max_tokens=100) for _ in range(60)]
-    chat = [request("chat", 16, max_tokens=100) for _ in range(2)]
-    for r in heavy + chat:
-        s.add_request(r)
-    decoding(s, *heavy, *chat)
+    heavy = streams(s, heavy=60, chat=2)["heavy"]
     first, second = step(s), step(s)
     # 62 decodes would take 0.04 + 62 x 4 ms = 0.288 s, past the 0.24 s target: 50 fit.
     assert sum(first.values()) == 50 and sum(second.values()) == 50
@@ -114,10 +121,7 @@ def test_a_shared_steps_decodes_fit_the_target_the_light_tenants_all_the_heavy_o
     assert oldest <= set(first) and oldest <= set(second)
     # Alone, the heavy tenant's steps are vLLM's own: all its decodes at once.
     alone = scheduler(max_num_seqs=64)
-    heavy = [request("heavy", 16, max_tokens=100) for _ in range(60)]
-    for r in heavy:
-        alone.add_request(r)
-    decoding(alone, *heavy)
+    streams(alone, heavy=60)
     assert sum(step(alone).values()) == 60
 
 
@@ -128,11 +132,7 @@ def test_a_target_the_step_cost_cannot_reach_holds_no_decode_and_carries_the_lea
     slow = Coefficients(base_s=0.2, per_decode_s=0.002, per_prompt_s=0.0045)
     s = scheduler(max_num_seqs=64)
     s.cost.prior = slow
-    heavy = [request("heavy", 16, max_tokens=100) for _ in range(60)]
-    chat = [request("chat", 16, max_tokens=100) for _ in range(2)]
-    for r in heavy + chat:
-        s.add_request(r)
-    decoding(s, *heavy, *chat)
+    streams(s, heavy=60, chat=2)
     s.add_request(request("long", 3000))
     tokens = step(s)
     assert of("heavy", tokens) + of("chat", tokens) == 62  # no decode held
@@ -148,11 +148,7 @@ def test_prompt_work_takes_no_room_from_the_first_tenants_decodes():
     the 0.49 s of all 15), the heavier tenant's other decodes wait."""
     s = scheduler(max_num_seqs=64)
     s.cost.prior = Coefficients(base_s=0.073, per_decode_s=0.018, per_prompt_s=0.0046)
-    chat = [request("chat", 16, max_tokens=100) for _ in range(3)]
-    heavy = [request("heavy", 16, max_tokens=100) for _ in range(12)]
-    for r in chat + heavy:
-        s.add_request(r)
-    decoding(s, *chat, *heavy)
+    streams(s, chat=3, heavy=12)
     s.counters.charge("heavy", 10.0)  # the heavier: ranked after chat
     s.add_request(request("long", 3000))
     tokens = step(s)
@@ -164,11 +160,7 @@ def test_no_decode_is_held_where_the_steps_fixed_cost_is_past_half_its_target():
     50 decodes would make a 0.3 s step 0.24 s at 0.4x the tokens: every decode runs."""
     s = scheduler(max_num_seqs=64)
     s.cost.prior = Coefficients(base_s=0.2, per_decode_s=0.002, per_prompt_s=0.0045)
-    heavy = [request("heavy", 16, max_tokens=100) for _ in range(48)]
-    chat = [request("chat", 16, max_tokens=100) for _ in range(2)]
-    for r in heavy + chat:
-        s.add_request(r)
-    decoding(s, *heavy, *chat)
+    streams(s, heavy=48, chat=2)
     assert sum(step(s).values()) == 50
 
 
