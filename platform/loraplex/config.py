@@ -161,10 +161,11 @@ class PlatformConfig(BaseModel):
     def _plan_limits_name_known_bases(self) -> "PlatformConfig":
         """A plan's per-base limits on a base that is not served would never apply: a typo or a
         base removed from `models:` is refused at start, not silently unlimited."""
+        bases = self.base_names
         for plan, plan_config in self.tenancy.plans.items():
-            if unknown := _unserved(plan_config.limits.models or {}, self.base_names):
+            if unknown := _unserved(plan_config.limits.models or {}, bases):
                 raise ValueError(f"tenancy.plans.{plan}.limits.models: unknown base model {unknown[0]!r}; the bases "
-                                 f"are {', '.join(self.base_names)}. Name one of them (a base's `name`, else its "
+                                 f"are {', '.join(bases)}. Name one of them (a base's `name`, else its "
                                  "model dir's name) or remove the entry")
         return self
 

@@ -65,3 +65,9 @@ def wait_whole(engines: int = ENGINES, ingresses: int = INGRESSES, timeout_s: fl
 
     wait_until(lambda: running_exactly("Engine", engines) and running_exactly("Ingress", ingresses), timeout_s,
                f"{engines} Engine and {ingresses} Ingress replicas of the pool running")
+
+
+def deploy_whole(state, engines: int = ENGINES, ingresses: int = INGRESSES) -> None:
+    """The pool deployed at these replica counts and every replica running (a killed one replaced)."""
+    deploy(state, engines, ingresses)
+    wait_whole(engines, ingresses)

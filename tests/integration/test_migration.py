@@ -29,7 +29,7 @@ from sqlalchemy import select
 
 from loraplex.accounting.tables import usage_records
 from loraplex.db.engine import make_engine
-from engine_pool import ENGINES, INGRESSES, deploy, replicas, wait_whole
+from engine_pool import deploy_whole, replicas, wait_whole
 from process_tree import alive, descendants
 from tenant_keys import ADMIN_TOKEN, new_tenant_key
 from waiting import wait_until
@@ -47,15 +47,8 @@ def engine_replicas() -> list[dict]:
 @pytest.fixture(scope="module")
 def two_engines(engine_pool):
     """(base_url, state dir): the pool with its two Engine replicas and its Ingress replica running."""
-    whole(engine_pool[1])
+    deploy_whole(engine_pool[1])
     return engine_pool
-
-
-def whole(state, ingresses: int = INGRESSES) -> None:
-    """The pool at its replica counts with `ingresses` Ingress replicas, every replica running (a
-    killed one replaced)."""
-    deploy(state, ENGINES, ingresses)
-    wait_whole(ENGINES, ingresses)
 
 
 class Stream(threading.Thread):
@@ -183,7 +176,7 @@ def test_streams_on_a_killed_engine_replica_finish_on_the_other_billed_once(two_
 @pytest.mark.drill
 def test_an_ingress_replica_killed_mid_stream_leaves_no_engine_request_running(two_engines, keys):
     base_url, state = two_engines
-    whole(state, ingresses=2)  # a second Ingress replica to kill; a killed Engine replica replaced
+    deploy_whole(state, ingresses=2)  # a second Ingress replica to kill; a killed Engine replica replaced
     killed_at = {}
 
     def kill_one_ingress():
@@ -231,7 +224,7 @@ def test_the_serve_proxy_killed_mid_stream_leaves_no_engine_request_running(two_
     from ray.serve.context import _get_global_client
 
     base_url, state = two_engines
-    whole(state)
+    deploy_whole(state)
     killed_at = {}
 
     def kill_the_proxy():
@@ -273,7 +266,7 @@ def test_a_killed_serve_controller_replaces_no_replica_and_cuts_no_stream(two_en
     from ray.serve.context import _get_global_client
 
     base_url, state = two_engines
-    whole(state)
+    deploy_whole(state)
     before = {d: {r["replica_id"] for r in replicas(d)} for d in ("Engine", "Ingress")}
     killed_at = {}
 

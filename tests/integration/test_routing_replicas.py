@@ -14,7 +14,7 @@ from sqlalchemy import select
 from loraplex.accounting.tables import usage_records
 from loraplex.db.engine import make_engine
 from loraplex.routing.rendezvous import rendezvous_order
-from engine_pool import ENGINES, deploy, replicas, running_exactly, wait_whole
+from engine_pool import ENGINES, deploy, deploy_whole, replicas, running_exactly, wait_whole
 from tenant_keys import ADMIN_TOKEN, new_tenant_key
 from waiting import wait_until
 
@@ -38,8 +38,7 @@ def routed(engine_pool):
     """(base_url, state dir): the pool with REPLICAS Engine replicas and one Ingress replica: with
     one router, "every router has heard of the change" is one wait (each Ingress replica's router
     hears it through Serve's long poll on its own)."""
-    deploy(engine_pool[1], REPLICAS, ingresses=1)
-    wait_whole(REPLICAS, 1)
+    deploy_whole(engine_pool[1], REPLICAS, ingresses=1)
     return engine_pool
 
 
